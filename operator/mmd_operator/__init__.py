@@ -1,0 +1,1 @@
+"""The MultimodalDeployment operator: engine builds and Triton serving for multimodal models."""

@@ -1,0 +1,1 @@
+"""The MultimodalDeployment API: pydantic spec and status models, and the CRD generated from them."""
