@@ -1,12 +1,126 @@
-"""`mmctl cluster`: the local Kubernetes control plane (filled in by the control-plane work)."""
+"""`mmctl cluster up | down | status | kubeconfig | build`: the local Kubernetes control plane.
+
+A thin shell over `mmd_operator.localcluster`; see docs/local-cluster.md.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
+
+from mmd_operator.localcluster.build import BuildError, ensure_binaries
+from mmd_operator.localcluster.cluster import ClusterError, LocalCluster
+from mmd_operator.localcluster.layout import Layout, LayoutError, default_state_dir
+from mmd_operator.localcluster.objects import GPU_MODELS, NodePool
+
+# `status` exit codes: everything healthy, something dead or unhealthy, nothing started.
+EXIT_HEALTHY, EXIT_DEGRADED, EXIT_NOT_RUNNING = 0, 1, 3
 
 
 def register(subparsers: Any) -> None:
     """Add the `cluster` sub-command to `subparsers`."""
-    parser: argparse.ArgumentParser = subparsers.add_parser("cluster", help="local control plane")
-    parser.set_defaults(handler=lambda _args: 2)
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "cluster",
+        help="local control plane (etcd, API server, controller manager, scheduler, kwok GPU nodes)",
+        description="Run a real Kubernetes control plane as local processes, with fake GPU nodes.",
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="runtime directory (default: $MMD_CLUSTER_DIR or .local/cluster in the checkout)",
+    )
+    actions = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+
+    up = actions.add_parser("up", help="build the binaries if needed, start, wait for Ready nodes")
+    up.add_argument("--nodes", type=int, default=NodePool.count, help="fake GPU nodes (default %(default)s)")
+    up.add_argument("--gpus-per-node", type=int, default=NodePool.gpus_per_node, help="default %(default)s")
+    up.add_argument("--gpu-model", choices=sorted(GPU_MODELS), default=NodePool.gpu_model)
+    up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for each step")
+    up.set_defaults(handler=_up)
+
+    down = actions.add_parser("down", help="stop every component")
+    down.set_defaults(handler=_down)
+
+    status = actions.add_parser("status", help="show each component; exit 1 if one is dead, 3 if not up")
+    status.set_defaults(handler=_status)
+
+    kubeconfig = actions.add_parser("kubeconfig", help="print the kubeconfig path")
+    kubeconfig.add_argument(
+        "--shell", action="store_true", help="print `export` lines for KUBECONFIG and PATH (kubectl, helm)"
+    )
+    kubeconfig.set_defaults(handler=_kubeconfig)
+
+    build = actions.add_parser("build", help="only build (or find) the cached binaries and print where")
+    build.set_defaults(handler=_build)
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _cluster(args: argparse.Namespace) -> LocalCluster:
+    layout = Layout.discover()
+    state_dir = args.dir or default_state_dir(layout.repo_root)
+    return LocalCluster(state_dir, layout, say=_say)
+
+
+def _up(args: argparse.Namespace) -> int:
+    pool = NodePool(count=args.nodes, gpus_per_node=args.gpus_per_node, gpu_model=args.gpu_model)
+    try:
+        _cluster(args).up(pool, timeout=args.timeout)
+    except (ClusterError, BuildError, LayoutError) as error:
+        print(f"mmctl cluster up: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    stopped = cluster.down()
+    _say(f"==> stopped {len(stopped)} component(s); logs kept in {cluster.logs_dir}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    status = cluster.status()
+    if not status.recorded:
+        _say(f"no cluster recorded in {cluster.state_dir} (run `mmctl cluster up`)")
+        return EXIT_NOT_RUNNING
+    _say(f"cluster in {cluster.state_dir}: {status.server}")
+    _say(f"{'COMPONENT':<25} {'PID':>8}  {'STATE':<10} DETAIL")
+    for component in status.components:
+        state = "healthy" if component.healthy else ("unhealthy" if component.running else "dead")
+        pid = str(component.pid) if component.pid is not None else "-"
+        _say(f"{component.name:<25} {pid:>8}  {state:<10} {component.detail}")
+    if status.nodes_total is not None:
+        _say(f"nodes: {status.nodes_ready}/{status.nodes_total} Ready")
+    return EXIT_HEALTHY if status.healthy else EXIT_DEGRADED
+
+
+def _kubeconfig(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    if not cluster.kubeconfig.is_file():
+        print(f"no kubeconfig in {cluster.state_dir} (run `mmctl cluster up`)", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    if args.shell:
+        state = cluster.load_state()
+        print(f"export KUBECONFIG={cluster.kubeconfig}")
+        if state is not None:
+            print(f"export PATH={Path(state.binaries) / 'bin'}:$PATH")
+    else:
+        print(cluster.kubeconfig)
+    return 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    try:
+        binaries = ensure_binaries(Layout.discover(), say=_say)
+    except (BuildError, LayoutError) as error:
+        print(f"mmctl cluster build: {error}", file=sys.stderr)
+        return 1
+    print(binaries.bin_dir)
+    return 0

@@ -1,0 +1,500 @@
+"""`LocalCluster`: bring the local control plane up, report its status, tear it down.
+
+All runtime state lives in one directory (default `.local/cluster/` in the checkout):
+`state.json` (ports, pids), `pki/` (credentials), `kubeconfig`, `kwok.yaml`, `etcd/` (data) and
+`logs/<component>.log`. `up` is idempotent: a healthy cluster is left running; a partly dead one is
+stopped and started afresh. `down` stops every recorded process group and waits until they are gone.
+
+Imports: the standard library, PyYAML, the kubernetes client and the modules of this package.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from mmd_operator.localcluster import processes
+from mmd_operator.localcluster.build import Binaries, ensure_binaries
+from mmd_operator.localcluster.layout import Layout
+from mmd_operator.localcluster.objects import NodePool, gpu_node, storage_class
+from mmd_operator.localcluster.pki import Credentials, generate_credentials, write_kubeconfig
+from mmd_operator.localcluster.processes import ProcessRecord
+from mmd_operator.localcluster.stages import write_kwok_config
+
+Printer = Callable[[str], None]
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+_PORT_NAMES = ("etcd-client", "etcd-peer", *COMPONENTS[1:])
+_SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+_POD_CIDR = "10.244.0.0/16"
+_NODE_LEASE_SECONDS = 40
+_LOG_TAIL_LINES = 30
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be brought up (the message names the component and its log)."""
+
+
+@dataclass
+class ClusterState:
+    """What `up` recorded in state.json."""
+
+    ports: dict[str, int]
+    processes: dict[str, ProcessRecord] = field(default_factory=dict)
+    binaries: str = ""
+    pool: NodePool = field(default_factory=NodePool)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the state as JSON data."""
+        return {
+            "ports": self.ports,
+            "processes": {name: record.to_json() for name, record in self.processes.items()},
+            "binaries": self.binaries,
+            "pool": asdict(self.pool),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClusterState:
+        """Read the state written by `to_json`."""
+        return cls(
+            ports={str(name): int(port) for name, port in data["ports"].items()},
+            processes={name: ProcessRecord.from_json(record) for name, record in data["processes"].items()},
+            binaries=str(data.get("binaries", "")),
+            pool=NodePool(**data.get("pool", {})),
+        )
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    """One line of `mmctl cluster status`."""
+
+    name: str
+    pid: int | None
+    running: bool
+    healthy: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """The state of every component, and of the nodes when the API answers."""
+
+    components: list[ComponentStatus]
+    nodes_ready: int | None
+    nodes_total: int | None
+    server: str | None
+
+    @property
+    def recorded(self) -> bool:
+        """Return whether any component was ever started (state.json exists)."""
+        return any(component.pid is not None for component in self.components)
+
+    @property
+    def healthy(self) -> bool:
+        """Return whether every component runs and answers its health check."""
+        return bool(self.components) and all(component.healthy for component in self.components)
+
+
+def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
+    try:
+        content = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(content[-lines:])
+
+
+class LocalCluster:
+    """One local control plane, identified by its state directory."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        layout: Layout | None = None,
+        *,
+        say: Printer = print,
+        bind_to_parent: bool = False,
+    ) -> None:
+        """Describe the cluster in `state_dir`; nothing starts until `up`.
+
+        Args:
+            state_dir: where its runtime files live.
+            layout: the checkout and binary cache (found from the current directory when omitted).
+            say: receives one line per step.
+            bind_to_parent: have the kernel kill the components when this process dies (tests).
+        """
+        self.state_dir = state_dir.resolve()
+        self._layout = layout
+        self.say = say
+        self.bind_to_parent = bind_to_parent
+
+    # -- paths ---------------------------------------------------------------------------------
+
+    @property
+    def layout(self) -> Layout:
+        """Return the checkout and cache layout."""
+        if self._layout is None:
+            self._layout = Layout.discover()
+        return self._layout
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Return the admin kubeconfig of this cluster."""
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def logs_dir(self) -> Path:
+        """Return the directory of the component logs."""
+        return self.state_dir / "logs"
+
+    @property
+    def credentials(self) -> Credentials:
+        """Return the credential files of this cluster."""
+        return Credentials(self.state_dir / "pki")
+
+    @property
+    def _state_file(self) -> Path:
+        return self.state_dir / "state.json"
+
+    def log_path(self, component: str) -> Path:
+        """Return the log file of `component`."""
+        return self.logs_dir / f"{component}.log"
+
+    def load_state(self) -> ClusterState | None:
+        """Return the recorded state, or None when the cluster was never started here."""
+        try:
+            return ClusterState.from_json(json.loads(self._state_file.read_text()))
+        except FileNotFoundError:
+            return None
+
+    def _save_state(self, state: ClusterState) -> None:
+        scratch = self._state_file.with_suffix(".tmp")
+        scratch.write_text(json.dumps(state.to_json(), indent=2) + "\n")
+        scratch.replace(self._state_file)
+
+    def server_url(self, state: ClusterState) -> str:
+        """Return the API server's URL."""
+        return f"https://127.0.0.1:{state.ports['kube-apiserver']}"
+
+    def binaries(self) -> Binaries:
+        """Return the binaries, building them first when the cache lacks them."""
+        return ensure_binaries(self.layout, self.say)
+
+    def api_client(self) -> k8s.ApiClient:
+        """Return a kubernetes ApiClient for the admin user (the caller closes it)."""
+        state = self.load_state()
+        if state is None:
+            raise ClusterError(f"no cluster recorded in {self.state_dir}")
+        configuration = k8s.Configuration()
+        configuration.host = self.server_url(state)
+        configuration.ssl_ca_cert = str(self.credentials.ca_cert)
+        configuration.api_key = {"authorization": self.credentials.token()}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+        api_client: k8s.ApiClient = k8s.ApiClient(configuration)
+        return api_client
+
+    # -- up ------------------------------------------------------------------------------------
+
+    def up(self, pool: NodePool | None = None, timeout: float = 180.0) -> ClusterState:
+        """Start the cluster (or keep the healthy one running) and wait for Ready GPU nodes."""
+        started = time.monotonic()
+        binaries = self.binaries()
+        state = self.load_state()
+        if state is not None:
+            dead = [
+                name for name in COMPONENTS if name not in state.processes or not self._running(state, name)
+            ]
+            if not dead:
+                self.say(f"==> cluster in {self.state_dir} is already running; checking it")
+                self._wait_all_healthy(state, timeout)
+                self._ensure_cluster_objects(state, pool or state.pool, timeout)
+                self._say_ready(state, started)
+                return state
+            self.say(f"==> components not running: {', '.join(dead)}; restarting the whole cluster")
+            self.down()
+
+        state = ClusterState(
+            ports={name: processes.free_port() for name in _PORT_NAMES},
+            binaries=str(binaries.root),
+            pool=pool or NodePool(),
+        )
+        self._prepare_state_dir()
+        self.say(f"==> starting a local control plane in {self.state_dir} ({binaries.versions.describe()})")
+        credentials = generate_credentials(self.credentials.directory)
+        write_kubeconfig(self.kubeconfig, self.server_url(state), credentials)
+        write_kwok_config(self.state_dir / "kwok.yaml", binaries.kwok_stages_dir)
+        self._save_state(state)
+        try:
+            for component in COMPONENTS:
+                self._start(state, binaries, component)
+                self._wait_healthy(state, component, timeout)
+            self._ensure_cluster_objects(state, state.pool, timeout)
+        except BaseException:
+            self.say("==> start-up failed; stopping what was started")
+            self.down()
+            raise
+        self._say_ready(state, started)
+        return state
+
+    def _prepare_state_dir(self) -> None:
+        # Logs survive a restart (each start is marked in the log); everything else is new.
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        for entry in self.state_dir.iterdir():
+            if entry.name == "logs":
+                continue
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        self.logs_dir.mkdir(exist_ok=True)
+
+    def _command(self, state: ClusterState, binaries: Binaries, component: str) -> list[str]:
+        ports = state.ports
+        pki = self.credentials
+        kubeconfig = str(self.kubeconfig)
+        serving = [f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}"]
+        delegated_auth = [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={ports[component]}",
+            "--leader-elect=false",
+            *serving,
+        ]
+        binary = str(binaries.path(component))
+        if component == "etcd":
+            client = f"http://127.0.0.1:{ports['etcd-client']}"
+            peer = f"http://127.0.0.1:{ports['etcd-peer']}"
+            return [
+                binary,
+                "--name=default",
+                f"--data-dir={self.state_dir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=default={peer}",
+                # Throwaway data: fsync buys nothing and costs the 2-core machines a lot.
+                "--unsafe-no-fsync=true",
+                "--auto-compaction-retention=1",
+                "--log-level=warn",
+            ]
+        if component == "kube-apiserver":
+            return [
+                binary,
+                f"--etcd-servers=http://127.0.0.1:{ports['etcd-client']}",
+                "--bind-address=127.0.0.1",
+                # Without it a loopback bind address makes the server look for a default route.
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={ports['kube-apiserver']}",
+                *serving,
+                f"--token-auth-file={pki.token_file}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki.service_account_public_key}",
+                f"--service-account-signing-key-file={pki.service_account_key}",
+                f"--service-cluster-ip-range={_SERVICE_CLUSTER_IP_RANGE}",
+                "--allow-privileged=true",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+            ]
+        if component == "kube-controller-manager":
+            return [
+                binary,
+                *delegated_auth,
+                f"--service-account-private-key-file={pki.service_account_key}",
+                f"--root-ca-file={pki.ca_cert}",
+                "--node-monitor-period=5s",
+                f"--node-monitor-grace-period={_NODE_LEASE_SECONDS}s",
+                "--kube-api-qps=100",
+                "--kube-api-burst=200",
+                "--profiling=false",
+            ]
+        if component == "kube-scheduler":
+            return [binary, *delegated_auth, "--profiling=false"]
+        if component == "kwok":
+            return [
+                binary,
+                f"--kubeconfig={kubeconfig}",
+                f"--config={self.state_dir / 'kwok.yaml'}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--node-ip=127.0.0.1",
+                f"--cidr={_POD_CIDR}",
+                f"--node-lease-duration-seconds={_NODE_LEASE_SECONDS}",
+                f"--server-address=127.0.0.1:{ports['kwok']}",
+            ]
+        raise ValueError(f"unknown component {component}")
+
+    def _start(self, state: ClusterState, binaries: Binaries, component: str) -> None:
+        record = processes.start(
+            component,
+            self._command(state, binaries, component),
+            self.log_path(component),
+            bind_to_parent=self.bind_to_parent,
+        )
+        state.processes[component] = record
+        self._save_state(state)
+        self.say(f"--> started {component} (pid {record.pid}, log {self.log_path(component)})")
+
+    def _running(self, state: ClusterState, component: str) -> bool:
+        record = state.processes.get(component)
+        return record is not None and processes.is_alive(record)
+
+    # -- health --------------------------------------------------------------------------------
+
+    def _health_url(self, state: ClusterState, component: str) -> str:
+        ports = state.ports
+        if component == "etcd":
+            return f"http://127.0.0.1:{ports['etcd-client']}/health"
+        if component == "kwok":
+            return f"http://127.0.0.1:{ports['kwok']}/healthz"
+        if component == "kube-apiserver":
+            return f"https://127.0.0.1:{ports['kube-apiserver']}/readyz"
+        return f"https://127.0.0.1:{ports[component]}/healthz"
+
+    def _probe(self, state: ClusterState, component: str) -> tuple[bool, str]:
+        """Return (healthy, what the health endpoint said)."""
+        request = urllib.request.Request(self._health_url(state, component))
+        context = None
+        if request.full_url.startswith("https:"):
+            context = ssl.create_default_context(cafile=str(self.credentials.ca_cert))
+            if component == "kube-apiserver":
+                request.add_header("Authorization", f"Bearer {self.credentials.token()}")
+        try:
+            with urllib.request.urlopen(request, timeout=3, context=context) as response:
+                body = response.read().decode(errors="replace").strip()
+        except urllib.error.HTTPError as error:
+            return False, f"HTTP {error.code}"
+        except (OSError, ValueError) as error:
+            return False, str(getattr(error, "reason", error))
+        if component == "etcd":
+            return '"health":"true"' in body, body
+        return body == "ok", body
+
+    def _wait_healthy(self, state: ClusterState, component: str, timeout: float) -> None:
+        started = time.monotonic()
+        last = ""
+        while time.monotonic() - started < timeout:
+            if not self._running(state, component):
+                raise ClusterError(
+                    f"{component} exited during start-up; last lines of {self.log_path(component)}:\n"
+                    f"{_tail(self.log_path(component))}"
+                )
+            healthy, last = self._probe(state, component)
+            if healthy:
+                self.say(f"    {component} healthy after {time.monotonic() - started:.1f} s")
+                return
+            time.sleep(0.2)
+        raise ClusterError(
+            f"{component} not healthy after {timeout:.0f} s (last answer: {last}); "
+            f"last lines of {self.log_path(component)}:\n{_tail(self.log_path(component))}"
+        )
+
+    def _wait_all_healthy(self, state: ClusterState, timeout: float) -> None:
+        for component in COMPONENTS:
+            self._wait_healthy(state, component, timeout)
+
+    # -- cluster objects -----------------------------------------------------------------------
+
+    def _ensure_cluster_objects(self, state: ClusterState, pool: NodePool, timeout: float) -> None:
+        with self.api_client() as api_client:
+            core = k8s.CoreV1Api(api_client)
+            storage = k8s.StorageV1Api(api_client)
+            _create_if_missing(storage.create_storage_class, storage_class())
+            names = pool.node_names()
+            for name in names:
+                _create_if_missing(core.create_node, gpu_node(name, pool))
+            self.say(f"--> {len(names)} fake GPU nodes, {pool.gpus_per_node} x {pool.gpu_model} each")
+            self._wait_nodes_ready(core, names, timeout)
+        if pool != state.pool:
+            state.pool = pool
+            self._save_state(state)
+
+    def _wait_nodes_ready(self, core: k8s.CoreV1Api, names: list[str], timeout: float) -> None:
+        started = time.monotonic()
+        pending: list[str] = names
+        while time.monotonic() - started < timeout:
+            pending = [name for name in names if not _node_schedulable(core.read_node(name))]
+            if not pending:
+                self.say(f"    nodes Ready and untainted after {time.monotonic() - started:.1f} s")
+                return
+            time.sleep(0.5)
+        raise ClusterError(
+            f"nodes not Ready after {timeout:.0f} s: {', '.join(pending)}; see {self.log_path('kwok')} "
+            f"and {self.log_path('kube-controller-manager')}"
+        )
+
+    def _say_ready(self, state: ClusterState, started: float) -> None:
+        self.say(f"==> cluster ready in {time.monotonic() - started:.1f} s: {self.server_url(state)}")
+        self.say(f"    export KUBECONFIG={self.kubeconfig}")
+        self.say(f"    export PATH={Path(state.binaries) / 'bin'}:$PATH   # kubectl, helm")
+
+    # -- down and status -------------------------------------------------------------------------
+
+    def down(self) -> list[str]:
+        """Stop every recorded component (reverse start order); return the names that were running."""
+        state = self.load_state()
+        if state is None:
+            return []
+        stopped = []
+        for component in reversed(list(state.processes)):
+            if processes.stop(state.processes[component]):
+                stopped.append(component)
+                self.say(f"--> stopped {component} (pid {state.processes[component].pid})")
+        self._state_file.unlink(missing_ok=True)
+        return stopped
+
+    def status(self) -> ClusterStatus:
+        """Return the state of every component (and of the nodes when the API answers)."""
+        state = self.load_state()
+        if state is None:
+            return ClusterStatus(components=[], nodes_ready=None, nodes_total=None, server=None)
+        components = []
+        for name in COMPONENTS:
+            record = state.processes.get(name)
+            if record is None:
+                components.append(ComponentStatus(name, None, False, False, "never started"))
+                continue
+            if not processes.is_alive(record):
+                components.append(
+                    ComponentStatus(name, record.pid, False, False, f"DEAD - see {self.log_path(name)}")
+                )
+                continue
+            healthy, answer = self._probe(state, name)
+            components.append(ComponentStatus(name, record.pid, True, healthy, answer[:60]))
+        nodes_ready = nodes_total = None
+        if any(c.name == "kube-apiserver" and c.healthy for c in components):
+            with self.api_client() as api_client:
+                nodes = k8s.CoreV1Api(api_client).list_node().items
+            nodes_total = len(nodes)
+            nodes_ready = sum(1 for node in nodes if _node_schedulable(node))
+        return ClusterStatus(components, nodes_ready, nodes_total, self.server_url(state))
+
+
+def _create_if_missing(create: Callable[..., object], body: dict[str, Any]) -> None:
+    try:
+        create(body=body)
+    except ApiException as error:
+        if error.status != 409:  # already exists: `up` is idempotent
+            raise
+
+
+def _node_schedulable(node: Any) -> bool:
+    """Return whether the node is Ready and free of the not-ready/unreachable taints."""
+    conditions = node.status.conditions or []
+    ready = any(condition.type == "Ready" and condition.status == "True" for condition in conditions)
+    taints = node.spec.taints or []
+    blocking = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+    return ready and not any(taint.key in blocking for taint in taints)

@@ -1,0 +1,186 @@
+"""Credentials of the local control plane, generated fresh for each cluster.
+
+One self-signed CA signs a serving certificate for 127.0.0.1/localhost, used by the API server, the
+controller manager and the scheduler. Clients (the tests, kubectl, helm, the controllers and kwok)
+authenticate with one random bearer token of a `system:masters` user from a static token file; the
+service-account tokens are signed with a separate RSA key. Everything is written with mode 0600.
+
+Imports: the standard library, cryptography and PyYAML.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+ADMIN_USER = "mmd-admin"
+CLUSTER_NAME = "mmd-local"
+_VALIDITY = datetime.timedelta(days=365)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Paths of the generated credential files."""
+
+    directory: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        """Return the CA certificate (the kubeconfig's certificate-authority)."""
+        return self.directory / "ca.crt"
+
+    @property
+    def serving_cert(self) -> Path:
+        """Return the serving certificate for 127.0.0.1 and localhost."""
+        return self.directory / "serving.crt"
+
+    @property
+    def serving_key(self) -> Path:
+        """Return the serving certificate's private key."""
+        return self.directory / "serving.key"
+
+    @property
+    def service_account_key(self) -> Path:
+        """Return the private key that signs service-account tokens."""
+        return self.directory / "service-account.key"
+
+    @property
+    def service_account_public_key(self) -> Path:
+        """Return the public key that verifies service-account tokens."""
+        return self.directory / "service-account.pub"
+
+    @property
+    def token_file(self) -> Path:
+        """Return the API server's static token file (token,user,uid,"groups")."""
+        return self.directory / "tokens.csv"
+
+    @property
+    def admin_token(self) -> Path:
+        """Return the file holding the admin bearer token."""
+        return self.directory / "admin.token"
+
+    def token(self) -> str:
+        """Return the admin bearer token."""
+        return self.admin_token.read_text().strip()
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)
+    path.write_bytes(data)
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def generate_credentials(directory: Path) -> Credentials:
+    """Create a new CA, serving certificate, service-account key pair and admin token in `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    credentials = Credentials(directory)
+    now = datetime.datetime.now(datetime.UTC)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{CLUSTER_NAME}-ca")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    serving_key = ec.generate_private_key(ec.SECP256R1())
+    serving_cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(serving_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [
+                    x509.DNSName("localhost"),
+                    x509.DNSName("kubernetes"),
+                    x509.DNSName("kubernetes.default"),
+                    x509.DNSName("kubernetes.default.svc"),
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                ]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(serving_key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    credentials.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    credentials.serving_cert.write_bytes(serving_cert.public_bytes(serialization.Encoding.PEM))
+    _write_private(credentials.serving_key, _pem_key(serving_key))
+
+    service_account_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    _write_private(credentials.service_account_key, _pem_key(service_account_key))
+    credentials.service_account_public_key.write_bytes(
+        service_account_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+    token = secrets.token_hex(32)
+    _write_private(credentials.admin_token, f"{token}\n".encode())
+    _write_private(credentials.token_file, f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'.encode())
+    return credentials
+
+
+def write_kubeconfig(path: Path, server: str, credentials: Credentials) -> None:
+    """Write a kubeconfig for the admin user of the cluster at `server` (https://127.0.0.1:PORT)."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": CLUSTER_NAME,
+                "cluster": {"server": server, "certificate-authority": str(credentials.ca_cert)},
+            }
+        ],
+        "users": [{"name": ADMIN_USER, "user": {"token": credentials.token()}}],
+        "contexts": [{"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": ADMIN_USER}}],
+        "current-context": CLUSTER_NAME,
+        "preferences": {},
+    }
+    _write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
