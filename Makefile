@@ -35,7 +35,7 @@ test: lint
 
 # Rewrites every generated file (CRD YAML, golden files); review the diff as behaviour.
 generate: venv
-	$(BIN)/python -m mmd_operator.api.crdgen
+	$(BIN)/mmctl generate
 	$(BIN)/pytest tests/unit -q --update-golden
 
 clean:

@@ -1,0 +1,19 @@
+"""The version triple: serving image, TensorRT-LLM version and template revision, pinned together.
+
+Engines only load in a server built with the same TensorRT-LLM, and the rendered configs follow the
+model-repository contract of one tensorrtllm_backend release. Changing one of these means changing all
+three here, and nowhere else. Pure constants; imports nothing.
+"""
+
+from __future__ import annotations
+
+# Triton release 25.05 ships TensorRT-LLM 0.19.0, the last tensorrtllm_backend release with all_models/.
+TRTLLM_VERSION = "0.19.0"
+SERVING_IMAGE = "nvcr.io/nvidia/tritonserver:25.05-trtllm-python-py3"
+TEMPLATE_REVISION = "tensorrtllm_backend v0.19.0"
+
+# Our build image: SERVING_IMAGE plus this package and the TensorRT-LLM examples at the same tag.
+BUILDER_IMAGE = f"ghcr.io/mmd-operator/engine-builder:0.1.0-trtllm{TRTLLM_VERSION}"
+
+# Where the builder image keeps TensorRT-LLM's example scripts (checkpoint converters and friends).
+TRTLLM_EXAMPLES_DIR = "/opt/tensorrt_llm/examples"

@@ -1,0 +1,147 @@
+"""Generate the MultimodalDeployment CRD from the pydantic models.
+
+A pydantic JSON schema is not yet a Kubernetes structural schema: references must be inlined, optional
+fields are `anyOf [X, null]`, titles and `additionalProperties: false` are not allowed next to
+`properties`, and exclusive bounds use the OpenAPI v3.0 boolean form. `crd()` owns that conversion.
+`mmctl generate` writes it under `crds/`; a test fails when it drifts. Pure: imports only the api
+models, pydantic and PyYAML, and does no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from mmd_operator.api import v1alpha1
+
+CRD_FILE_NAME = f"{v1alpha1.GROUP}_{v1alpha1.PLURAL}.yaml"
+
+_PRINTER_COLUMNS = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Model", "type": "string", "jsonPath": ".spec.model.type"},
+    {"name": "TP", "type": "integer", "jsonPath": ".spec.engine.tensorParallelSize"},
+    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+    {"name": "Desired", "type": "integer", "jsonPath": ".spec.serving.replicas", "priority": 1},
+    {"name": "Cache-Key", "type": "string", "jsonPath": ".status.cacheKey", "priority": 1},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+# Keys of the JSON schema that have no place in a structural schema.
+_DROPPED_KEYS = frozenset({"title", "additionalProperties", "$defs"})
+
+
+def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Inline `$ref`s, unwrap optionals and rewrite keywords the API server does not accept."""
+    node = dict(node)
+    if "anyOf" in node:
+        variants = [v for v in node.pop("anyOf") if v.get("type") != "null"]
+        if len(variants) != 1:
+            raise ValueError(f"unsupported union in schema: {variants}")
+        node = {**variants[0], **node}
+        if node.get("default", ...) is None:
+            del node["default"]
+    if "$ref" in node:
+        target = defs[node.pop("$ref").rsplit("/", 1)[-1]]
+        node = {**target, **node}  # the field's own description wins over the type's docstring
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(node.get(bound), int | float) and not isinstance(node[bound], bool):
+            node[plain] = node[bound]
+            node[bound] = True
+    if isinstance(node.get("default"), dict):
+        # Let the API server default nested fields itself; an empty object is enough to start.
+        node["default"] = {}
+    if "description" in node:
+        # Docstrings wrap lines; kubectl explain re-flows text itself.
+        node["description"] = " ".join(node["description"].split())
+    resolved = {key: value for key, value in node.items() if key not in _DROPPED_KEYS}
+    if "properties" in node:
+        resolved["properties"] = {name: _resolve(schema, defs) for name, schema in node["properties"].items()}
+        resolved["type"] = "object"
+    if "items" in node:
+        resolved["items"] = _resolve(node["items"], defs)
+    return resolved
+
+
+def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """Return the structural OpenAPI v3 schema of a pydantic model."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.get("$defs", {})
+    schema: dict[str, Any] = _resolve(raw, defs)
+    return schema
+
+
+def _with_empty_object_defaults(schema: dict[str, Any], fields: tuple[str, ...]) -> None:
+    for name in fields:
+        schema["properties"][name]["default"] = {}
+
+
+def crd() -> dict[str, Any]:
+    """Return the CustomResourceDefinition of MultimodalDeployment as a plain dict."""
+    spec = structural_schema(v1alpha1.MultimodalDeploymentSpec)
+    # Nested sections with all-default fields must exist for the CEL rules that read them.
+    _with_empty_object_defaults(spec, ("engine", "serving"))
+    _with_empty_object_defaults(spec["properties"]["engine"], ("vision",))
+    _with_empty_object_defaults(spec["properties"]["serving"], ("queue", "instances", "loraCache"))
+    status = structural_schema(v1alpha1.MultimodalDeploymentStatus)
+    conditions = status["properties"]["conditions"]
+    conditions["x-kubernetes-list-type"] = "map"
+    conditions["x-kubernetes-list-map-keys"] = ["type"]
+    for required in ("type", "status", "reason"):
+        assert required in conditions["items"]["required"]
+    root_description = (v1alpha1.MultimodalDeployment.__doc__ or "").strip()
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{v1alpha1.PLURAL}.{v1alpha1.GROUP}"},
+        "spec": {
+            "group": v1alpha1.GROUP,
+            "names": {
+                "kind": v1alpha1.KIND,
+                "listKind": f"{v1alpha1.KIND}List",
+                "plural": v1alpha1.PLURAL,
+                "singular": v1alpha1.SINGULAR,
+                "shortNames": list(v1alpha1.SHORT_NAMES),
+                "categories": ["all", "ml"],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": v1alpha1.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.serving.replicas",
+                            "statusReplicasPath": ".status.readyReplicas",
+                        },
+                    },
+                    "additionalPrinterColumns": _PRINTER_COLUMNS,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": root_description,
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec,
+                                "status": status,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render_yaml() -> str:
+    """Return the CRD as the YAML text committed under `crds/`."""
+    header = "# Generated by `mmctl generate` from the pydantic models in mmd_operator.api. Do not edit.\n"
+    return header + yaml.safe_dump(crd(), sort_keys=False, width=100)

@@ -1,0 +1,501 @@
+"""The `serving.multimodal.dev/v1alpha1` MultimodalDeployment resource, as pydantic models.
+
+These models are the single source of the CRD schema (see `crdgen`). Field docstrings become the
+descriptions `kubectl explain` shows. Cross-field rules are written once, in CEL, on the models
+(`x-kubernetes-validations`): the API server enforces them at admission and `validation` evaluates the
+same expressions offline. Imports only pydantic and `mmd_operator.knowledge`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
+
+from mmd_operator.knowledge import KNOWLEDGE, ModelType, types_where
+
+GROUP = "serving.multimodal.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "MultimodalDeployment"
+PLURAL = "multimodaldeployments"
+SINGULAR = "multimodaldeployment"
+SHORT_NAMES = ("mmd",)
+
+WHISPER_TYPES = sorted({t.value for t, k in KNOWLEDGE.items() if k.whisper_variants})
+
+
+def cel_list(values: list[str]) -> str:
+    """Render `values` as a CEL list literal."""
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def cel_rule(rule: str, message: str, *, field_path: str | None = None) -> JsonDict:
+    """One `x-kubernetes-validations` entry; `field_path` is relative to the node the rule sits on."""
+    entry: JsonDict = {"rule": rule, "message": message}
+    if field_path is not None:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+def _only_for(attribute: str, condition: str, what: str, field_path: str) -> JsonDict:
+    """A rule allowing `condition` only for model types whose knowledge flag `attribute` is set."""
+    allowed = types_where(attribute)
+    return cel_rule(
+        f"!({condition}) || self.model.type in {cel_list(allowed)}",
+        f"{what} is supported only for model types {', '.join(allowed)}",
+        field_path=field_path,
+    )
+
+
+class _Schema(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+    )
+
+
+class SecretKeyRef(_Schema):
+    """A key of a Secret in the resource's namespace."""
+
+    name: str = Field(min_length=1, max_length=253)
+    """Name of the Secret."""
+    key: str = Field(min_length=1, max_length=253)
+    """Key inside the Secret whose value is used."""
+
+
+class HuggingFaceSource(_Schema):
+    """A model repository on the Hugging Face Hub, fetched by the build Job."""
+
+    repo: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$", max_length=200)
+    """Repository id, `<organisation>/<name>`."""
+    revision: str = Field("main", min_length=1, max_length=100)
+    """Branch, tag or commit. Use a commit hash: the engine is rebuilt only when this string changes."""
+    token_secret_ref: SecretKeyRef | None = None
+    """Secret key holding a Hub access token, for gated repositories. Never copied anywhere else."""
+
+
+class VolumeSource(_Schema):
+    """A model already present on a PersistentVolumeClaim in the resource's namespace."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule("!self.path.contains('..')", "path must not contain '..'", field_path=".path")
+            ]
+        }
+    )
+
+    claim_name: str = Field(min_length=1, max_length=253)
+    """Name of the PersistentVolumeClaim."""
+    path: str = Field("/", max_length=1024)
+    """Directory inside the claim that holds the model (Hugging Face layout, or the `.pt` for Whisper)."""
+
+
+class ModelSource(_Schema):
+    """Where the weights come from: exactly one of `huggingface` or `pvc`."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule(
+                    "has(self.huggingface) != has(self.pvc)", "exactly one of huggingface or pvc must be set"
+                )
+            ]
+        }
+    )
+
+    huggingface: HuggingFaceSource | None = None
+    """Fetch from the Hugging Face Hub."""
+    pvc: VolumeSource | None = None
+    """Read from a PersistentVolumeClaim."""
+
+
+class LoraSpec(_Schema):
+    """A LoRA adapter (Hugging Face PEFT layout) built into the engine and served per request."""
+
+    source: ModelSource
+    """Where the adapter (`adapter_config.json` and `adapter_model.*`) comes from."""
+    max_rank: int = Field(256, ge=1, le=1024)
+    """Largest LoRA rank the engine accepts (`--max_lora_rank`)."""
+
+
+class ModelSpec(_Schema):
+    """The model to serve."""
+
+    type: ModelType
+    """Model type; decides the build recipe and the Triton model repository layout."""
+    source: ModelSource
+    """Where the weights come from."""
+    variant: str | None = Field(None, max_length=64)
+    """Whisper checkpoint name as TensorRT-LLM's converter knows it (e.g. `large-v3`, `distil-large-v3`).
+    Required for whisper and distil_whisper, not allowed otherwise."""
+    hidden_size: int | None = Field(None, ge=64, le=65536)
+    """Hidden size of the LLM (d_model for Whisper). Only sizes the CUDA memory pool; defaults to the
+    reference checkpoint of the model type."""
+    lora: LoraSpec | None = None
+    """LoRA adapter; required for internlm_xcomposer2, not allowed otherwise."""
+
+
+class VisionSpec(_Schema):
+    """The multimodal (vision) engine. Its limits are derived; setting one asserts the derived value."""
+
+    max_batch_size: int | None = Field(None, ge=1, le=4096)
+    """Vision engine batch (images or patches). Derived: engine batch x images (or patches) per request."""
+    max_patches_per_request: int | None = Field(None, ge=1, le=256)
+    """llava_onevision only: image patches or video frames one request may carry (default 16)."""
+
+
+class EngineSpec(_Schema):
+    """How the TensorRT-LLM engines are built. Every field here is part of the cacheKey."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule(
+                    "!has(self.maxSeqLen) || !has(self.maxInputLen) || self.maxSeqLen > self.maxInputLen",
+                    "maxSeqLen must be greater than maxInputLen",
+                    field_path=".maxSeqLen",
+                ),
+                cel_rule(
+                    "!(self.kvCacheDtype == 'fp8' && self.weightOnlyPrecision != 'none')",
+                    "kvCacheDtype fp8 and weightOnlyPrecision cannot be combined",
+                    field_path=".weightOnlyPrecision",
+                ),
+            ]
+        }
+    )
+
+    builder_image: str | None = Field(None, max_length=512)
+    """Image of the build Job. Defaults to the builder matching the pinned TensorRT-LLM version."""
+    dtype: Literal["float16", "bfloat16"] | None = None
+    """Weights and activations type. Defaults per model type (bfloat16 for mllama, float16 otherwise)."""
+    tensor_parallel_size: Literal[1, 2, 4, 8] = 1
+    """Tensor-parallel world size: GPUs per serving pod and MPI ranks of tritonserver."""
+    max_batch_size: int | None = Field(None, ge=1, le=2048)
+    """Largest number of requests the engine runs at once. Defaults per model type."""
+    max_input_len: int | None = Field(None, ge=1, le=1048576)
+    """Longest prompt in tokens (text plus visual tokens). Defaults per model type."""
+    max_seq_len: int | None = Field(None, ge=2, le=1048576)
+    """Longest prompt plus output in tokens. Defaults per model type."""
+    max_num_tokens: int | None = Field(None, ge=1, le=1048576)
+    """Tokens per engine step (the chunk size with chunked context). Defaults to the builder's."""
+    max_beam_width: int | None = Field(None, ge=1, le=16)
+    """Largest beam width. Defaults per model type (1; 4 for Whisper)."""
+    max_images_per_request: int = Field(1, ge=1, le=64)
+    """Images one request may carry. More than 1 only for multi-image model types (vila)."""
+    max_multimodal_len: int | None = Field(None, ge=1)
+    """Derived: engine batch x features per image x images per request. Setting it asserts that value."""
+    max_encoder_input_len: int | None = Field(None, ge=1, le=1048576)
+    """Encoder-decoder types only: longest encoder input (mllama: vision tokens; Whisper: fixed 3000)."""
+    kv_cache_dtype: Literal["auto", "fp8"] = "auto"
+    """KV cache type. `fp8` adds a quantize-and-calibrate step to the build."""
+    weight_only_precision: Literal["none", "int8", "int4"] = "none"
+    """Weight-only quantization at checkpoint conversion."""
+    calibration_size: int = Field(512, ge=1, le=100000)
+    """Calibration samples for fp8 quantization."""
+    vision: VisionSpec = Field(default_factory=VisionSpec)
+    """The multimodal (vision) engine."""
+
+
+class QueueSpec(_Schema):
+    """Triton dynamic batching."""
+
+    max_queue_delay_microseconds: int = Field(0, ge=0, le=10_000_000)
+    """How long `tensorrt_llm` waits to form a batch."""
+    preprocessing_max_queue_delay_microseconds: int = Field(20000, ge=0, le=10_000_000)
+    """How long `preprocessing` and `multimodal_encoders` wait to form a batch."""
+    max_queue_size: int = Field(0, ge=0, le=1_000_000)
+    """Requests queued per model before new ones are rejected; 0 means no limit."""
+
+
+class InstanceCounts(_Schema):
+    """Python model instances (CPU) per serving pod."""
+
+    preprocessing: int = Field(1, ge=1, le=64)
+    """Instances of `preprocessing`."""
+    postprocessing: int = Field(1, ge=1, le=64)
+    """Instances of `postprocessing`."""
+    bls: int | None = Field(None, ge=1, le=256)
+    """Instances of `tensorrt_llm_bls` (about the engine batch size for full concurrency) or of
+    `whisper_bls`. Defaults to 1, and to 8 for whisper_bls."""
+
+
+class LoraCacheSpec(_Schema):
+    """LoRA adapter cache of `tensorrt_llm`. Defaults per model type."""
+
+    optimal_adapter_size: int | None = Field(None, ge=1, le=4096)
+    """Adapter size (rank x layers x modules) the cache pages are sized for."""
+    max_adapter_size: int | None = Field(None, ge=1, le=4096)
+    """Largest adapter the cache accepts."""
+    gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
+    """Share of free GPU memory for cached adapters."""
+    host_memory_bytes: int | None = Field(None, ge=0)
+    """Host memory for cached adapters."""
+
+
+class ServingSpec(_Schema):
+    """How Triton serves the engines. Changing these re-renders the model repository; it never rebuilds."""
+
+    image: str | None = Field(None, max_length=512)
+    """tritonserver image. Defaults to the one pinned with the TensorRT-LLM version."""
+    replicas: int = Field(1, ge=0, le=1000)
+    """Serving pods."""
+    triton_max_batch_size: int | None = Field(None, ge=1, le=2048)
+    """Triton `max_batch_size` of every model. Defaults per model type; at most the engine batch."""
+    streaming: bool = False
+    """Decoupled mode: stream tokens (`/generate_stream`, gRPC streaming)."""
+    enable_bls: bool | None = None
+    """Render `tensorrt_llm_bls`, the Python entry point beside the ensemble. Defaults to true for the
+    vision-language types; not available for whisper types, whose entry point is `whisper_bls`."""
+    accumulate_tokens: bool = False
+    """BLS streaming only: each response carries all text so far instead of the new tokens."""
+    kv_cache_reuse: bool = False
+    """Reuse KV cache blocks across requests. Every request must then carry `prompt_table_extra_id` (a
+    uint64 >= 1 naming the image), or answers can leak between different images with the same text."""
+    chunked_context: bool = False
+    """Process long prompts in chunks of `maxNumTokens`."""
+    kv_cache_free_gpu_mem_fraction: float | None = Field(None, gt=0, le=1)
+    """Share of free GPU memory for the KV cache. Defaults per model type (0.9; 0.5 for Whisper)."""
+    cross_kv_cache_fraction: float | None = Field(None, gt=0, lt=1)
+    """Encoder-decoder types only (mllama, Whisper): share of the KV cache for cross attention (0.5)."""
+    max_tokens_in_paged_kv_cache: int | None = Field(None, ge=1)
+    """Upper bound of KV cache tokens. Defaults per model type (24000 for Whisper, otherwise none)."""
+    batching_strategy: Literal["inflight_fused_batching", "inflight_batching"] = "inflight_fused_batching"
+    """`gpt_model_type` of the TensorRT-LLM backend."""
+    batch_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] | None = None
+    """Scheduler policy. Defaults per model type."""
+    exclude_input_in_output: bool | None = None
+    """Return only generated tokens. Defaults per model type."""
+    logits_datatype: Literal["TYPE_FP32", "TYPE_FP16"] = "TYPE_FP32"
+    """Type of the context and generation logits outputs."""
+    prompt_table_datatype: Literal["TYPE_FP16"] = "TYPE_FP16"
+    """Type of the prompt embedding table passed from the encoder to the LLM. Triton's Python backend
+    cannot carry BF16 or FP8 tensors, so FP16 is the only value that works with the pinned templates."""
+    queue: QueueSpec = Field(default_factory=QueueSpec)
+    """Dynamic batching."""
+    instances: InstanceCounts = Field(default_factory=InstanceCounts)
+    """Python model instances."""
+    lora_cache: LoraCacheSpec = Field(default_factory=LoraCacheSpec)
+    """LoRA adapter cache (internlm_xcomposer2)."""
+    zero_pad: bool = False
+    """Whisper only: trim audio to its true length instead of padding the mel spectrogram to 30 s."""
+    cuda_memory_pool_bytes: int | None = Field(None, ge=0)
+    """CUDA memory pool on GPU 0 for tensors passed between models. Derived from the prompt table and
+    encoder feature sizes; a smaller value is refused, a larger one is used."""
+
+
+def _spec_rules() -> list[JsonValue]:
+    lora_types = types_where("lora")
+    encoder_decoder = types_where("encoder_decoder")
+    rules: list[JsonValue] = [
+        cel_rule(
+            f"(self.model.type in {cel_list(WHISPER_TYPES)}) == has(self.model.variant)",
+            f"model.variant is required for {', '.join(WHISPER_TYPES)} and not allowed for other types",
+            field_path=".model.variant",
+        ),
+        cel_rule(
+            f"(self.model.type in {cel_list(lora_types)}) == has(self.model.lora)",
+            f"model.lora is required for {', '.join(lora_types)} and not allowed for other types",
+            field_path=".model.lora",
+        ),
+        _only_for(
+            "multi_image",
+            "self.engine.maxImagesPerRequest > 1",
+            "maxImagesPerRequest above 1",
+            ".engine.maxImagesPerRequest",
+        ),
+        _only_for(
+            "video", "has(self.engine.vision.maxPatchesPerRequest)", "maxPatchesPerRequest", ".engine.vision"
+        ),
+        _only_for(
+            "has_vision_engine",
+            "has(self.engine.vision.maxBatchSize)",
+            "engine.vision.maxBatchSize",
+            ".engine.vision.maxBatchSize",
+        ),
+        _only_for(
+            "uses_prompt_table",
+            "has(self.engine.maxMultimodalLen)",
+            "maxMultimodalLen",
+            ".engine.maxMultimodalLen",
+        ),
+        _only_for(
+            "encoder_decoder",
+            "has(self.engine.maxEncoderInputLen)",
+            "maxEncoderInputLen",
+            ".engine.maxEncoderInputLen",
+        ),
+        _only_for(
+            "fp8_kv_cache", "self.engine.kvCacheDtype == 'fp8'", "kvCacheDtype fp8", ".engine.kvCacheDtype"
+        ),
+        _only_for("kv_cache_reuse", "self.serving.kvCacheReuse", "kvCacheReuse", ".serving.kvCacheReuse"),
+        _only_for(
+            "chunked_context", "self.serving.chunkedContext", "chunkedContext", ".serving.chunkedContext"
+        ),
+        cel_rule(
+            f"!has(self.serving.crossKvCacheFraction) || self.model.type in {cel_list(encoder_decoder)}",
+            "crossKvCacheFraction must not be set for decoder-only model types (TensorRT-LLM refuses it); "
+            f"it applies to {', '.join(encoder_decoder)}",
+            field_path=".serving.crossKvCacheFraction",
+        ),
+        cel_rule(
+            f"!(has(self.serving.enableBls) && self.serving.enableBls) || "
+            f"!(self.model.type in {cel_list(WHISPER_TYPES)})",
+            "enableBls is not available for whisper types: their entry point is whisper_bls",
+            field_path=".serving.enableBls",
+        ),
+        cel_rule(
+            "!self.serving.accumulateTokens || self.serving.streaming",
+            "accumulateTokens needs streaming",
+            field_path=".serving.accumulateTokens",
+        ),
+        cel_rule(
+            "!has(self.serving.tritonMaxBatchSize) || !has(self.engine.maxBatchSize) || "
+            "self.serving.tritonMaxBatchSize <= self.engine.maxBatchSize",
+            "serving.tritonMaxBatchSize must not exceed engine.maxBatchSize",
+            field_path=".serving.tritonMaxBatchSize",
+        ),
+        cel_rule(
+            f"!self.serving.zeroPad || self.model.type in {cel_list(WHISPER_TYPES)}",
+            f"zeroPad applies to {', '.join(WHISPER_TYPES)} only",
+            field_path=".serving.zeroPad",
+        ),
+    ]
+    for model_type in WHISPER_TYPES:
+        knowledge = KNOWLEDGE[ModelType(model_type)]
+        supported = [v.name for v in knowledge.whisper_variants if not v.english_only]
+        english = [v.name for v in knowledge.whisper_variants if v.english_only]
+        rules.append(
+            cel_rule(
+                f"self.model.type != '{model_type}' || !has(self.model.variant) || "
+                f"self.model.variant in {cel_list(supported)}",
+                f"model.variant for {model_type} must be one of {', '.join(supported)}"
+                + (
+                    f" (English-only {', '.join(english)} are not supported: whisper_bls decodes with the "
+                    "multilingual tokenizer)"
+                    if english
+                    else ""
+                ),
+                field_path=".model.variant",
+            )
+        )
+    return rules
+
+
+class MultimodalDeploymentSpec(_Schema):
+    """Desired state: the model, how to build its engines and how to serve them."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _spec_rules()})
+
+    model: ModelSpec
+    """The model to serve."""
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    """Engine build settings (part of the cacheKey)."""
+    serving: ServingSpec = Field(default_factory=ServingSpec)
+    """Serving settings (never trigger a rebuild)."""
+
+
+class ConditionStatus(StrEnum):
+    """Status of a condition, as in metav1.Condition."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(_Schema):
+    """One aspect of the resource's state, in the shape of metav1.Condition."""
+
+    type: str = Field(max_length=316)
+    """Condition type: Validated, EngineReady, ModelRepositoryReady, Available or Ready."""
+    status: ConditionStatus
+    """True, False or Unknown."""
+    reason: str = Field(max_length=1024)
+    """CamelCase reason, for programs."""
+    message: str = Field("", max_length=32768)
+    """Explanation, for people."""
+    last_transition_time: str | None = None
+    """When the status last changed (RFC 3339)."""
+    observed_generation: int | None = Field(None, ge=0)
+    """The metadata.generation this condition was computed for."""
+
+
+class DerivedLimits(_Schema):
+    """Build limits and serving sizes computed from the spec and the model type."""
+
+    max_batch_size: int
+    """Engine max batch size."""
+    max_input_len: int
+    """Engine max input length."""
+    max_seq_len: int
+    """Engine max sequence length."""
+    max_beam_width: int
+    """Engine max beam width."""
+    max_num_tokens: int | None = None
+    """Engine max tokens per step, when set."""
+    max_multimodal_len: int | None = None
+    """Prompt-table rows: batch x features per image x images."""
+    max_encoder_input_len: int | None = None
+    """Encoder input limit (encoder-decoder types)."""
+    vision_max_batch_size: int | None = None
+    """Vision engine batch."""
+    max_num_images: int | None = None
+    """Images per request, as preprocessing expects."""
+    triton_max_batch_size: int
+    """Triton max_batch_size of every model."""
+    cuda_memory_pool_bytes: int
+    """CUDA memory pool on GPU 0."""
+
+
+class Phase(StrEnum):
+    """Summary of where the resource is, for printer columns."""
+
+    PENDING = "Pending"
+    BUILDING = "Building"
+    DEPLOYING = "Deploying"
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    FAILED = "Failed"
+
+
+class MultimodalDeploymentStatus(_Schema):
+    """Observed state, written by the operator."""
+
+    observed_generation: int | None = None
+    """The metadata.generation the status describes."""
+    phase: Phase | None = None
+    """Pending, Building, Deploying, Ready, Degraded or Failed."""
+    conditions: list[Condition] = Field(default_factory=list, max_length=16)
+    """Validated, EngineReady, ModelRepositoryReady, Available and the summary Ready."""
+    cache_key: str | None = None
+    """Digest of every input that changes the engine bytes."""
+    derived: DerivedLimits | None = None
+    """Build limits and sizes computed from the spec."""
+    replicas: int | None = None
+    """Serving pods wanted."""
+    ready_replicas: int | None = None
+    """Serving pods ready."""
+
+
+class MultimodalDeployment(_Schema):
+    """A vision-language or speech model built with TensorRT-LLM and served by Triton Inference Server."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    api_version: Literal["serving.multimodal.dev/v1alpha1"] = "serving.multimodal.dev/v1alpha1"
+    """API version."""
+    kind: Literal["MultimodalDeployment"] = "MultimodalDeployment"
+    """Kind."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Standard object metadata."""
+    spec: MultimodalDeploymentSpec
+    """Desired state."""
+    status: MultimodalDeploymentStatus | None = None
+    """Observed state."""

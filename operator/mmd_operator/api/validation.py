@@ -1,0 +1,149 @@
+"""Turn a MultimodalDeployment document into a validated model, or into a list of precise problems.
+
+Validation happens in the same order as at the API server: the structural schema (pydantic), then the
+CEL rules declared on the models, evaluated offline with cel-python on the defaulted object. Every problem
+names the field path and the rule. Pure: imports pydantic, celpy and the api models; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import celpy
+from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
+from pydantic import ValidationError
+
+from mmd_operator.api import crdgen, v1alpha1
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One thing wrong with a resource: where (a field path) and which rule it breaks."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class InvalidSpecError(Exception):
+    """The resource breaks one or more rules; nothing should be created from it."""
+
+    def __init__(self, problems: Iterable[Problem]) -> None:
+        self.problems = sorted(set(problems))
+        super().__init__("; ".join(str(p) for p in self.problems))
+
+
+def _path(loc: Iterable[int | str]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+_PYDANTIC_PHRASES = (("Input should be", "must be"), ("Value error, ", ""), ("String should", "must"))
+
+
+def _pydantic_message(error: Mapping[str, Any]) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown field"
+    if error["type"] == "missing":
+        return "required field is missing"
+    message = str(error["msg"])
+    for phrase, replacement in _PYDANTIC_PHRASES:
+        message = message.replace(phrase, replacement)
+    return message
+
+
+def _schema_problems(error: ValidationError, prefix: str) -> list[Problem]:
+    problems = []
+    for item in error.errors():
+        # Unions report one error per member; the member name in the location only adds noise.
+        loc = [part for part in item["loc"] if not (isinstance(part, str) and part.startswith("function-"))]
+        path = _path([prefix, *loc]) if prefix else _path(loc)
+        problems.append(Problem(path, _pydantic_message(item)))
+    return problems
+
+
+@cache
+def _program(rule: str) -> celpy.Runner:
+    environment = celpy.Environment()
+    return environment.program(environment.compile(rule))
+
+
+@cache
+def _spec_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = crdgen.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema["properties"]["spec"]  # type: ignore[no-any-return]
+
+
+def _cel_problems(value: Any, schema: Mapping[str, Any], path: str) -> list[Problem]:
+    problems = []
+    for rule in schema.get("x-kubernetes-validations", ()):
+        target = path + rule.get("fieldPath", "")
+        try:
+            passed = bool(_program(rule["rule"]).evaluate({"self": json_to_cel(value)}))
+        except CELEvalError as error:
+            problems.append(Problem(target, f"rule {rule['rule']!r} could not be evaluated: {error}"))
+            continue
+        if not passed:
+            problems.append(Problem(target, rule["message"]))
+    if isinstance(value, Mapping):
+        for name, child_schema in schema.get("properties", {}).items():
+            if name in value:
+                problems += _cel_problems(value[name], child_schema, f"{path}.{name}")
+    elif isinstance(value, list) and "items" in schema:
+        for index, item in enumerate(value):
+            problems += _cel_problems(item, schema["items"], f"{path}[{index}]")
+    return problems
+
+
+def parse_spec(document: Mapping[str, Any]) -> v1alpha1.MultimodalDeploymentSpec:
+    """Validate a `spec` mapping (camelCase, as in YAML) and return the model.
+
+    Raises:
+        InvalidSpecError: with one problem per broken rule, each naming its field path.
+    """
+    try:
+        spec = v1alpha1.MultimodalDeploymentSpec.model_validate(document)
+    except ValidationError as error:
+        raise InvalidSpecError(_schema_problems(error, "spec")) from None
+    defaulted = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    problems = _cel_problems(defaulted, _spec_schema(), "spec")
+    if problems:
+        raise InvalidSpecError(problems)
+    return spec
+
+
+def parse_resource(document: Mapping[str, Any]) -> v1alpha1.MultimodalDeployment:
+    """Validate a whole MultimodalDeployment document (as read from YAML or the API server).
+
+    Raises:
+        InvalidSpecError: with one problem per broken rule, each naming its field path.
+    """
+    problems = []
+    if document.get("apiVersion") != v1alpha1.API_VERSION:
+        problems.append(Problem("apiVersion", f"must be {v1alpha1.API_VERSION}"))
+    if document.get("kind") != v1alpha1.KIND:
+        problems.append(Problem("kind", f"must be {v1alpha1.KIND}"))
+    metadata = document.get("metadata") or {}
+    if not isinstance(metadata, Mapping) or not metadata.get("name"):
+        problems.append(Problem("metadata.name", "required field is missing"))
+    spec_document = document.get("spec")
+    if not isinstance(spec_document, Mapping):
+        problems.append(Problem("spec", "required field is missing"))
+        raise InvalidSpecError(problems)
+    try:
+        spec = parse_spec(spec_document)
+    except InvalidSpecError as invalid:
+        raise InvalidSpecError([*problems, *invalid.problems]) from None
+    if problems:
+        raise InvalidSpecError(problems)
+    return v1alpha1.MultimodalDeployment.model_validate(
+        {**document, "spec": spec.model_dump(by_alias=True, exclude_none=True)}
+    )

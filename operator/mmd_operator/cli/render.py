@@ -1,0 +1,154 @@
+"""`mmctl render` and `mmctl validate`: what the operator would build and serve, computed offline.
+
+`render` writes the model repository, the derived limits, the build plan and the launch command of one
+MultimodalDeployment; `validate` only checks it. Invalid input prints one line per problem (field path
+and rule), exits non-zero and writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mmd_operator.api.v1alpha1 import MultimodalDeployment
+from mmd_operator.api.validation import InvalidSpecError, parse_resource
+from mmd_operator.plan.deployment import DeploymentPlan, plan_deployment
+from mmd_operator.triton.repository import RepositoryError, check_repository
+
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+
+class InputError(Exception):
+    """The input file cannot be read as one MultimodalDeployment document."""
+
+
+def load_document(path: Path) -> dict[str, Any]:
+    """Read the single YAML document in `path`.
+
+    Raises:
+        InputError: if the file is missing, is not YAML, or does not hold exactly one mapping.
+    """
+    try:
+        text = path.read_text() if str(path) != "-" else sys.stdin.read()
+    except OSError as error:
+        raise InputError(f"{path}: cannot read: {error.strerror}") from None
+    try:
+        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as error:
+        raise InputError(f"{path}: not valid YAML: {error}") from None
+    if len(documents) != 1 or not isinstance(documents[0], dict):
+        raise InputError(
+            f"{path}: expected exactly one MultimodalDeployment document, found {len(documents)}"
+        )
+    return documents[0]
+
+
+def load_and_plan(path: Path) -> tuple[MultimodalDeployment, DeploymentPlan]:
+    """Validate the resource in `path` and derive its plan.
+
+    Raises:
+        InputError: if the file cannot be read.
+        InvalidSpecError: if the resource breaks a rule.
+    """
+    resource = parse_resource(load_document(path))
+    return resource, plan_deployment(resource.spec)
+
+
+def plan_files(plan: DeploymentPlan) -> dict[str, str]:
+    """Every file `render` writes, relative to the output directory."""
+    files = {f"model_repository/{name}": text for name, text in plan.repository.files().items()}
+    files["derived.json"] = json.dumps(plan.derived_summary(), indent=2) + "\n"
+    files["build_plan.json"] = plan.build.model_dump_json(indent=2) + "\n"
+    launch = asdict(plan.launch)
+    launch["world_size"] = len(plan.launch.ranks)
+    files["launch.json"] = json.dumps(launch, indent=2) + "\n"
+    return files
+
+
+def write_files(out_dir: Path, files: dict[str, str]) -> None:
+    """Write `files` under `out_dir`, replacing an earlier rendering of the model repository."""
+    shutil.rmtree(out_dir / "model_repository", ignore_errors=True)
+    for relative, content in files.items():
+        target = out_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+
+
+def _report_invalid(path: Path, invalid: InvalidSpecError) -> int:
+    print(f"{path}: invalid MultimodalDeployment ({len(invalid.problems)} problems)", file=sys.stderr)
+    for problem in invalid.problems:
+        print(f"  {problem}", file=sys.stderr)
+    return EXIT_INVALID
+
+
+def run_render(args: argparse.Namespace) -> int:
+    """Handle `mmctl render`."""
+    path, out_dir = Path(args.file), Path(args.output)
+    try:
+        resource, plan = load_and_plan(path)
+    except InputError as error:
+        print(error, file=sys.stderr)
+        return EXIT_USAGE
+    except InvalidSpecError as invalid:
+        return _report_invalid(path, invalid)
+    try:
+        # The same check Triton does at load time; a failure here is our bug, not the user's.
+        check_repository(plan.repository.configs)
+    except RepositoryError as error:
+        print(f"internal error: the rendered repository is inconsistent: {error}", file=sys.stderr)
+        return EXIT_INTERNAL
+    write_files(out_dir, plan_files(plan))
+    name = resource.metadata.get("name")
+    print(f"rendered {name} ({plan.settings.knowledge.model_type}) into {out_dir}")
+    print(f"  cacheKey          {plan.cache_key}")
+    for model in plan.repository.configs:
+        print(f"  model_repository/{model}/config.pbtxt")
+    print("  derived.json  build_plan.json  launch.json")
+    return 0
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    """Handle `mmctl validate`."""
+    path = Path(args.file)
+    try:
+        resource, plan = load_and_plan(path)
+    except InputError as error:
+        print(error, file=sys.stderr)
+        return EXIT_USAGE
+    except InvalidSpecError as invalid:
+        return _report_invalid(path, invalid)
+    limits = plan.limits
+    print(
+        f"{path}: valid {resource.metadata.get('name')} ({plan.settings.knowledge.model_type}), "
+        f"cacheKey {plan.cache_key}, max_batch_size {limits.max_batch_size}, "
+        f"max_multimodal_len {limits.max_multimodal_len}"
+    )
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add `render` and `validate` to `subparsers`."""
+    render = subparsers.add_parser(
+        "render",
+        help="write the model repository, derived limits, build plan and launch argv of a resource",
+        description="Render what the operator would create for one MultimodalDeployment, without a cluster.",
+    )
+    render.add_argument("-f", "--file", required=True, help="MultimodalDeployment YAML ('-' for stdin)")
+    render.add_argument("-o", "--output", required=True, help="directory to write into")
+    render.set_defaults(handler=run_render)
+    validate = subparsers.add_parser(
+        "validate",
+        help="check a resource against every rule without writing anything",
+        description="Validate one MultimodalDeployment: schema, CEL rules and derived limits.",
+    )
+    validate.add_argument("-f", "--file", required=True, help="MultimodalDeployment YAML ('-' for stdin)")
+    validate.set_defaults(handler=run_validate)

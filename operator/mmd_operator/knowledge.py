@@ -1,0 +1,450 @@
+"""What the operator knows about each supported model type, in one table.
+
+Every fact that differs between model types lives in `KNOWLEDGE`: how the checkpoint is converted, which
+`trtllm-build` and multimodal-engine flags the reference workflow uses, how many visual features one
+image becomes, which request inputs the server can decode, and the serving defaults. Adding a model type
+means adding one entry here. Facts come from the Triton + TensorRT-LLM reference workflow (tensorrtllm_backend
+v0.19.0 templates and docs). Pure data: imports nothing of ours and does no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+
+class ModelType(StrEnum):
+    """The model types a MultimodalDeployment can serve."""
+
+    BLIP2 = "blip2"
+    LLAVA = "llava"
+    VILA = "vila"
+    LLAVA_ONEVISION = "llava_onevision"
+    MLLAMA = "mllama"
+    QWEN2_VL = "qwen2_vl"
+    INTERNLM_XCOMPOSER2 = "internlm_xcomposer2"
+    WHISPER = "whisper"
+    DISTIL_WHISPER = "distil_whisper"
+
+
+class RepositoryLayout(StrEnum):
+    """Which set of Triton model directories a model type is served by."""
+
+    # ensemble -> preprocessing -> multimodal_encoders -> tensorrt_llm -> postprocessing (+ tensorrt_llm_bls)
+    MULTIMODAL = "multimodal"
+    # the InternLM-XComposer2 variant: preprocessing runs the ViT itself; LoRA inputs reach tensorrt_llm
+    XCOMPOSER2 = "xcomposer2"
+    # whisper_bls -> tensorrt_llm (encoder-decoder)
+    WHISPER = "whisper"
+
+
+class ImageInput(StrEnum):
+    """Ways a request can carry an image; each maps to one ensemble input tensor."""
+
+    TENSOR = "image_input"  # pixels already preprocessed by the client (FP16)
+    BYTES = "image_bytes_input"  # raw RGB pixels (UINT8), decoded by the server's HF processor
+    URL = "image_url_input"  # http(s) URL or `data:image/jpeg;base64,` string, fetched by the server
+
+
+class VisionBatchRule(StrEnum):
+    """What one unit of the vision engine's batch is."""
+
+    PER_IMAGE = "per_image"  # engine batch x images per request
+    PER_PATCH = "per_patch"  # engine batch x patches (or video frames) per request
+
+
+@dataclass(frozen=True)
+class BuildDefaults:
+    """The reference workflow's build limits for a model type (used when the spec leaves them out)."""
+
+    dtype: str
+    max_batch_size: int
+    max_input_len: int
+    max_seq_len: int
+    max_beam_width: int = 1
+    max_num_tokens: int | None = None
+    max_encoder_input_len: int | None = None
+    # True when the encoder input length is a property of the model, not a choice (Whisper: 3000 frames).
+    fixed_encoder_input_len: bool = False
+
+
+@dataclass(frozen=True)
+class ServingDefaults:
+    """Serving options whose sensible value depends on the model type."""
+
+    kv_cache_free_gpu_mem_fraction: float = 0.9
+    exclude_input_in_output: bool = False
+    batch_scheduler_policy: str = "guaranteed_no_evict"
+    max_tokens_in_paged_kv_cache: int | None = None
+    triton_max_batch_size: int | None = None  # None: the engine's max batch size
+
+
+@dataclass(frozen=True)
+class LoraCacheDefaults:
+    """LoRA cache sizing rendered into `tensorrt_llm` for LoRA-capable model types."""
+
+    optimal_adapter_size: int = 8
+    max_adapter_size: int = 64
+    gpu_memory_fraction: float = 0.05
+    host_memory_bytes: int = 1 << 30
+
+
+@dataclass(frozen=True)
+class WhisperVariant:
+    """One Whisper checkpoint family member, as TensorRT-LLM's converter names it."""
+
+    name: str
+    n_mels: int
+    distilled: bool
+    english_only: bool
+
+
+@dataclass(frozen=True)
+class ModelKnowledge:
+    """Everything model-type specific, for one model type."""
+
+    model_type: ModelType
+    title: str
+    layout: RepositoryLayout
+    encoder_decoder: bool
+    reference_checkpoint: str
+    # Hidden size of the reference checkpoint's LLM (d_model for Whisper); sizes the CUDA memory pool.
+    reference_hidden_size: int
+    converter: str  # path under TensorRT-LLM's examples directory
+    converter_args: tuple[str, ...]
+    build_plugin_args: tuple[str, ...]
+    build: BuildDefaults
+    # trtllm-build plugin flags of a separately built encoder engine (Whisper's audio encoder).
+    encoder_build_plugin_args: tuple[str, ...] = ()
+    serving: ServingDefaults = field(default_factory=ServingDefaults)
+    # Multimodal (vision) engine; None for model types without one.
+    vision_model_type: str | None = None
+    vision_engine_model_type: str | None = None  # builder_config.model_type written by the builder
+    vision_extra_args: tuple[str, ...] = ()
+    vision_batch_rule: VisionBatchRule = VisionBatchRule.PER_IMAGE
+    default_patches_per_request: int | None = None
+    # Visual features (prompt-table rows) one image becomes; None when the LLM takes no prompt table.
+    features_per_image: int | None = None
+    encoder_input_dtype: str = "TYPE_FP16"
+    needs_hf_model_path: bool = False
+    multi_image: bool = False
+    video: bool = False
+    image_inputs: frozenset[ImageInput] = frozenset()
+    text_only_requests: bool = False
+    kv_cache_reuse: bool = True
+    fp8_kv_cache: bool = False
+    lora: bool = False
+    lora_cache: LoraCacheDefaults | None = None
+    chunked_context: bool = True
+    # What a client sends as `text_input` (the server adds any chat wrapping itself).
+    prompt_template: str = "{text}"
+    image_marker: str | None = None
+    end_id: int | None = None  # None: the tokenizer's eos token
+    pad_id: int | None = None  # None: the tokenizer's pad (or eos) token
+    # Models Triton ranks other than 0 must load explicitly besides tensorrt_llm.
+    rank_models: tuple[str, ...] = ()
+    whisper_variants: tuple[WhisperVariant, ...] = ()
+
+    @property
+    def has_vision_engine(self) -> bool:
+        """Whether the build produces a separate multimodal (vision) engine."""
+        return self.vision_model_type is not None
+
+    @property
+    def uses_prompt_table(self) -> bool:
+        """Whether image features reach the LLM as a prompt table (and need `max_multimodal_len`)."""
+        return self.features_per_image is not None
+
+    def variant(self, name: str) -> WhisperVariant | None:
+        """Return the Whisper variant called `name`, if this model type knows it."""
+        return next((v for v in self.whisper_variants if v.name == name), None)
+
+
+# In build arguments `{dtype}` stands for the engine dtype and `{gemm}` for the GEMM plugin type (the
+# dtype, or `auto` when an fp8 checkpoint decides it).
+_GEMM = ("--gemm_plugin", "{gemm}")
+
+_WHISPER_VARIANTS = (
+    WhisperVariant("large-v3", 128, distilled=False, english_only=False),
+    WhisperVariant("large-v3-turbo", 128, distilled=False, english_only=False),
+    WhisperVariant("large-v2", 80, distilled=False, english_only=False),
+    WhisperVariant("medium", 80, distilled=False, english_only=False),
+    WhisperVariant("small", 80, distilled=False, english_only=False),
+    WhisperVariant("base", 80, distilled=False, english_only=False),
+    WhisperVariant("tiny", 80, distilled=False, english_only=False),
+    WhisperVariant("medium.en", 80, distilled=False, english_only=True),
+    WhisperVariant("small.en", 80, distilled=False, english_only=True),
+    WhisperVariant("base.en", 80, distilled=False, english_only=True),
+    WhisperVariant("tiny.en", 80, distilled=False, english_only=True),
+)
+
+_DISTIL_WHISPER_VARIANTS = (
+    WhisperVariant("distil-large-v3", 128, distilled=True, english_only=False),
+    WhisperVariant("distil-large-v2", 80, distilled=True, english_only=False),
+    WhisperVariant("distil-medium.en", 80, distilled=True, english_only=True),
+    WhisperVariant("distil-small.en", 80, distilled=True, english_only=True),
+)
+
+_WHISPER_DECODER_PLUGINS = (
+    "--moe_plugin", "disable",
+    "--gemm_plugin", "{gemm}",
+    "--bert_attention_plugin", "{dtype}",
+    "--gpt_attention_plugin", "{dtype}",
+)  # fmt: skip
+_WHISPER_ENCODER_PLUGINS = (
+    "--moe_plugin",
+    "disable",
+    "--gemm_plugin",
+    "disable",
+    "--bert_attention_plugin",
+    "{dtype}",
+)
+
+_WHISPER_BUILD = BuildDefaults(
+    dtype="float16",
+    max_batch_size=64,
+    # Decoder limits from the reference: a 14-token prompt and up to 100 generated tokens.
+    max_input_len=14,
+    max_seq_len=114,
+    max_beam_width=4,
+    max_encoder_input_len=3000,
+    fixed_encoder_input_len=True,
+)
+
+_WHISPER_SERVING = ServingDefaults(
+    kv_cache_free_gpu_mem_fraction=0.5,
+    exclude_input_in_output=True,
+    max_tokens_in_paged_kv_cache=24000,
+    triton_max_batch_size=8,
+)
+
+_PROMPT_TABLE_SERVERS = frozenset({ImageInput.BYTES, ImageInput.URL})
+
+_ENTRIES = (
+    ModelKnowledge(
+        model_type=ModelType.BLIP2,
+        title="BLIP-2 (OPT)",
+        layout=RepositoryLayout.MULTIMODAL,
+        encoder_decoder=False,
+        reference_checkpoint="Salesforce/blip2-opt-2.7b",
+        reference_hidden_size=2560,
+        converter="opt/convert_checkpoint.py",
+        converter_args=("--model_type", "blip2"),
+        build_plugin_args=_GEMM,
+        build=BuildDefaults(dtype="float16", max_batch_size=8, max_input_len=924, max_seq_len=1024),
+        vision_model_type="blip2",
+        vision_engine_model_type="blip2-opt",
+        features_per_image=32,
+        image_inputs=frozenset({ImageInput.TENSOR}),
+        prompt_template="Question: {text} Answer:",
+        rank_models=("multimodal_encoders",),
+    ),
+    ModelKnowledge(
+        model_type=ModelType.LLAVA,
+        title="LLaVA-1.5",
+        layout=RepositoryLayout.MULTIMODAL,
+        encoder_decoder=False,
+        reference_checkpoint="llava-hf/llava-1.5-7b-hf",
+        reference_hidden_size=4096,
+        converter="llama/convert_checkpoint.py",
+        converter_args=(),
+        build_plugin_args=_GEMM,
+        build=BuildDefaults(dtype="float16", max_batch_size=8, max_input_len=2048, max_seq_len=2560),
+        vision_model_type="llava",
+        vision_engine_model_type="llava",
+        features_per_image=576,
+        image_inputs=frozenset({ImageInput.TENSOR}),
+        fp8_kv_cache=True,
+        rank_models=("multimodal_encoders",),
+    ),
+    ModelKnowledge(
+        model_type=ModelType.VILA,
+        title="VILA-1.5 (multi-image)",
+        layout=RepositoryLayout.MULTIMODAL,
+        encoder_decoder=False,
+        reference_checkpoint="Efficient-Large-Model/vila1.5-3b",
+        reference_hidden_size=2560,
+        converter="llama/convert_checkpoint.py",
+        converter_args=(),
+        build_plugin_args=_GEMM,
+        build=BuildDefaults(dtype="float16", max_batch_size=8, max_input_len=2048, max_seq_len=2560),
+        vision_model_type="vila",
+        vision_engine_model_type="vila",
+        # The VILA builder imports the VILA git repository; the builder image carries it at this path.
+        vision_extra_args=("--vila_path", "/opt/VILA"),
+        features_per_image=196,
+        multi_image=True,
+        image_inputs=frozenset({ImageInput.TENSOR}),
+        fp8_kv_cache=True,
+        prompt_template="<image>\n{text}",
+        image_marker="<image>",
+        rank_models=("multimodal_encoders",),
+    ),
+    ModelKnowledge(
+        model_type=ModelType.LLAVA_ONEVISION,
+        title="LLaVA-OneVision (images and video)",
+        layout=RepositoryLayout.MULTIMODAL,
+        encoder_decoder=False,
+        reference_checkpoint="llava-hf/llava-onevision-qwen2-7b-ov-hf",
+        reference_hidden_size=3584,
+        converter="qwen/convert_checkpoint.py",
+        converter_args=(),
+        build_plugin_args=_GEMM,
+        build=BuildDefaults(dtype="float16", max_batch_size=1, max_input_len=7500, max_seq_len=7600),
+        vision_model_type="llava_onevision",
+        vision_engine_model_type="llava_onevision",
+        vision_batch_rule=VisionBatchRule.PER_PATCH,
+        default_patches_per_request=16,
+        # Upper bound of visual tokens per request (any-resolution patches or pooled video frames).
+        features_per_image=7300,
+        needs_hf_model_path=True,
+        video=True,
+        image_inputs=_PROMPT_TABLE_SERVERS,
+        fp8_kv_cache=True,
+        end_id=151645,
+        rank_models=("multimodal_encoders",),
+    ),
+    ModelKnowledge(
+        model_type=ModelType.MLLAMA,
+        title="Llama 3.2 Vision (MLLaMA)",
+        layout=RepositoryLayout.MULTIMODAL,
+        encoder_decoder=True,
+        reference_checkpoint="meta-llama/Llama-3.2-11B-Vision",
+        reference_hidden_size=4096,
+        converter="mllama/convert_checkpoint.py",
+        converter_args=(),
+        build_plugin_args=("--gemm_plugin", "auto"),
+        build=BuildDefaults(
+            dtype="bfloat16",
+            max_batch_size=8,
+            max_input_len=1024,
+            max_seq_len=2048,
+            max_num_tokens=4096,
+            max_encoder_input_len=6404,
+        ),
+        vision_model_type="mllama",
+        vision_engine_model_type="mllama",
+        encoder_input_dtype="TYPE_BF16",
+        needs_hf_model_path=True,
+        image_inputs=_PROMPT_TABLE_SERVERS,
+        text_only_requests=True,
+        # Cross-attention KV blocks depend on the image, which the block hash does not see.
+        kv_cache_reuse=False,
+        chunked_context=False,
+        prompt_template="<|image|><|begin_of_text|>{text}",
+        image_marker="<|image|>",
+        end_id=128001,
+        pad_id=128004,
+        rank_models=("multimodal_encoders",),
+    ),
+    ModelKnowledge(
+        model_type=ModelType.QWEN2_VL,
+        title="Qwen2-VL",
+        layout=RepositoryLayout.MULTIMODAL,
+        encoder_decoder=False,
+        reference_checkpoint="Qwen/Qwen2-VL-7B-Instruct",
+        reference_hidden_size=3584,
+        converter="qwen/convert_checkpoint.py",
+        converter_args=(),
+        build_plugin_args=("--gemm_plugin", "{gemm}", "--gpt_attention_plugin", "{dtype}"),
+        build=BuildDefaults(dtype="float16", max_batch_size=4, max_input_len=2048, max_seq_len=3072),
+        vision_model_type="qwen2_vl",
+        vision_engine_model_type="qwen2_vl",
+        # 504x504 images become 18x18 merged patches.
+        features_per_image=324,
+        needs_hf_model_path=True,
+        image_inputs=_PROMPT_TABLE_SERVERS,
+        # The v0.19 preprocessing leaves prompt_table_extra_id undefined for qwen2_vl.
+        kv_cache_reuse=False,
+        fp8_kv_cache=True,
+        end_id=151645,
+        rank_models=("multimodal_encoders",),
+    ),
+    ModelKnowledge(
+        model_type=ModelType.INTERNLM_XCOMPOSER2,
+        title="InternLM-XComposer2-VL with LoRA",
+        layout=RepositoryLayout.XCOMPOSER2,
+        encoder_decoder=False,
+        reference_checkpoint="internlm/internlm-xcomposer2-vl-7b",
+        reference_hidden_size=4096,
+        converter="internlm2/convert_checkpoint.py",
+        converter_args=(),
+        build_plugin_args=("--gemm_plugin", "{gemm}", "--lora_plugin", "{dtype}"),
+        build=BuildDefaults(dtype="float16", max_batch_size=48, max_input_len=1536, max_seq_len=2048),
+        serving=ServingDefaults(exclude_input_in_output=True, batch_scheduler_policy="max_utilization"),
+        vision_model_type="internlm-xcomposer2",
+        vision_engine_model_type="internlm-xcomposer2",
+        # 490x490 images at patch 14 become 35x35 features.
+        features_per_image=1225,
+        image_inputs=frozenset({ImageInput.TENSOR}),
+        lora=True,
+        lora_cache=LoraCacheDefaults(
+            optimal_adapter_size=256,
+            max_adapter_size=256,
+            gpu_memory_fraction=0.3,
+            host_memory_bytes=2 << 30,
+        ),
+        prompt_template=(
+            "[UNUSED_TOKEN_146]user\n<ImageHere>{text}[UNUSED_TOKEN_145]\n[UNUSED_TOKEN_146]assistant\n"
+        ),
+        image_marker="<ImageHere>",
+        end_id=92542,
+    ),
+    ModelKnowledge(
+        model_type=ModelType.WHISPER,
+        title="Whisper",
+        layout=RepositoryLayout.WHISPER,
+        encoder_decoder=True,
+        reference_checkpoint="openai/whisper-large-v3",
+        reference_hidden_size=1280,
+        converter="whisper/convert_checkpoint.py",
+        converter_args=(),
+        build_plugin_args=_WHISPER_DECODER_PLUGINS,
+        encoder_build_plugin_args=_WHISPER_ENCODER_PLUGINS,
+        build=_WHISPER_BUILD,
+        serving=_WHISPER_SERVING,
+        kv_cache_reuse=False,
+        chunked_context=False,
+        prompt_template="<|startoftranscript|><|en|><|transcribe|><|notimestamps|>",
+        end_id=50257,
+        pad_id=50257,
+        rank_models=("whisper_bls",),
+        whisper_variants=_WHISPER_VARIANTS,
+    ),
+    ModelKnowledge(
+        model_type=ModelType.DISTIL_WHISPER,
+        title="Distil-Whisper",
+        layout=RepositoryLayout.WHISPER,
+        encoder_decoder=True,
+        reference_checkpoint="distil-whisper/distil-large-v3",
+        reference_hidden_size=1280,
+        converter="whisper/convert_checkpoint.py",
+        converter_args=(),
+        build_plugin_args=_WHISPER_DECODER_PLUGINS,
+        encoder_build_plugin_args=_WHISPER_ENCODER_PLUGINS,
+        build=_WHISPER_BUILD,
+        serving=_WHISPER_SERVING,
+        kv_cache_reuse=False,
+        chunked_context=False,
+        prompt_template="<|startoftranscript|><|en|><|transcribe|><|notimestamps|>",
+        end_id=50257,
+        pad_id=50257,
+        rank_models=("whisper_bls",),
+        whisper_variants=_DISTIL_WHISPER_VARIANTS,
+    ),
+)
+
+KNOWLEDGE: MappingProxyType[ModelType, ModelKnowledge] = MappingProxyType(
+    {entry.model_type: entry for entry in _ENTRIES}
+)
+
+
+def knowledge_of(model_type: ModelType | str) -> ModelKnowledge:
+    """Return the knowledge entry of `model_type`."""
+    return KNOWLEDGE[ModelType(model_type)]
+
+
+def types_where(predicate: str) -> list[str]:
+    """Return the names of the model types whose boolean attribute `predicate` is true, sorted."""
+    return sorted(t.value for t, k in KNOWLEDGE.items() if getattr(k, predicate))

@@ -1,0 +1,314 @@
+"""The build plan: the ordered steps, with exact argv, that turn a checkpoint into engines.
+
+The steps follow the reference workflow for each model type: fetch, convert (or quantize and calibrate
+for an fp8 KV cache), `trtllm-build` the LLM (encoder and decoder for Whisper), build the multimodal
+engine, convert the LoRA adapter, keep the tokenizer files serving needs and stage Whisper's assets.
+The engine's own `config.json` must then show the limits the plan asked for. Pure.
+"""
+
+from __future__ import annotations
+
+from engine_builder import versions
+from engine_builder.plan_format import WORK_DIR, BuildPlan, BuildStep, EngineExpectation
+from mmd_operator.api.v1alpha1 import ModelSource
+from mmd_operator.plan.settings import LAYOUT, Settings
+
+# Where the build Job mounts PersistentVolumeClaim sources, read-only: `<mount>/model`, `<mount>/lora`.
+SOURCES_MOUNT = "/sources"
+HF_TOKEN_ENV = "HF_TOKEN"
+_EXAMPLES = versions.TRTLLM_EXAMPLES_DIR
+# Steps of our own, run by the engine builder package inside the build image.
+_OUR_STEPS = ("python3", "-m", "engine_builder.steps")
+
+
+def _work(*parts: str) -> str:
+    return "/".join((WORK_DIR, *parts))
+
+
+def _fetch(source: ModelSource, role: str) -> tuple[list[BuildStep], str]:
+    """Steps that make `source` available, and the directory it ends up in."""
+    if source.pvc is not None:
+        relative = source.pvc.path.strip("/")
+        return [], f"{SOURCES_MOUNT}/{role}" + (f"/{relative}" if relative else "")
+    hub = source.huggingface
+    assert hub is not None
+    target = _work(f"{role}-source")
+    step = BuildStep(
+        name=f"fetch-{role}",
+        description=f"Download {hub.repo}@{hub.revision} from the Hugging Face Hub",
+        argv=("huggingface-cli", "download", hub.repo, "--revision", hub.revision, "--local-dir", target),
+        produces=(f"{role}-source",),
+        env_from_job=(HF_TOKEN_ENV,) if hub.token_secret_ref is not None else (),
+    )
+    return [step], target
+
+
+def _python(script: str, *args: str) -> tuple[str, ...]:
+    return ("python3", f"{_EXAMPLES}/{script}", *args)
+
+
+def _flags(**values: object) -> tuple[str, ...]:
+    """`--name value` pairs in the given order, the way TensorRT-LLM's scripts spell their options."""
+    return tuple(part for name, value in values.items() for part in (f"--{name}", str(value)))
+
+
+def _limit_args(settings: Settings) -> tuple[str, ...]:
+    limits = settings.limits
+    optional = {
+        "max_num_tokens": limits.max_num_tokens,
+        "max_multimodal_len": limits.max_multimodal_len,
+        "max_encoder_input_len": limits.max_encoder_input_len,
+    }
+    return _flags(
+        max_batch_size=limits.max_batch_size,
+        max_input_len=limits.max_input_len,
+        max_seq_len=limits.max_seq_len,
+        max_beam_width=limits.max_beam_width,
+        **{name: value for name, value in optional.items() if value is not None},
+    )
+
+
+def _plugin_args(template: tuple[str, ...], settings: Settings) -> tuple[str, ...]:
+    gemm = "auto" if settings.spec.engine.kv_cache_dtype == "fp8" else settings.dtype
+    return tuple(arg.format(dtype=settings.dtype, gemm=gemm) for arg in template)
+
+
+def _checkpoint_steps(settings: Settings, model_dir: str) -> list[BuildStep]:
+    knowledge, engine, spec = settings.knowledge, settings.spec.engine, settings.spec
+    tp = settings.tensor_parallel_size
+    tp_args = _flags(tp_size=tp) if tp > 1 else ()
+    checkpoint = _work("checkpoint")
+    if engine.kv_cache_dtype == "fp8":
+        return [
+            BuildStep(
+                name="quantize-checkpoint",
+                description="Quantize to FP8 (weights and KV cache) and calibrate",
+                argv=_python(
+                    "quantization/quantize.py",
+                    *_flags(
+                        model_dir=model_dir,
+                        dtype=settings.dtype,
+                        qformat="fp8",
+                        kv_cache_dtype="fp8",
+                        output_dir=checkpoint,
+                        calib_size=engine.calibration_size,
+                    ),
+                    *tp_args,
+                ),
+                produces=("checkpoint/config.json",),
+            )
+        ]
+    steps = []
+    weight_only = (
+        ("--use_weight_only", "--weight_only_precision", engine.weight_only_precision)
+        if engine.weight_only_precision != "none"
+        else ()
+    )
+    if settings.variant is not None:
+        # TensorRT-LLM converts Whisper from OpenAI's checkpoint format; Hugging Face layouts go through
+        # the distil-whisper converter first (it handles any Hugging Face Whisper checkpoint).
+        if settings.variant.distilled or spec.model.source.huggingface is not None:
+            steps.append(
+                BuildStep(
+                    name="convert-to-openai-format",
+                    description="Convert the Hugging Face Whisper checkpoint to OpenAI's format",
+                    argv=_python(
+                        "whisper/distil_whisper/convert_from_distil_whisper.py",
+                        *_flags(
+                            model_name=model_dir,
+                            output_dir=_work("openai"),
+                            output_name=settings.variant.name,
+                        ),
+                    ),
+                    produces=(f"openai/{settings.variant.name}.pt",),
+                )
+            )
+            model_dir = _work("openai")
+        converter_args: tuple[str, ...] = ("--model_name", settings.variant.name)
+        produces: tuple[str, ...] = ("checkpoint/encoder/config.json", "checkpoint/decoder/config.json")
+    else:
+        converter_args = knowledge.converter_args
+        produces = ("checkpoint/config.json",)
+    steps.append(
+        BuildStep(
+            name="convert-checkpoint",
+            description=f"Convert the checkpoint with {knowledge.converter}",
+            argv=_python(
+                knowledge.converter,
+                *converter_args,
+                *_flags(model_dir=model_dir, output_dir=checkpoint, dtype=settings.dtype),
+                *tp_args,
+                *weight_only,
+            ),
+            produces=produces,
+        )
+    )
+    return steps
+
+
+def _engine_steps(settings: Settings, *, model_dir: str, lora_dir: str | None) -> list[BuildStep]:
+    knowledge, limits = settings.knowledge, settings.limits
+    steps = []
+    if settings.variant is not None:
+        steps.append(
+            BuildStep(
+                name="build-encoder",
+                description="Build the audio encoder engine (3000 mel frames)",
+                argv=(
+                    "trtllm-build",
+                    *_flags(checkpoint_dir=_work("checkpoint", "encoder"), output_dir=_work(LAYOUT.encoder)),
+                    *_plugin_args(knowledge.encoder_build_plugin_args, settings),
+                    *_flags(
+                        max_batch_size=limits.max_batch_size,
+                        max_input_len=limits.max_encoder_input_len,
+                        max_seq_len=limits.max_encoder_input_len,
+                    ),
+                ),
+                produces=(f"{LAYOUT.encoder}/config.json",),
+            )
+        )
+        checkpoint, what = _work("checkpoint", "decoder"), "decoder"
+    else:
+        checkpoint, what = _work("checkpoint"), "LLM"
+    lora_args: tuple[str, ...] = ()
+    if lora_dir is not None and settings.spec.model.lora is not None:
+        lora_args = _flags(lora_dir=lora_dir, max_lora_rank=settings.spec.model.lora.max_rank)
+    steps.append(
+        BuildStep(
+            name="build-decoder" if settings.variant is not None else "build-llm",
+            description=f"Build the {what} engine",
+            argv=(
+                "trtllm-build",
+                *_flags(checkpoint_dir=checkpoint, output_dir=_work(LAYOUT.llm)),
+                *_plugin_args(knowledge.build_plugin_args, settings),
+                *_limit_args(settings),
+                *lora_args,
+            ),
+            produces=(f"{LAYOUT.llm}/config.json",),
+        )
+    )
+    if knowledge.vision_model_type is not None:
+        steps.append(
+            BuildStep(
+                name="build-vision-engine",
+                description=f"Build the {knowledge.vision_model_type} multimodal engine",
+                argv=_python(
+                    "multimodal/build_multimodal_engine.py",
+                    *_flags(
+                        model_type=knowledge.vision_model_type,
+                        model_path=model_dir,
+                        output_dir=_work(LAYOUT.encoder),
+                        max_batch_size=limits.vision_max_batch_size,
+                    ),
+                    *knowledge.vision_extra_args,
+                ),
+                produces=(f"{LAYOUT.encoder}/model.engine", f"{LAYOUT.encoder}/config.json"),
+            )
+        )
+    return steps
+
+
+def _expectations(settings: Settings) -> tuple[EngineExpectation, ...]:
+    limits, knowledge = settings.limits, settings.knowledge
+    llm: dict[str, int | str] = {
+        "version": versions.TRTLLM_VERSION,
+        "pretrained_config.dtype": settings.dtype,
+        "pretrained_config.mapping.tp_size": settings.tensor_parallel_size,
+        "build_config.max_batch_size": limits.max_batch_size,
+        "build_config.max_input_len": limits.max_input_len,
+        "build_config.max_seq_len": limits.max_seq_len,
+        "build_config.max_beam_width": limits.max_beam_width,
+    }
+    if limits.max_multimodal_len is not None:
+        # TensorRT-LLM stores max_multimodal_len under its prompt-tuning name.
+        llm["build_config.max_prompt_embedding_table_size"] = limits.max_multimodal_len
+    if limits.max_encoder_input_len is not None:
+        llm["build_config.max_encoder_input_len"] = limits.max_encoder_input_len
+    expectations = [EngineExpectation(config_path=f"{LAYOUT.llm}/config.json", values=llm)]
+    if knowledge.vision_engine_model_type is not None and limits.vision_max_batch_size is not None:
+        expectations.append(
+            EngineExpectation(
+                config_path=f"{LAYOUT.encoder}/config.json",
+                values={
+                    "builder_config.model_type": knowledge.vision_engine_model_type,
+                    "builder_config.max_batch_size": limits.vision_max_batch_size,
+                },
+            )
+        )
+    if settings.variant is not None and limits.max_encoder_input_len is not None:
+        expectations.append(
+            EngineExpectation(
+                config_path=f"{LAYOUT.encoder}/config.json",
+                values={
+                    "build_config.max_batch_size": limits.max_batch_size,
+                    "build_config.max_input_len": limits.max_encoder_input_len,
+                },
+            )
+        )
+    return tuple(expectations)
+
+
+def build_plan(settings: Settings, *, cache_key: str) -> BuildPlan:
+    """Return the build plan of `settings`, whose engines land in the cache entry `cache_key`."""
+    spec, knowledge = settings.spec, settings.knowledge
+    steps, model_dir = _fetch(spec.model.source, "model")
+    lora_dir = None
+    if spec.model.lora is not None:
+        lora_steps, lora_dir = _fetch(spec.model.lora.source, "lora")
+        steps += lora_steps
+    steps += _checkpoint_steps(settings, model_dir)
+    steps += _engine_steps(settings, model_dir=model_dir, lora_dir=lora_dir)
+    keep = [LAYOUT.llm]
+    if knowledge.has_vision_engine or settings.variant is not None:
+        keep.append(LAYOUT.encoder)
+    if lora_dir is not None:
+        steps.append(
+            BuildStep(
+                name="convert-lora",
+                description="Convert the LoRA adapter to TensorRT-LLM's weights and config arrays",
+                argv=_python(
+                    "hf_lora_convert.py",
+                    "-i",
+                    lora_dir,
+                    "-o",
+                    _work(LAYOUT.lora),
+                    "--storage-type",
+                    settings.dtype,
+                ),
+                produces=(f"{LAYOUT.lora}/model.lora_weights.npy", f"{LAYOUT.lora}/model.lora_config.npy"),
+            )
+        )
+        keep.append(LAYOUT.lora)
+    if settings.variant is not None:
+        steps.append(
+            BuildStep(
+                name="stage-whisper-assets",
+                description="Stage the multilingual tokenizer and mel filters for whisper_bls",
+                argv=(*_OUR_STEPS, "whisper-assets", *_flags(dest=_work(LAYOUT.assets))),
+                produces=(f"{LAYOUT.assets}/multilingual.tiktoken", f"{LAYOUT.assets}/mel_filters.npz"),
+            )
+        )
+        keep.append(LAYOUT.assets)
+    else:
+        steps.append(
+            BuildStep(
+                name="keep-tokenizer",
+                description="Keep the tokenizer, processor and config files that serving reads",
+                argv=(
+                    *_OUR_STEPS,
+                    "keep-tokenizer",
+                    *_flags(source=model_dir, dest=_work(LAYOUT.tokenizer)),
+                ),
+                produces=(f"{LAYOUT.tokenizer}/config.json",),
+            )
+        )
+        keep.append(LAYOUT.tokenizer)
+    return BuildPlan(
+        cache_key=cache_key,
+        model_type=knowledge.model_type.value,
+        trtllm_version=versions.TRTLLM_VERSION,
+        builder_image=settings.builder_image,
+        steps=tuple(steps),
+        keep=tuple(keep),
+        expectations=_expectations(settings),
+    )

@@ -1,0 +1,1 @@
+"""Triton adapter: parses model configs with Triton's protobuf and talks to tritonserver (tritonclient)."""

@@ -1,0 +1,150 @@
+"""Parse rendered `config.pbtxt` files with Triton's own ModelConfig protobuf and check the ensemble wiring.
+
+Triton only finds a miswired ensemble when it loads the repository; this check finds the same mistakes
+offline: a step mapping a tensor its model does not declare, a tensor consumed before it is produced,
+data types or shapes that disagree between producer and consumer, required inputs left unmapped, and
+ensemble inputs or outputs nobody uses or produces. Part of the triton adapter: imports tritonclient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+# The generated protobuf classes ship without type stubs.
+ModelConfig: TypeAlias = Any
+
+
+class RepositoryError(Exception):
+    """A config does not parse, or the ensemble wiring is inconsistent."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+def parse_config(name: str, text: str) -> ModelConfig:
+    """Parse one `config.pbtxt` text.
+
+    Raises:
+        RepositoryError: if the text is not a valid inference.ModelConfig.
+    """
+    try:
+        return text_format.Parse(text, model_config_pb2.ModelConfig())
+    except text_format.ParseError as error:
+        raise RepositoryError([f"{name}/config.pbtxt: {error}"]) from None
+
+
+def parse_repository(configs: Mapping[str, str]) -> dict[str, ModelConfig]:
+    """Parse every config of a repository (model name to text)."""
+    parsed, problems = {}, []
+    for name, text in configs.items():
+        try:
+            parsed[name] = parse_config(name, text)
+        except RepositoryError as error:
+            problems += error.problems
+            continue
+        if parsed[name].name != name:
+            problems.append(f"{name}/config.pbtxt: declares name {parsed[name].name!r}")
+    if problems:
+        raise RepositoryError(problems)
+    return parsed
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """What one side of an ensemble edge declares about a tensor."""
+
+    owner: str
+    data_type: int
+    dims: tuple[int, ...]
+
+    def describe(self) -> str:
+        """Human-readable type and shape."""
+        type_name: str = model_config_pb2.DataType.Name(self.data_type)
+        return f"{type_name}{list(self.dims)} ({self.owner})"
+
+
+def _compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b, strict=True))
+
+
+def _io(config: ModelConfig, kind: str) -> dict[str, Tensor]:
+    return {
+        t.name: Tensor(f"{config.name}.{t.name}", t.data_type, tuple(t.dims)) for t in getattr(config, kind)
+    }
+
+
+def _optional_inputs(config: ModelConfig) -> set[str]:
+    return {t.name for t in config.input if t.optional}
+
+
+def check_ensemble(models: Mapping[str, ModelConfig], ensemble_name: str = "ensemble") -> list[str]:
+    """Return every inconsistency of the ensemble's wiring (empty when it is sound)."""
+    ensemble = models[ensemble_name]
+    problems: list[str] = []
+    available = _io(ensemble, "input")  # ensemble tensors produced so far, by name
+    consumed: set[str] = set()
+    for step in ensemble.ensemble_scheduling.step:
+        where = f"{ensemble_name} step {step.model_name}"
+        model = models.get(step.model_name)
+        if model is None:
+            problems.append(f"{where}: model {step.model_name!r} is not in the repository")
+            continue
+        inputs, outputs = _io(model, "input"), _io(model, "output")
+        for model_tensor, ensemble_tensor in step.input_map.items():
+            consumer = inputs.get(model_tensor)
+            if consumer is None:
+                problems.append(f"{where}: input_map key {model_tensor!r} is not an input of {model.name}")
+                continue
+            producer = available.get(ensemble_tensor)
+            consumed.add(ensemble_tensor)
+            if producer is None:
+                problems.append(f"{where}: {ensemble_tensor!r} is used before any step produces it")
+            elif producer.data_type != consumer.data_type or not _compatible(producer.dims, consumer.dims):
+                problems.append(
+                    f"{where}: {ensemble_tensor!r} is {producer.describe()} but {model_tensor!r} expects "
+                    f"{consumer.describe()}"
+                )
+        for required in sorted(set(inputs) - _optional_inputs(model) - set(step.input_map)):
+            problems.append(f"{where}: required input {required!r} of {model.name} is not mapped")
+        for model_tensor, ensemble_tensor in step.output_map.items():
+            produced = outputs.get(model_tensor)
+            if produced is None:
+                problems.append(f"{where}: output_map key {model_tensor!r} is not an output of {model.name}")
+                continue
+            if ensemble_tensor in available:
+                problems.append(f"{where}: {ensemble_tensor!r} is produced twice")
+            available[ensemble_tensor] = produced
+    for name, declared in _io(ensemble, "output").items():
+        produced = available.get(name)
+        if produced is None:
+            problems.append(f"{ensemble_name}: output {name!r} is never produced")
+        elif produced.data_type != declared.data_type or not _compatible(produced.dims, declared.dims):
+            problems.append(
+                f"{ensemble_name}: output {name!r} is declared {declared.describe()} "
+                f"but produced as {produced.describe()}"
+            )
+    for name in sorted(set(_io(ensemble, "input")) - consumed):
+        problems.append(f"{ensemble_name}: input {name!r} is never used by any step")
+    return problems
+
+
+def check_repository(configs: Mapping[str, str]) -> dict[str, ModelConfig]:
+    """Parse a rendered repository and check every ensemble in it.
+
+    Raises:
+        RepositoryError: listing every problem found.
+    """
+    models = parse_repository(configs)
+    problems = []
+    for name, config in models.items():
+        if config.platform == "ensemble":
+            problems += check_ensemble(models, name)
+    if problems:
+        raise RepositoryError(problems)
+    return models
