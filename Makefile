@@ -40,3 +40,22 @@ generate: venv
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+
+# Local Kubernetes control plane (docs/local-cluster.md). The first `cluster-up` builds the binaries
+# from the Go module proxy into $(XDG_CACHE_HOME)/mmd-operator/controlplane/ (about 10 min on 2 cores).
+.PHONY: cluster-build cluster-up cluster-down cluster-status cluster-kubeconfig
+
+cluster-build: venv
+	$(BIN)/mmctl cluster build
+
+cluster-up: venv
+	$(BIN)/mmctl cluster up
+
+cluster-down: venv
+	$(BIN)/mmctl cluster down
+
+cluster-status: venv
+	$(BIN)/mmctl cluster status
+
+cluster-kubeconfig: venv
+	@$(BIN)/mmctl cluster kubeconfig --shell

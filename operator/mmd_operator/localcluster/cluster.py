@@ -258,20 +258,25 @@ class LocalCluster:
                 entry.unlink()
         self.logs_dir.mkdir(exist_ok=True)
 
+    def _delegated_auth_flags(self, state: ClusterState, component: str) -> list[str]:
+        """Return the flags shared by the controller manager and the scheduler."""
+        kubeconfig = str(self.kubeconfig)
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={state.ports[component]}",
+            "--leader-elect=false",
+            f"--tls-cert-file={self.credentials.serving_cert}",
+            f"--tls-private-key-file={self.credentials.serving_key}",
+        ]
+
     def _command(self, state: ClusterState, binaries: Binaries, component: str) -> list[str]:
         ports = state.ports
         pki = self.credentials
         kubeconfig = str(self.kubeconfig)
         serving = [f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}"]
-        delegated_auth = [
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={ports[component]}",
-            "--leader-elect=false",
-            *serving,
-        ]
         binary = str(binaries.path(component))
         if component == "etcd":
             client = f"http://127.0.0.1:{ports['etcd-client']}"
@@ -312,7 +317,7 @@ class LocalCluster:
         if component == "kube-controller-manager":
             return [
                 binary,
-                *delegated_auth,
+                *self._delegated_auth_flags(state, component),
                 f"--service-account-private-key-file={pki.service_account_key}",
                 f"--root-ca-file={pki.ca_cert}",
                 "--node-monitor-period=5s",
@@ -322,7 +327,7 @@ class LocalCluster:
                 "--profiling=false",
             ]
         if component == "kube-scheduler":
-            return [binary, *delegated_auth, "--profiling=false"]
+            return [binary, *self._delegated_auth_flags(state, component), "--profiling=false"]
         if component == "kwok":
             return [
                 binary,

@@ -93,11 +93,7 @@ def gpu_node(name: str, pool: NodePool) -> dict[str, Any]:
         "status": {
             "capacity": resources,
             "allocatable": resources,
-            "nodeInfo": {
-                "architecture": "amd64",
-                "operatingSystem": "linux",
-                "osImage": "kwok fake GPU node",
-            },
+            # nodeInfo (architecture, OS, kubelet version) is filled in by kwok's node-initialize stage.
         },
     }
 

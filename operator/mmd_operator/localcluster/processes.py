@@ -24,6 +24,10 @@ from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
 
+# Components this process started, kept so they are reaped through their Popen (no zombies, and no
+# "still running" ResourceWarning when a Popen of a deliberately detached process is collected).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
 
 @dataclass(frozen=True)
 class ProcessRecord:
@@ -108,6 +112,7 @@ def start(
             start_new_session=True,
             preexec_fn=preexec,  # only prctl(), which is safe between fork and exec
         )
+    _CHILDREN[process.pid] = process
     ticks = _start_ticks(process.pid)
     return ProcessRecord(
         name=name,
@@ -125,6 +130,11 @@ def _signal_group(pid: int, signum: int) -> None:
 
 def _reap(pid: int) -> None:
     # Our own children must be reaped or they linger as zombies; others are reaped by their parent.
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        if child.poll() is not None:
+            del _CHILDREN[pid]
+        return
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
 
