@@ -70,10 +70,14 @@ def _schema_problems(error: ValidationError, prefix: str) -> list[Problem]:
     return problems
 
 
+# One environment for every rule. Creating it raises the interpreter's recursion limit (CEL's nesting
+# minimums need it), so that happens once, at import, instead of in the middle of some later call.
+_CEL = celpy.Environment()
+
+
 @cache
 def _program(rule: str) -> celpy.Runner:
-    environment = celpy.Environment()
-    return environment.program(environment.compile(rule))
+    return _CEL.program(_CEL.compile(rule))
 
 
 @cache
@@ -103,28 +107,40 @@ def _cel_problems(value: Any, schema: Mapping[str, Any], path: str) -> list[Prob
     return problems
 
 
-def parse_spec(document: Mapping[str, Any]) -> v1alpha1.MultimodalDeploymentSpec:
-    """Validate a `spec` mapping (camelCase, as in YAML) and return the model.
+def check_spec(
+    document: Mapping[str, Any],
+) -> tuple[v1alpha1.MultimodalDeploymentSpec | None, list[Problem]]:
+    """Check a `spec` mapping (camelCase, as in YAML) against the schema and the CEL rules.
 
-    Raises:
-        InvalidSpecError: with one problem per broken rule, each naming its field path.
+    Returns the model whenever the schema holds, even if CEL rules fail, so that later checks can add
+    their problems to the same report; returns None when the schema itself is broken.
     """
     try:
         spec = v1alpha1.MultimodalDeploymentSpec.model_validate(document)
     except ValidationError as error:
-        raise InvalidSpecError(_schema_problems(error, "spec")) from None
+        return None, _schema_problems(error, "spec")
     defaulted = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
-    problems = _cel_problems(defaulted, _spec_schema(), "spec")
-    if problems:
+    return spec, _cel_problems(defaulted, _spec_schema(), "spec")
+
+
+def parse_spec(document: Mapping[str, Any]) -> v1alpha1.MultimodalDeploymentSpec:
+    """Validate a `spec` mapping and return the model.
+
+    Raises:
+        InvalidSpecError: with one problem per broken rule, each naming its field path.
+    """
+    spec, problems = check_spec(document)
+    if spec is None or problems:
         raise InvalidSpecError(problems)
     return spec
 
 
-def parse_resource(document: Mapping[str, Any]) -> v1alpha1.MultimodalDeployment:
-    """Validate a whole MultimodalDeployment document (as read from YAML or the API server).
+def check_resource(
+    document: Mapping[str, Any],
+) -> tuple[v1alpha1.MultimodalDeployment | None, list[Problem]]:
+    """Check a whole MultimodalDeployment document (as read from YAML or the API server).
 
-    Raises:
-        InvalidSpecError: with one problem per broken rule, each naming its field path.
+    Returns the model whenever its spec matches the schema, together with every problem found.
     """
     problems = []
     if document.get("apiVersion") != v1alpha1.API_VERSION:
@@ -136,14 +152,25 @@ def parse_resource(document: Mapping[str, Any]) -> v1alpha1.MultimodalDeployment
         problems.append(Problem("metadata.name", "required field is missing"))
     spec_document = document.get("spec")
     if not isinstance(spec_document, Mapping):
-        problems.append(Problem("spec", "required field is missing"))
-        raise InvalidSpecError(problems)
-    try:
-        spec = parse_spec(spec_document)
-    except InvalidSpecError as invalid:
-        raise InvalidSpecError([*problems, *invalid.problems]) from None
-    if problems:
-        raise InvalidSpecError(problems)
-    return v1alpha1.MultimodalDeployment.model_validate(
-        {**document, "spec": spec.model_dump(by_alias=True, exclude_none=True)}
+        return None, [*problems, Problem("spec", "required field is missing")]
+    spec, spec_problems = check_spec(spec_document)
+    if spec is None:
+        return None, [*problems, *spec_problems]
+    resource = v1alpha1.MultimodalDeployment(
+        metadata=dict(metadata) if isinstance(metadata, Mapping) else {},
+        spec=spec,
+        status=document.get("status"),
     )
+    return resource, [*problems, *spec_problems]
+
+
+def parse_resource(document: Mapping[str, Any]) -> v1alpha1.MultimodalDeployment:
+    """Validate a whole MultimodalDeployment document and return the model.
+
+    Raises:
+        InvalidSpecError: with one problem per broken rule, each naming its field path.
+    """
+    resource, problems = check_resource(document)
+    if resource is None or problems:
+        raise InvalidSpecError(problems)
+    return resource

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
-from mmd_operator.api.validation import InvalidSpecError, parse_resource
-from mmd_operator.plan.deployment import DeploymentPlan, plan_deployment
+from mmd_operator.api.validation import InvalidSpecError
+from mmd_operator.plan.deployment import DeploymentPlan, plan_resource
 from mmd_operator.triton.repository import RepositoryError, check_repository
 
 EXIT_INVALID = 1
@@ -44,7 +44,10 @@ def load_document(path: Path) -> dict[str, Any]:
     try:
         documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as error:
-        raise InputError(f"{path}: not valid YAML: {error}") from None
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise InputError(f"{path}: not valid YAML{where}: {problem}") from None
     if len(documents) != 1 or not isinstance(documents[0], dict):
         raise InputError(
             f"{path}: expected exactly one MultimodalDeployment document, found {len(documents)}"
@@ -59,8 +62,7 @@ def load_and_plan(path: Path) -> tuple[MultimodalDeployment, DeploymentPlan]:
         InputError: if the file cannot be read.
         InvalidSpecError: if the resource breaks a rule.
     """
-    resource = parse_resource(load_document(path))
-    return resource, plan_deployment(resource.spec)
+    return plan_resource(load_document(path))
 
 
 def plan_files(plan: DeploymentPlan) -> dict[str, str]:

@@ -6,15 +6,18 @@ what the operator would create. Pure.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from engine_builder import versions
 from engine_builder.plan_format import BuildPlan
-from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeploymentSpec
+from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeployment, MultimodalDeploymentSpec
+from mmd_operator.api.validation import InvalidSpecError, check_resource
 from mmd_operator.plan.build import build_plan
 from mmd_operator.plan.cache_key import cache_key, cache_key_inputs
 from mmd_operator.plan.launch import LaunchPlan, launch_plan
+from mmd_operator.plan.limits import derive_limits
 from mmd_operator.plan.render import ModelRepository, render_repository
 from mmd_operator.plan.settings import Settings, resolve
 
@@ -73,3 +76,22 @@ def plan_deployment(spec: MultimodalDeploymentSpec) -> DeploymentPlan:
         repository=render_repository(settings, cache_key=key),
         launch=launch_plan(settings),
     )
+
+
+def plan_resource(document: Mapping[str, Any]) -> tuple[MultimodalDeployment, DeploymentPlan]:
+    """Validate a MultimodalDeployment document and derive its plan, reporting every problem at once.
+
+    Schema, CEL and derivation problems are collected together, so one run lists everything to fix.
+
+    Raises:
+        InvalidSpecError: with one problem per broken rule, each naming its field path.
+    """
+    resource, problems = check_resource(document)
+    if resource is not None and problems:
+        try:
+            derive_limits(resource.spec)
+        except InvalidSpecError as invalid:
+            problems += invalid.problems
+    if resource is None or problems:
+        raise InvalidSpecError(problems)
+    return resource, plan_deployment(resource.spec)

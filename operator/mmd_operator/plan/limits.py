@@ -115,7 +115,11 @@ def derive_limits(spec: MultimodalDeploymentSpec) -> DerivedLimits:
             )
 
     encoder_input_len = engine.max_encoder_input_len or defaults.max_encoder_input_len
-    if defaults.fixed_encoder_input_len and engine.max_encoder_input_len not in (None, encoder_input_len):
+    if defaults.fixed_encoder_input_len and engine.max_encoder_input_len not in (
+        None,
+        defaults.max_encoder_input_len,
+    ):
+        encoder_input_len = defaults.max_encoder_input_len
         problems.append(
             Problem(
                 "spec.engine.maxEncoderInputLen",

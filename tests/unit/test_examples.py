@@ -1,0 +1,177 @@
+"""Every example renders; its output is pinned by golden files (`make generate` rewrites them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from mmd_operator.cli.render import load_and_plan, plan_files
+from mmd_operator.triton.repository import check_repository
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+GOLDEN = ROOT / "tests" / "golden"
+
+
+def example_id(path: Path) -> str:
+    return path.stem
+
+
+@pytest.fixture(params=EXAMPLES, ids=example_id)
+def example(request: pytest.FixtureRequest) -> Path:
+    path: Path = request.param
+    return path
+
+
+def test_there_is_an_example_per_model_type() -> None:
+    from mmd_operator.knowledge import ModelType
+
+    stems = {path.stem for path in EXAMPLES}
+    assert {t.value for t in ModelType} <= stems
+    assert {"llava-tp2-fp8", "internlm-xcomposer2-lora"} <= stems
+
+
+def test_rendered_files_match_golden(example: Path, request: pytest.FixtureRequest) -> None:
+    _, plan = load_and_plan(example)
+    files = plan_files(plan)
+    golden_dir = GOLDEN / example.stem
+    if request.config.getoption("--update-golden"):
+        for stale in sorted(golden_dir.rglob("*"), reverse=True) if golden_dir.exists() else []:
+            stale.unlink() if stale.is_file() else stale.rmdir()
+        for relative, content in files.items():
+            target = golden_dir / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+        pytest.skip("golden files rewritten")
+    expected = {str(p.relative_to(golden_dir)): p.read_text() for p in golden_dir.rglob("*") if p.is_file()}
+    assert sorted(files) == sorted(expected), "set of rendered files changed; run `make generate`"
+    for relative, content in files.items():
+        assert content == expected[relative], (
+            f"{relative} differs from golden; run `make generate` and review"
+        )
+
+
+def test_every_rendered_config_parses_with_tritons_own_proto(example: Path) -> None:
+    _, plan = load_and_plan(example)
+    for name, text in plan.repository.configs.items():
+        config = text_format.Parse(text, model_config_pb2.ModelConfig())
+        assert config.name == name
+        assert "${" not in text and "{{" not in text
+    for model in plan.repository.configs:
+        assert f"{model}/1/.keep" in plan.repository.files(), f"{model} has no version directory"
+
+
+def test_ensemble_wiring_is_consistent(example: Path) -> None:
+    _, plan = load_and_plan(example)
+    models = check_repository(plan.repository.configs)
+    assert models
+
+
+def _configs(stem: str) -> dict[str, model_config_pb2.ModelConfig]:
+    _, plan = load_and_plan(ROOT / "examples" / f"{stem}.yaml")
+    return {
+        name: text_format.Parse(text, model_config_pb2.ModelConfig())
+        for name, text in plan.repository.configs.items()
+    }
+
+
+def _parameters(config: model_config_pb2.ModelConfig) -> dict[str, str]:
+    return {key: value.string_value for key, value in config.parameters.items()}
+
+
+def _derived(stem: str) -> dict[str, object]:
+    _, plan = load_and_plan(ROOT / "examples" / f"{stem}.yaml")
+    summary: dict[str, object] = json.loads(plan_files(plan)["derived.json"])
+    return summary
+
+
+@pytest.mark.parametrize(
+    ("stem", "max_multimodal_len", "vision_batch"),
+    [("llava", 4608, 8), ("vila", 6272, 32), ("blip2", 256, 8), ("qwen2_vl", 1296, 4)],
+)
+def test_acceptance_multimodal_lengths(stem: str, max_multimodal_len: int, vision_batch: int) -> None:
+    derived = _derived(stem)
+    assert derived["max_multimodal_len"] == max_multimodal_len
+    assert derived["vision_max_batch_size"] == vision_batch
+
+
+def test_mllama_has_no_prompt_table_and_renders_bf16_encoder_inputs_with_cross_fraction() -> None:
+    assert "max_multimodal_len" not in _derived("mllama")
+    configs = _configs("mllama")
+    bf16 = model_config_pb2.DataType.Value("TYPE_BF16")
+    encoder_features = next(t for t in configs["tensorrt_llm"].input if t.name == "encoder_input_features")
+    assert encoder_features.data_type == bf16
+    produced = next(t for t in configs["multimodal_encoders"].output if t.name == "ENCODER_INPUT_FEATURES")
+    assert produced.data_type == bf16
+    assert _parameters(configs["tensorrt_llm"])["cross_kv_cache_fraction"] == "0.5"
+
+
+@pytest.mark.parametrize(
+    "stem", ["blip2", "llava", "vila", "llava_onevision", "qwen2_vl", "internlm_xcomposer2"]
+)
+def test_decoder_only_models_render_no_cross_kv_cache_fraction(stem: str) -> None:
+    parameters = _parameters(_configs(stem)["tensorrt_llm"])
+    assert "cross_kv_cache_fraction" not in parameters
+    assert parameters["enable_kv_cache_reuse"] in {"true", "false"}, "reuse must always be explicit"
+
+
+def test_whisper_large_v3_renders_128_mel_bins_and_an_encoder_decoder_engine() -> None:
+    configs = _configs("whisper")
+    assert _parameters(configs["whisper_bls"])["n_mels"] == "128"
+    parameters = _parameters(configs["tensorrt_llm"])
+    assert parameters["cross_kv_cache_fraction"] == "0.5"
+    assert parameters["encoder_model_path"].endswith("/encoder")
+    assert parameters["gpt_model_path"].endswith("/llm")
+
+
+def test_tp2_fp8_example_streams_with_chunked_context() -> None:
+    configs = _configs("llava-tp2-fp8")
+    assert configs["tensorrt_llm"].model_transaction_policy.decoupled
+    assert configs["tensorrt_llm_bls"].model_transaction_policy.decoupled
+    parameters = _parameters(configs["tensorrt_llm"])
+    assert parameters["enable_chunked_context"] == "true"
+    assert parameters["kv_cache_free_gpu_mem_fraction"] == "0.9"
+
+
+def test_xcomposer2_renders_the_lora_cache_and_lora_inputs() -> None:
+    configs = _configs("internlm-xcomposer2-lora")
+    parameters = _parameters(configs["tensorrt_llm"])
+    assert parameters["lora_cache_optimal_adapter_size"] == "256"
+    assert parameters["lora_cache_max_adapter_size"] == "256"
+    assert parameters["lora_cache_gpu_memory_fraction"] == "0.3"
+    assert parameters["lora_cache_host_memory_bytes"] == "2147483648"
+    ensemble_inputs = {t.name for t in configs["ensemble"].input}
+    assert {"lora_task_id", "lora_weights", "lora_config", "image_input"} <= ensemble_inputs
+    assert "multimodal_encoders" not in configs
+    assert _parameters(configs["preprocessing"])["vit_model_dir"].endswith("/encoder/model.engine")
+    assert configs["ensemble"].max_batch_size == 32
+
+
+@pytest.mark.parametrize(
+    ("stem", "inputs"),
+    [
+        ("llava", {"image_input"}),
+        ("blip2", {"image_input"}),
+        ("vila", {"image_input"}),
+        ("mllama", {"image_bytes_input", "image_url_input"}),
+        ("qwen2_vl", {"image_bytes_input", "image_url_input"}),
+        ("llava_onevision", {"image_bytes_input", "image_url_input", "video_bytes_input"}),
+    ],
+)
+def test_ensemble_declares_only_the_image_inputs_the_type_decodes(stem: str, inputs: set[str]) -> None:
+    declared = {t.name for t in _configs(stem)["ensemble"].input}
+    image_inputs = {"image_input", "image_bytes_input", "image_url_input", "video_bytes_input"}
+    assert declared & image_inputs == inputs
+
+
+def test_prompt_table_extra_id_is_not_offered_where_preprocessing_cannot_take_it() -> None:
+    assert "prompt_table_extra_id" not in {t.name for t in _configs("qwen2_vl")["ensemble"].input}
+    assert "prompt_table_extra_id" in {t.name for t in _configs("llava")["ensemble"].input}
+
+
+def test_preprocessing_max_num_images_matches_the_build() -> None:
+    assert _parameters(_configs("vila")["preprocessing"])["max_num_images"] == "4"
