@@ -102,8 +102,8 @@ REFERENCE_ARGV: dict[str, dict[str, tuple[str, str]]] = {
         "build-decoder": (
             "trtllm-build",
             "--moe_plugin disable --max_beam_width 4 --max_batch_size 64 --max_seq_len 114 "
-            "--max_input_len 14 --max_encoder_input_len 3000 --gemm_plugin float16 --bert_attention_plugin float16 "
-            "--gpt_attention_plugin float16",
+            "--max_input_len 14 --max_encoder_input_len 3000 --gemm_plugin float16 "
+            "--bert_attention_plugin float16 --gpt_attention_plugin float16",
         ),
     },
     "distil_whisper": {
