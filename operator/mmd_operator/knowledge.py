@@ -9,7 +9,7 @@ v0.19.0 templates and docs). Pure data: imports nothing of ours and does no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -219,6 +219,28 @@ _WHISPER_SERVING = ServingDefaults(
     triton_max_batch_size=8,
 )
 
+_WHISPER = ModelKnowledge(
+    model_type=ModelType.WHISPER,
+    title="Whisper",
+    layout=RepositoryLayout.WHISPER,
+    encoder_decoder=True,
+    reference_checkpoint="openai/whisper-large-v3",
+    reference_hidden_size=1280,
+    converter="whisper/convert_checkpoint.py",
+    converter_args=(),
+    build_plugin_args=_WHISPER_DECODER_PLUGINS,
+    encoder_build_plugin_args=_WHISPER_ENCODER_PLUGINS,
+    build=_WHISPER_BUILD,
+    serving=_WHISPER_SERVING,
+    kv_cache_reuse=False,
+    chunked_context=False,
+    prompt_template="<|startoftranscript|><|en|><|transcribe|><|notimestamps|>",
+    end_id=50257,
+    pad_id=50257,
+    rank_models=("whisper_bls",),
+    whisper_variants=_WHISPER_VARIANTS,
+)
+
 _PROMPT_TABLE_SERVERS = frozenset({ImageInput.BYTES, ImageInput.URL})
 
 _ENTRIES = (
@@ -391,46 +413,13 @@ _ENTRIES = (
         image_marker="<ImageHere>",
         end_id=92542,
     ),
-    ModelKnowledge(
-        model_type=ModelType.WHISPER,
-        title="Whisper",
-        layout=RepositoryLayout.WHISPER,
-        encoder_decoder=True,
-        reference_checkpoint="openai/whisper-large-v3",
-        reference_hidden_size=1280,
-        converter="whisper/convert_checkpoint.py",
-        converter_args=(),
-        build_plugin_args=_WHISPER_DECODER_PLUGINS,
-        encoder_build_plugin_args=_WHISPER_ENCODER_PLUGINS,
-        build=_WHISPER_BUILD,
-        serving=_WHISPER_SERVING,
-        kv_cache_reuse=False,
-        chunked_context=False,
-        prompt_template="<|startoftranscript|><|en|><|transcribe|><|notimestamps|>",
-        end_id=50257,
-        pad_id=50257,
-        rank_models=("whisper_bls",),
-        whisper_variants=_WHISPER_VARIANTS,
-    ),
-    ModelKnowledge(
+    _WHISPER,
+    # Same recipe and serving; the converter first turns the Hugging Face layout into OpenAI's.
+    replace(
+        _WHISPER,
         model_type=ModelType.DISTIL_WHISPER,
         title="Distil-Whisper",
-        layout=RepositoryLayout.WHISPER,
-        encoder_decoder=True,
         reference_checkpoint="distil-whisper/distil-large-v3",
-        reference_hidden_size=1280,
-        converter="whisper/convert_checkpoint.py",
-        converter_args=(),
-        build_plugin_args=_WHISPER_DECODER_PLUGINS,
-        encoder_build_plugin_args=_WHISPER_ENCODER_PLUGINS,
-        build=_WHISPER_BUILD,
-        serving=_WHISPER_SERVING,
-        kv_cache_reuse=False,
-        chunked_context=False,
-        prompt_template="<|startoftranscript|><|en|><|transcribe|><|notimestamps|>",
-        end_id=50257,
-        pad_id=50257,
-        rank_models=("whisper_bls",),
         whisper_variants=_DISTIL_WHISPER_VARIANTS,
     ),
 )

@@ -85,23 +85,27 @@ def write_files(out_dir: Path, files: dict[str, str]) -> None:
         target.write_text(content)
 
 
-def _report_invalid(path: Path, invalid: InvalidSpecError) -> int:
-    print(f"{path}: invalid MultimodalDeployment ({len(invalid.problems)} problems)", file=sys.stderr)
-    for problem in invalid.problems:
-        print(f"  {problem}", file=sys.stderr)
-    return EXIT_INVALID
+def _load_or_report(path: Path) -> tuple[MultimodalDeployment, DeploymentPlan] | int:
+    """The resource and its plan, or the exit code after telling the user what is wrong."""
+    try:
+        return load_and_plan(path)
+    except InputError as error:
+        print(error, file=sys.stderr)
+        return EXIT_USAGE
+    except InvalidSpecError as invalid:
+        print(f"{path}: invalid MultimodalDeployment ({len(invalid.problems)} problems)", file=sys.stderr)
+        for problem in invalid.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_INVALID
 
 
 def run_render(args: argparse.Namespace) -> int:
     """Handle `mmctl render`."""
     path, out_dir = Path(args.file), Path(args.output)
-    try:
-        resource, plan = load_and_plan(path)
-    except InputError as error:
-        print(error, file=sys.stderr)
-        return EXIT_USAGE
-    except InvalidSpecError as invalid:
-        return _report_invalid(path, invalid)
+    loaded = _load_or_report(path)
+    if isinstance(loaded, int):
+        return loaded
+    resource, plan = loaded
     try:
         # The same check Triton does at load time; a failure here is our bug, not the user's.
         check_repository(plan.repository.configs)
@@ -121,13 +125,10 @@ def run_render(args: argparse.Namespace) -> int:
 def run_validate(args: argparse.Namespace) -> int:
     """Handle `mmctl validate`."""
     path = Path(args.file)
-    try:
-        resource, plan = load_and_plan(path)
-    except InputError as error:
-        print(error, file=sys.stderr)
-        return EXIT_USAGE
-    except InvalidSpecError as invalid:
-        return _report_invalid(path, invalid)
+    loaded = _load_or_report(path)
+    if isinstance(loaded, int):
+        return loaded
+    resource, plan = loaded
     limits = plan.limits
     print(
         f"{path}: valid {resource.metadata.get('name')} ({plan.settings.knowledge.model_type}), "
