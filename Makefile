@@ -38,6 +38,10 @@ generate: venv
 	$(BIN)/mmctl generate
 	$(BIN)/pytest tests/unit -q --update-golden
 
+# The operator's main job on the local control plane; sets everything up itself.
+demo: venv
+	scripts/demo.sh
+
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
 

@@ -78,7 +78,8 @@ def test_names_status_scale_and_printer_columns() -> None:
 def test_defaults_and_enums_reach_the_schema() -> None:
     spec = _root_schema()["properties"]["spec"]["properties"]
     engine = spec["engine"]["properties"]
-    assert spec["engine"]["default"] == {}
+    assert spec["engine"]["default"]["kvCacheDtype"] == "auto"
+    assert spec["serving"]["default"]["queue"]["maxQueueSize"] == 0
     assert engine["tensorParallelSize"]["default"] == 1
     assert engine["tensorParallelSize"]["enum"] == [1, 2, 4, 8]
     assert engine["kvCacheDtype"]["enum"] == ["auto", "fp8"]

@@ -9,6 +9,7 @@ models, pydantic and PyYAML, and does no I/O.
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 import yaml
@@ -51,9 +52,6 @@ def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         if isinstance(node.get(bound), int | float) and not isinstance(node[bound], bool):
             node[plain] = node[bound]
             node[bound] = True
-    if isinstance(node.get("default"), dict):
-        # Let the API server default nested fields itself; an empty object is enough to start.
-        node["default"] = {}
     if "description" in node:
         # Docstrings wrap lines; kubectl explain re-flows text itself.
         node["description"] = " ".join(node["description"].split())
@@ -74,18 +72,40 @@ def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
-def _with_empty_object_defaults(schema: dict[str, Any], fields: tuple[str, ...]) -> None:
-    for name in fields:
-        schema["properties"][name]["default"] = {}
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation such as `X`, `X | None` or `list[X]`, if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in typing.get_args(annotation):
+        found = _nested_model(argument)
+        if found is not None:
+            return found
+    return None
+
+
+def _apply_section_defaults(model: type[BaseModel], schema: dict[str, Any]) -> None:
+    """Give sections that default to an all-defaults object that object as their schema default.
+
+    The API server checks a default against the section's CEL rules as it stands, without filling in
+    the defaults of the fields inside it, so an empty object would fail rules that read those fields.
+    """
+    for name, field in model.model_fields.items():
+        child = schema.get("properties", {}).get(field.alias or name)
+        if child is None:
+            continue
+        factory = field.default_factory
+        if isinstance(factory, type) and issubclass(factory, BaseModel):
+            child["default"] = factory().model_dump(by_alias=True, exclude_none=True, mode="json")
+        nested = _nested_model(field.annotation)
+        if nested is not None:
+            _apply_section_defaults(nested, child.get("items", child))
 
 
 def crd() -> dict[str, Any]:
     """Return the CustomResourceDefinition of MultimodalDeployment as a plain dict."""
     spec = structural_schema(v1alpha1.MultimodalDeploymentSpec)
-    # Nested sections with all-default fields must exist for the CEL rules that read them.
-    _with_empty_object_defaults(spec, ("engine", "serving"))
-    _with_empty_object_defaults(spec["properties"]["engine"], ("vision",))
-    _with_empty_object_defaults(spec["properties"]["serving"], ("queue", "instances", "loraCache"))
+    # Sections with all-default fields must exist, filled in, for the CEL rules that read them.
+    _apply_section_defaults(v1alpha1.MultimodalDeploymentSpec, spec)
     status = structural_schema(v1alpha1.MultimodalDeploymentStatus)
     conditions = status["properties"]["conditions"]
     conditions["x-kubernetes-list-type"] = "map"
