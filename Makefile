@@ -29,7 +29,7 @@ lint: venv
 unit: venv
 	$(BIN)/pytest tests/unit
 
-test: lint
+test: lint triton-server
 	@echo "==> pytest"
 	$(BIN)/pytest
 
@@ -63,3 +63,13 @@ cluster-status: venv
 
 cluster-kubeconfig: venv
 	@$(BIN)/mmctl cluster kubeconfig --shell
+
+# The triton tier's real tritonserver (nvidia-pytriton wheel) and Open MPI (docs/triton-tier.md).
+.PHONY: triton-server bench-triton
+
+triton-server: venv
+	@scripts/install-tritonserver.sh $(VENV)
+
+# Per-request overhead of the ensemble against the LLM double alone (200 requests each).
+bench-triton: triton-server
+	$(BIN)/python -m benchmarks.ensemble_overhead
