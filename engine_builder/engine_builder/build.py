@@ -55,7 +55,8 @@ _CACHE_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # What the line that explains a failure usually contains; the last such line of a step's output is
 # reported (a Python traceback ends with the exception's own line).
 _ERROR_WORDS = re.compile(
-    r"error|exception|fail|fatal|abort|assert|traceback|killed|denied|not found|no such|invalid",
+    r"error|exception|fail|fatal|abort|assert|traceback|killed|denied|not found|no such|invalid"
+    r"|out of memory",
     re.IGNORECASE,
 )
 _OUTPUT_TAIL = 50
@@ -425,7 +426,8 @@ def _build_in(
             raise
         missing = [path for path in step.produces if not (work / path).exists()]
         if missing:
-            raise BuildError(f"{label} exited 0 but did not produce {', '.join(missing)}", step=step.name)
+            produced = ", ".join(missing)
+            raise BuildError(f"{label} exited 0 but did not produce {produced}", step=step.name, exit_code=0)
         seconds = time.monotonic() - begun
         records.append(StepRecord(name=step.name, seconds=round(seconds, 3)))
         elapsed = duration(time.monotonic() - started)

@@ -1,0 +1,169 @@
+"""A build image without GPUs: the test doubles of the GPU tools on PATH, in a private examples tree.
+
+Plans are the operator's own, rendered from `examples/*.yaml`; only the PersistentVolumeClaim mount
+(`/sources`) is moved into the test's directory, through the plan, as the builder reads sources wherever
+the plan says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine_builder import versions
+from engine_builder.__main__ import main
+from mmd_operator.cli.render import load_and_plan
+from tests.engine_builder.doubles.trtllm_tools import write_lora_adapter, write_model_repo
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(path.stem for path in (REPO / "examples").glob("*.yaml"))
+DOUBLE = Path(__file__).resolve().parent / "doubles" / "trtllm_tools.py"
+# Every TensorRT-LLM example script a plan may run, relative to the examples directory.
+EXAMPLE_SCRIPTS = (
+    "opt/convert_checkpoint.py",
+    "llama/convert_checkpoint.py",
+    "qwen/convert_checkpoint.py",
+    "mllama/convert_checkpoint.py",
+    "internlm2/convert_checkpoint.py",
+    "whisper/convert_checkpoint.py",
+    "whisper/distil_whisper/convert_from_distil_whisper.py",
+    "quantization/quantize.py",
+    "multimodal/build_multimodal_engine.py",
+    "hf_lora_convert.py",
+)
+SOURCES_MOUNT = "/sources"
+
+_rendered: dict[str, dict[str, Any]] = {}
+
+
+def rendered_plan(example: str) -> dict[str, Any]:
+    """The build plan the operator writes for `examples/<example>.yaml`, as JSON data."""
+    if example not in _rendered:
+        _, plan = load_and_plan(REPO / "examples" / f"{example}.yaml")
+        _rendered[example] = plan.build.model_dump(mode="json")
+    return json.loads(json.dumps(_rendered[example]))  # type: ignore[no-any-return]
+
+
+def write_whisper_package(root: Path) -> None:
+    """A stand-in for the openai-whisper package: just its two assets, shaped like the real ones."""
+    assets = root / "whisper" / "assets"
+    assets.mkdir(parents=True)
+    (root / "whisper" / "__init__.py").write_text('"""openai-whisper test double: assets only."""\n')
+    np.savez(
+        assets / "mel_filters.npz",
+        mel_80=np.zeros((80, 201), np.float32),
+        mel_128=np.zeros((128, 201), np.float32),
+    )
+    (assets / "multilingual.tiktoken").write_text("IQ== 0\nIg== 1\nIw== 2\n")
+
+
+@dataclass
+class Toolbox:
+    """The doubles, a cache volume and a termination log, all under one temporary directory."""
+
+    root: Path
+
+    @property
+    def bin(self) -> Path:
+        return self.root / "bin"
+
+    @property
+    def examples(self) -> Path:
+        return self.root / "examples"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / "cache"
+
+    @property
+    def termination_log(self) -> Path:
+        return self.root / "termination-log"
+
+    @property
+    def call_log(self) -> Path:
+        return self.root / "calls.jsonl"
+
+    def plan(self, example: str, **changes: Any) -> Path:
+        """Write the operator's plan for `example`, with its PVC sources moved under this toolbox."""
+        data = rendered_plan(example)
+        data.update(changes)
+        for step in data["steps"]:
+            step["argv"] = [self._source(arg) for arg in step["argv"]]
+        path = self.root / "plans" / f"{example}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(data, indent=2))
+        return path
+
+    def _source(self, arg: str) -> str:
+        if not arg.startswith(SOURCES_MOUNT + "/"):
+            return arg
+        moved = self.root / "sources" / arg.removeprefix(SOURCES_MOUNT + "/")
+        if not moved.exists():
+            if moved.relative_to(self.root / "sources").parts[0] == "lora":
+                write_lora_adapter(moved)
+            else:
+                write_model_repo(moved, f"pvc/{moved.name}")
+        return str(moved)
+
+    def args(self, plan: Path, *extra: str) -> list[str]:
+        """`python -m engine_builder` arguments that build `plan` with the doubles."""
+        return [
+            "build",
+            "--plan",
+            str(plan),
+            "--cache-dir",
+            str(self.cache),
+            "--examples-dir",
+            str(self.examples),
+            "--termination-log",
+            str(self.termination_log),
+            *extra,
+        ]
+
+    def build(self, plan: Path, *extra: str) -> int:
+        """Run the builder in this process (its steps are real subprocesses)."""
+        return main(self.args(plan, *extra))
+
+    def calls(self) -> list[dict[str, Any]]:
+        """Every call of a double so far, in order."""
+        if not self.call_log.exists():
+            return []
+        return [json.loads(line) for line in self.call_log.read_text().splitlines()]
+
+    def result(self) -> dict[str, Any]:
+        """The termination message, parsed as plain JSON."""
+        return json.loads(self.termination_log.read_text())  # type: ignore[no-any-return]
+
+    def manifest(self, cache_key: str) -> dict[str, Any]:
+        return json.loads((self.cache / cache_key / "manifest.json").read_text())  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def toolbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Toolbox]:
+    box = Toolbox(tmp_path)
+    box.bin.mkdir()
+    for tool in ("trtllm-build", "huggingface-cli"):
+        (box.bin / tool).symlink_to(DOUBLE)
+    for script in EXAMPLE_SCRIPTS:
+        (box.examples / script).parent.mkdir(parents=True, exist_ok=True)
+        (box.examples / script).symlink_to(DOUBLE)
+    write_whisper_package(tmp_path / "pythonpath")
+    # `python3` in the plans' argv is this interpreter, which has engine_builder installed.
+    monkeypatch.setenv(
+        "PATH", os.pathsep.join([str(box.bin), str(Path(sys.executable).parent), "/usr/bin", "/bin"])
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "pythonpath"))
+    monkeypatch.setenv("ENGINE_BUILDER_ASSUME_TRTLLM_VERSION", versions.TRTLLM_VERSION)
+    monkeypatch.setenv("DOUBLE_CALL_LOG", str(box.call_log))
+    for name in list(os.environ):
+        if (name.startswith("DOUBLE_") and name != "DOUBLE_CALL_LOG") or name in ("HF_TOKEN", "CUDA_VERSION"):
+            monkeypatch.delenv(name)
+    yield box

@@ -1,0 +1,97 @@
+"""The result line the operator reads from the pod status, its parser, and the engine index."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_builder.build import last_error_line
+from engine_builder.result_format import (
+    REASON_LIMIT,
+    TERMINATION_MESSAGE_LIMIT,
+    BuildFailed,
+    BuildSucceeded,
+    EngineIndex,
+    Gpu,
+    Versions,
+    parse_termination_message,
+    termination_message,
+)
+
+SUMMARY = BuildSucceeded(
+    cache_key="ea0906e7c1c53f8c5bf9",
+    cache_hit=False,
+    versions=Versions(tensorrt_llm="0.19.0", tensorrt="10.10.0.31", cuda="12.9.0.043"),
+    gpu=Gpu(name="NVIDIA H100 80GB HBM3", compute_capability="9.0", count=8),
+    total_bytes=14_123_456_789,
+    sizes={"encoder": 623_456_789, "llm": 13_500_000_000},
+    seconds=1834.2,
+)
+
+
+def test_a_success_summary_is_one_short_json_line_that_parses_back() -> None:
+    message = termination_message(SUMMARY)
+    assert "\n" not in message and len(message.encode()) < 1024
+    assert parse_termination_message(message + "\n") == SUMMARY
+
+
+def test_a_failure_reason_is_clipped_so_the_message_stays_far_below_the_kubernetes_limit() -> None:
+    failure = BuildFailed(cache_key="k" * 128, step="build-llm", exit_code=1, reason="错误 " * 5000)
+    message = termination_message(failure)
+    assert len(message.encode()) < TERMINATION_MESSAGE_LIMIT // 2
+    parsed = parse_termination_message(message)
+    assert isinstance(parsed, BuildFailed)
+    assert len(parsed.reason) == REASON_LIMIT and parsed.reason.endswith("…")
+    assert parsed.step == "build-llm" and parsed.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (None, "the build container left no termination message"),
+        ("", "the build container left no termination message"),
+        ("Traceback (most recent call last):\nMemoryError\n", "MemoryError"),
+        ('{"result": "maybe"}', '{"result": "maybe"}'),
+    ],
+)
+def test_anything_else_in_the_termination_message_is_a_failure_that_says_what_it_saw(
+    text: str | None, reason: str
+) -> None:
+    # What kubelet puts there for a crash under terminationMessagePolicy: FallbackToLogsOnError.
+    assert parse_termination_message(text) == BuildFailed(reason=reason)
+
+
+def test_the_last_result_line_wins_over_log_lines_around_it() -> None:
+    text = f"some log line\n{termination_message(SUMMARY)}\n"
+    assert parse_termination_message(text) == SUMMARY
+
+
+def test_the_engine_index_records_summaries_and_round_trips_through_configmap_data() -> None:
+    index = EngineIndex().record(SUMMARY.model_copy(update={"cache_hit": True}))
+    stored = index.get(SUMMARY.cache_key)
+    assert stored == SUMMARY  # stored as the build, not as the hit that reported it
+    assert index.get("other") is None
+
+    data = index.to_configmap_data()
+    assert list(data) == [SUMMARY.cache_key]
+    assert EngineIndex.from_configmap_data(data) == index
+    assert EngineIndex.from_configmap_data(None) == EngineIndex()
+    assert index.without(SUMMARY.cache_key) == EngineIndex()
+
+
+def test_unreadable_index_entries_are_left_out_so_the_key_is_rebuilt_or_found_again() -> None:
+    good = termination_message(SUMMARY)
+    data = {SUMMARY.cache_key: good, "broken": "{not json", "swapped": good}
+    assert EngineIndex.from_configmap_data(data).entries == {SUMMARY.cache_key: SUMMARY}
+
+
+@pytest.mark.parametrize(
+    ("lines", "line"),
+    [
+        (["loading", "Traceback (most recent call last):", '  File "x"', "OSError: bad"], "OSError: bad"),
+        (["[E] CUDA out of memory", "cleaning up", "bye"], "[E] CUDA out of memory"),
+        (["all quiet", "", "last words"], "last words"),
+        ([], "(the step printed nothing)"),
+    ],
+)  # fmt: skip
+def test_the_line_that_explains_a_failure_is_picked_from_the_output(lines: list[str], line: str) -> None:
+    assert last_error_line(lines) == line
