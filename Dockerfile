@@ -1,0 +1,53 @@
+# syntax=docker/dockerfile:1
+# Two images from one build context:
+#   docker build --target operator       -t ghcr.io/mmd-operator/operator:0.1.0 .
+#   docker build --target engine-builder -t ghcr.io/mmd-operator/engine-builder:0.1.0-trtllm0.19.0 .
+# TRITON_TAG and TRTLLM_VERSION must match engine_builder/engine_builder/versions.py (SERVING_IMAGE,
+# TRTLLM_VERSION); tests/engine_builder/test_dockerfile.py checks the defaults, the engine-builder stage
+# checks the base image's TensorRT-LLM.
+
+ARG PYTHON_IMAGE=python:3.11-slim
+ARG TRITON_TAG=25.05
+ARG TRTLLM_VERSION=0.19.0
+
+# This repository as one wheel (operator and engine builder), built once for both images.
+FROM ${PYTHON_IMAGE} AS wheel
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator/ operator/
+COPY engine_builder/ engine_builder/
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+
+# The operator: slim Python, non-root. Its kopf handlers module, mmd_operator.main, arrives with the
+# reconcile work; until then this image builds but its entry point has nothing to run.
+FROM ${PYTHON_IMAGE} AS operator
+ENV PYTHONUNBUFFERED=1 HOME=/tmp
+COPY --from=wheel /dist/ /dist/
+RUN pip install --no-cache-dir /dist/*.whl && rm -rf /dist
+USER 65532:65532
+ENTRYPOINT ["kopf", "run", "--all-namespaces", "--liveness=http://0.0.0.0:8080/healthz", "-m", "mmd_operator.main"]
+
+# The build Job's image: the serving image itself (engines load only with the TensorRT-LLM they were built
+# with), TensorRT-LLM's example scripts of the same tag, VILA's code, and this package.
+FROM nvcr.io/nvidia/tritonserver:${TRITON_TAG}-trtllm-python-py3 AS engine-builder
+ARG TRTLLM_VERSION
+# VILA's repository has no releases; pin a commit here for reproducible images.
+ARG VILA_REF=main
+ENV PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONUNBUFFERED=1 HF_HUB_DISABLE_TELEMETRY=1
+RUN python3 -c "import importlib.metadata as m, sys; v = m.version('tensorrt_llm'); \
+sys.exit(None if v == '${TRTLLM_VERSION}' else f'base image has tensorrt_llm {v}, not ${TRTLLM_VERSION}')"
+RUN command -v git || (apt-get update && apt-get install -y --no-install-recommends git \
+    && rm -rf /var/lib/apt/lists/*)
+# Checkpoint converters, quantization/quantize.py, multimodal/build_multimodal_engine.py, hf_lora_convert.py.
+RUN git clone --depth 1 --branch v${TRTLLM_VERSION} --filter=blob:none --sparse \
+        https://github.com/NVIDIA/TensorRT-LLM.git /tmp/trtllm \
+    && git -C /tmp/trtllm sparse-checkout set examples \
+    && mkdir -p /opt/tensorrt_llm \
+    && mv /tmp/trtllm/examples /opt/tensorrt_llm/examples \
+    && rm -rf /tmp/trtllm
+# build_multimodal_engine.py --model_type vila imports VILA's vision tower from --vila_path.
+RUN git clone https://github.com/Efficient-Large-Model/VILA.git /opt/VILA \
+    && git -C /opt/VILA checkout ${VILA_REF}
+COPY --from=wheel /dist/ /dist/
+RUN pip install --no-cache-dir "$(ls /dist/*.whl)[builder]" && rm -rf /dist
+ENTRYPOINT ["python3", "-m", "engine_builder"]

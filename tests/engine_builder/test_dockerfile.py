@@ -1,0 +1,88 @@
+"""The Dockerfile agrees with the pinned version triple and with the paths plans use (read, not built:
+these machines have no container runtime)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from engine_builder import versions
+from tests.engine_builder.conftest import REPO, rendered_plan
+from tests.support.reference_workflow import flag_values
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    joined = re.sub(
+        r"\\\n", " ", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    )
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1].strip())
+        for line in joined.splitlines()
+        if line.strip()
+    ]
+
+
+def stages() -> tuple[dict[str, str], dict[str, list[tuple[str, str]]]]:
+    """Global ARG defaults, and each named stage's instructions (its FROM first)."""
+    defaults: dict[str, str] = {}
+    named: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] | None = None
+    for instruction, args in instructions((REPO / "Dockerfile").read_text()):
+        if instruction == "FROM":
+            image, _, name = args.partition(" AS ")
+            current = named.setdefault(name.strip(), [])
+            current.append(("FROM", image.strip()))
+        elif current is None:
+            assert instruction == "ARG", f"{instruction} before the first FROM"
+            key, _, value = args.partition("=")
+            defaults[key] = value
+        else:
+            current.append((instruction, args))
+    return defaults, named
+
+
+def expand(text: str, values: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], text)
+
+
+def test_the_engine_builder_image_is_the_pinned_serving_image_with_the_pinned_tensorrt_llm() -> None:
+    defaults, named = stages()
+    assert defaults["TRTLLM_VERSION"] == versions.TRTLLM_VERSION
+    builder = named["engine-builder"]
+    assert expand(builder[0][1], defaults) == versions.SERVING_IMAGE
+    assert versions.BUILDER_IMAGE.endswith(f"-trtllm{versions.TRTLLM_VERSION}")
+    run = " ".join(args for instruction, args in builder if instruction == "RUN")
+    # The image build itself fails when the base image's TensorRT-LLM is not the pinned one.
+    assert "m.version('tensorrt_llm')" in run and "${TRTLLM_VERSION}" in run
+    assert "--branch v${TRTLLM_VERSION}" in run
+    assert f"mv /tmp/trtllm/examples {versions.TRTLLM_EXAMPLES_DIR}" in run
+    vision = next(s for s in rendered_plan("vila")["steps"] if s["name"] == "build-vision-engine")
+    assert f"VILA.git {flag_values(vision['argv'])['--vila_path']}" in run
+    assert '"$(ls /dist/*.whl)[builder]"' in run
+    assert builder[-1] == ("ENTRYPOINT", json.dumps(["python3", "-m", "engine_builder"]))
+
+
+def test_the_operator_image_is_slim_python_running_kopf_as_a_non_root_user() -> None:
+    defaults, named = stages()
+    operator = named["operator"]
+    assert expand(operator[0][1], defaults).endswith("-slim")
+    user = next(args for instruction, args in operator if instruction == "USER")
+    assert user.split(":")[0] not in ("0", "root")
+    entrypoint = json.loads(next(args for instruction, args in operator if instruction == "ENTRYPOINT"))
+    assert entrypoint[:2] == ["kopf", "run"] and entrypoint[-2:] == ["-m", "mmd_operator.main"]
+
+
+def test_the_build_context_holds_the_package_sources_only() -> None:
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    kept = sorted(line[1:].rstrip("/") for line in lines if line.startswith("!"))
+    assert kept == ["README.md", "engine_builder", "operator", "pyproject.toml"]
+    assert "*" in lines
+    _, named = stages()
+    copied = {
+        path.rstrip("/")
+        for instruction, args in named["wheel"]
+        if instruction == "COPY"
+        for path in args.split()[:-1]
+    }
+    assert copied == set(kept)
