@@ -60,6 +60,8 @@ _ERROR_WORDS = re.compile(
     re.IGNORECASE,
 )
 _OUTPUT_TAIL = 50
+# Secret even where no step declares them (a `docker run -e HF_TOKEN` by hand).
+_TOKEN_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 _REDACTED = "***"
 
 
@@ -126,8 +128,8 @@ def size(count: int) -> str:
 
 
 def secret_names(plan: BuildPlan) -> set[str]:
-    """The environment variables steps take from the Job (secrets such as the Hugging Face token)."""
-    return {name for step in plan.steps for name in step.env_from_job}
+    """The environment variables steps take from the Job, and the Hugging Face token's names anyway."""
+    return {name for step in plan.steps for name in step.env_from_job} | set(_TOKEN_NAMES)
 
 
 def secret_values(plan: BuildPlan) -> list[str]:

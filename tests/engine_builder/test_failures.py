@@ -162,3 +162,13 @@ def test_the_hugging_face_token_never_reaches_logs_manifest_or_termination_messa
             "trtllm-build": False,
             "multimodal/build_multimodal_engine.py": False,
         }
+
+
+def test_a_token_no_step_declares_reaches_no_step_and_no_output(
+    toolbox: Toolbox, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "hf_PassedByHandToAPublicModel0123"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    assert toolbox.build(toolbox.plan("llava")) == 0
+    assert not any(call["hf_token_seen"] for call in toolbox.calls())
+    assert secret not in capsys.readouterr().out
