@@ -6,11 +6,11 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from mmd_operator.cli import cluster, generate, render
+from mmd_operator.cli import cluster, eval_asr, generate, infer, render
 
 # Each sub-command module exposes `register(subparsers)`, which adds its parser and sets
 # `handler` (a function of the parsed namespace returning an exit code).
-_SUBCOMMAND_MODULES = (render, generate, cluster)
+_SUBCOMMAND_MODULES = (render, generate, cluster, infer, eval_asr)
 
 
 def build_parser() -> argparse.ArgumentParser:
