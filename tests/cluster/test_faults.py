@@ -91,7 +91,12 @@ def test_an_unready_pod_keeps_its_deployment_unavailable(kube: Kube, namespace: 
     else:
         assert status.state.running is not None
 
-    deployment = kube.apps.read_namespaced_deployment("server", namespace)
+    deployment = kube.wait_for(
+        "the deployment controller to count the unready replica",
+        lambda: (lambda d: d if d.status.unavailable_replicas == 1 else None)(
+            kube.apps.read_namespaced_deployment("server", namespace)
+        ),
+    )
     assert not deployment.status.ready_replicas
-    available = [c for c in deployment.status.conditions or [] if c.type == "Available"]
-    assert not available or available[0].status == "False"
+    available = next(c for c in deployment.status.conditions if c.type == "Available")
+    assert available.status == "False"

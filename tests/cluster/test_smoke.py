@@ -108,6 +108,9 @@ def test_job_completes(kube: Kube, namespace: str) -> None:
         ),
     )
     assert any(c.type == "Complete" and c.status == "True" for c in done.status.conditions)
+    pods = kube.core.list_namespaced_pod(namespace, label_selector="job-name=once").items
+    assert [pod.status.phase for pod in pods] == ["Succeeded"]
+    assert pods[0].status.container_statuses[0].state.terminated.exit_code == 0
 
 
 def test_deleting_an_owner_garbage_collects_its_children(kube: Kube, namespace: str) -> None:

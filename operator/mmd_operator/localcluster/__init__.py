@@ -9,9 +9,9 @@ cryptography and, from `cluster` on, the kubernetes client):
 
 - `layout`: where things live (repository, binary cache, runtime state) and the pinned versions.
 - `stages`: the kwok stage configuration (pod/node lifecycle, PV provisioning, fault injection).
+- `processes`: detached process groups, pid records, free ports, file locks.
 - `build`: builds and caches the binaries (and keeps kwok's own stage files).
 - `pki`: credentials (a CA, serving certificate, service-account keys, a token, a kubeconfig).
-- `processes`: detached process groups, pid records, free ports.
 - `objects`: the fake GPU nodes and the local StorageClass.
 - `cluster`: `LocalCluster`, which brings it all up, reports status and tears it down.
 

@@ -6,24 +6,24 @@ release builds, so `kubectl version` and helm see a real version. The build goes
 directory that is renamed into place only when every binary built, under a file lock, so concurrent
 callers wait for one build instead of racing. `manifest.json` records the timings and sizes.
 
-Imports: the standard library, `layout` and `stages` (which kwok files to keep).
+Imports: the standard library, `layout`, `processes` (the file lock) and `stages` (kwok files to keep).
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from mmd_operator.localcluster.layout import Layout, Toolchain, Versions
+from mmd_operator.localcluster.processes import exclusive_lock
 from mmd_operator.localcluster.stages import UPSTREAM_STAGE_FILES
 
 Printer = Callable[[str], None]
@@ -185,21 +185,6 @@ def _run_go(toolchain: Toolchain, args: list[str], cwd: Path, what: str, say: Pr
     return result.stdout
 
 
-@contextmanager
-def _exclusive_lock(lock_path: Path, say: Printer) -> Iterator[None]:
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"==> another build holds {lock_path}; waiting for it")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _is_complete(root: Path) -> bool:
     return (root / "manifest.json").is_file() and all(
         (root / "bin" / name).is_file() for name in BINARY_NAMES
@@ -224,7 +209,8 @@ def ensure_binaries(layout: Layout, say: Printer = print) -> Binaries:
     root = layout.cache_dir(toolchain)
     if _is_complete(root):
         return Binaries(root=root, versions=layout.versions)
-    with _exclusive_lock(layout.cache_root / ".build.lock", say):
+    on_wait = partial(say, f"==> another build holds {layout.cache_root / '.build.lock'}; waiting for it")
+    with exclusive_lock(layout.cache_root / ".build.lock", on_wait):
         if _is_complete(root):  # somebody else built it while we waited
             return Binaries(root=root, versions=layout.versions)
         _build_into(layout, toolchain, root, say)

@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,23 +206,37 @@ class LocalCluster:
 
     # -- up ------------------------------------------------------------------------------------
 
+    def _lock(self) -> AbstractContextManager[None]:
+        lock = self.state_dir / ".lock"
+        return processes.exclusive_lock(
+            lock, lambda: self.say(f"==> waiting for another mmctl holding {lock}")
+        )
+
     def up(self, pool: NodePool | None = None, timeout: float = 180.0) -> ClusterState:
         """Start the cluster (or keep the healthy one running) and wait for Ready GPU nodes."""
-        started = time.monotonic()
         binaries = self.binaries()
+        with self._lock():
+            return self._up(binaries, pool, timeout)
+
+    def _up(self, binaries: Binaries, pool: NodePool | None, timeout: float) -> ClusterState:
+        started = time.monotonic()
         state = self.load_state()
         if state is not None:
             dead = [
                 name for name in COMPONENTS if name not in state.processes or not self._running(state, name)
             ]
-            if not dead:
+            if not dead and state.binaries != str(binaries.root):
+                self.say(f"==> the running cluster uses other binaries ({state.binaries}); restarting it")
+                self._down()
+            elif not dead:
                 self.say(f"==> cluster in {self.state_dir} is already running; checking it")
                 self._wait_all_healthy(state, timeout)
                 self._ensure_cluster_objects(state, pool or state.pool, timeout)
                 self._say_ready(state, started)
                 return state
-            self.say(f"==> components not running: {', '.join(dead)}; restarting the whole cluster")
-            self.down()
+            else:
+                self.say(f"==> components not running: {', '.join(dead)}; restarting the whole cluster")
+                self._down()
 
         state = ClusterState(
             ports={name: processes.free_port() for name in _PORT_NAMES},
@@ -241,7 +256,7 @@ class LocalCluster:
             self._ensure_cluster_objects(state, state.pool, timeout)
         except BaseException:
             self.say("==> start-up failed; stopping what was started")
-            self.down()
+            self._down()
             raise
         self._say_ready(state, started)
         return state
@@ -250,7 +265,7 @@ class LocalCluster:
         # Logs survive a restart (each start is marked in the log); everything else is new.
         self.state_dir.mkdir(parents=True, exist_ok=True)
         for entry in self.state_dir.iterdir():
-            if entry.name == "logs":
+            if entry.name in ("logs", ".lock"):
                 continue
             if entry.is_dir():
                 shutil.rmtree(entry)
@@ -450,6 +465,12 @@ class LocalCluster:
 
     def down(self) -> list[str]:
         """Stop every recorded component (reverse start order); return the names that were running."""
+        if not self.state_dir.is_dir():
+            return []
+        with self._lock():
+            return self._down()
+
+    def _down(self) -> list[str]:
         state = self.load_state()
         if state is None:
             return []

@@ -4,7 +4,8 @@ Every component runs as the leader of a new session (so its whole group can be s
 terminal's Ctrl-C does not reach it), with stdout and stderr appended to its log file. A record of
 the pid and the kernel's start time of the process lets a later `mmctl` call tell a live component
 from a dead one, even when the pid has been reused. A component started for a test session can also
-be bound to its parent, so that the kernel kills it when the test process dies.
+be bound to its parent, so that the kernel kills it when the test process dies. An advisory file
+lock serialises concurrent `mmctl` calls on one cluster and concurrent builds of one cache.
 
 Imports: the standard library only.
 """
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -55,6 +58,23 @@ class ProcessRecord:
             command=[str(part) for part in command],
             log=str(data["log"]),
         )
+
+
+@contextmanager
+def exclusive_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive advisory lock on `path`; call `on_wait` first if somebody else holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def free_port() -> int:
@@ -128,11 +148,12 @@ def _signal_group(pid: int, signum: int) -> None:
         os.killpg(pid, signum)
 
 
-def _reap(pid: int) -> None:
+def _reap(pid: int, wait: float = 0.0) -> None:
     # Our own children must be reaped or they linger as zombies; others are reaped by their parent.
     child = _CHILDREN.get(pid)
     if child is not None:
-        if child.poll() is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=wait)
             del _CHILDREN[pid]
         return
     with contextlib.suppress(ChildProcessError):
@@ -170,6 +191,7 @@ def stop(record: ProcessRecord, timeout: float = 15.0) -> bool:
     while time.monotonic() < deadline:
         _reap(record.pid)
         if not is_alive(record) and not _group_members(record.pid):
+            _reap(record.pid, wait=1.0)
             return True
         time.sleep(0.1)
     _signal_group(record.pid, signal.SIGKILL)
@@ -177,5 +199,5 @@ def stop(record: ProcessRecord, timeout: float = 15.0) -> bool:
     while time.monotonic() < deadline and (is_alive(record) or _group_members(record.pid)):
         _reap(record.pid)
         time.sleep(0.05)
-    _reap(record.pid)
+    _reap(record.pid, wait=1.0)
     return True
