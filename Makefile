@@ -46,7 +46,7 @@ clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
 
 # Local Kubernetes control plane (docs/local-cluster.md). The first `cluster-up` builds the binaries
-# from the Go module proxy into $(XDG_CACHE_HOME)/mmd-operator/controlplane/ (about 10 min on 2 cores).
+# from the Go module proxy into $(XDG_CACHE_HOME)/mmd-operator/controlplane/ (about 12 min on 2 cores).
 .PHONY: cluster-build cluster-up cluster-down cluster-status cluster-kubeconfig
 
 cluster-build: venv
