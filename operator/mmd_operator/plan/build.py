@@ -32,12 +32,15 @@ def _fetch(source: ModelSource, role: str) -> tuple[list[BuildStep], str]:
         return [], f"{SOURCES_MOUNT}/{role}" + (f"/{relative}" if relative else "")
     hub = source.huggingface
     assert hub is not None
-    target = _work(f"{role}-source")
+    # Keep the repository's own name in the path, as the reference workflow does (`hf_models/<name>`):
+    # TensorRT-LLM's converters recognise some model families (VILA among them) by that name.
+    name = hub.repo.rsplit("/", 1)[-1]
+    target = _work(f"{role}-source", name)
     step = BuildStep(
         name=f"fetch-{role}",
         description=f"Download {hub.repo}@{hub.revision} from the Hugging Face Hub",
         argv=("huggingface-cli", "download", hub.repo, "--revision", hub.revision, "--local-dir", target),
-        produces=(f"{role}-source",),
+        produces=(f"{role}-source/{name}",),
         env_from_job=(HF_TOKEN_ENV,) if hub.token_secret_ref is not None else (),
     )
     return [step], target
