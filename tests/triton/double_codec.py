@@ -167,6 +167,10 @@ class _DLManagedTensor(ctypes.Structure):
 
 
 _DL_CPU, _DL_BFLOAT = 1, 4
+# Consumers call the deleter when they drop the tensor (a NULL one crashes the Python backend); the memory
+# itself is kept alive by `_ALIVE`, so the deleter has nothing to do.
+_DELETER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_NO_OP_DELETER = _DELETER_TYPE(lambda _pointer: None)
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
@@ -193,6 +197,7 @@ def bf16_capsule(values: np.ndarray) -> Any:
     managed.dl_tensor.shape = shape
     managed.dl_tensor.strides = None
     managed.dl_tensor.byte_offset = 0
+    managed.deleter = ctypes.cast(_NO_OP_DELETER, ctypes.c_void_p)
     _ALIVE.append((bits, shape, managed))
     del _ALIVE[:-512]
     return _capsule_new(ctypes.addressof(managed), b"dltensor", None)

@@ -199,7 +199,8 @@ class Preprocessing(Model):
         all_ids, extra_rows = [], []
         for row in range(batch):
             text = " ".join(_strings(query[row]))
-            items = [f"text={text}"]
+            # The digest separates segments with "|" and items with ","; keep both out of echoed text.
+            items = [f"text={text.replace('|', '¦').replace(',', ';')}"]
             images = 0
             if "DECODER_QUERY" in inputs:
                 items.append(

@@ -186,8 +186,10 @@ class LocalServer:
         if process is None:
             return None
         if process.poll() is None:
+            # The leader first: tritonserver unloads its models (and mpirun ends its ranks) in order;
+            # signalling the Python stubs at the same time would leave it waiting on dead stubs.
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
+                os.kill(process.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=grace)
         # Children that outlived the leader (Open MPI ranks, Python stubs) go with the group.

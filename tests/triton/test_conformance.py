@@ -1,0 +1,412 @@
+"""Every example's rendered repository in a real tritonserver: loads with strict readiness, and carries
+requests through the ensemble and the BLS entry point over gRPC and HTTP, with each image input the type
+accepts. Assertions read the doubles' digests: what reached preprocessing, the encoder and the LLM."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2
+
+from mmd_operator.knowledge import ImageInput, ModelType, RepositoryLayout
+from mmd_operator.triton.client import ServerError
+from mmd_operator.triton.localserver import TritonInstall
+from mmd_operator.triton.repository import check_ensemble, parse_repository
+from mmd_operator.triton.requests import (
+    IMAGE_GEOMETRY,
+    RequestError,
+    Tensor,
+    TextRequest,
+    audio_request,
+    load_audio,
+    text_request,
+)
+from tests.triton import double_codec as codec
+from tests.triton import media
+from tests.triton.conftest import EXAMPLE_NAMES, Served, load_example, serve
+from tests.triton.doubles import contract_of
+
+# Bug in the shared templates (see docs/triton-tier.md): the `decoupled` macro shadows the `decoupled`
+# value, so every tensorrt_llm / *_bls renders decoupled whatever serving.streaming says.
+DECOUPLED_BUG = (
+    "plan/templates: the `decoupled` macro shadows the `decoupled` flag, so every model renders decoupled"
+)
+# InternLM-XComposer2's preprocessing requires IMAGE, but its tensorrt_llm_bls declares no image input.
+XCOMPOSER2_BLS_BUG = (
+    "internlm_xcomposer2: tensorrt_llm_bls takes no image, but its preprocessing requires IMAGE"
+)
+
+
+@pytest.fixture(scope="module", params=EXAMPLE_NAMES)
+def served(
+    request: pytest.FixtureRequest,
+    triton_install: TritonInstall,
+    tmp_path_factory: pytest.TempPathFactory,
+    say: Callable[[str], None],
+) -> Iterator[Served]:
+    name = request.param
+    with serve(name, load_example(name), triton_install, tmp_path_factory.mktemp("served"), say) as server:
+        yield server
+
+
+def ask(served: Served, protocol: str, tensors: list[Tensor], model: str = "ensemble") -> list[str]:
+    """Send one request; return the text of every response."""
+    output = "TRANSCRIPTS" if model == "whisper_bls" else "text_output"
+    with served.client(protocol) as client:
+        client.check_inputs(model, tensors, served.knowledge.model_type)
+        return [response.text(output) for response in client.responses(model, tensors, [output])]
+
+
+def digest(
+    served: Served, protocol: str, tensors: list[Tensor], model: str = "ensemble"
+) -> dict[str, dict[str, str]]:
+    texts = ask(served, protocol, tensors, model)
+    return codec.parse_digest("".join(texts))
+
+
+def image_request(served: Served, tmp_path: Path, **options: object) -> tuple[list[Tensor], Path]:
+    """The type's natural request with one generated image: pixels for tensor types, bytes otherwise."""
+    picture = media.image(tmp_path / "picture.jpg")
+    request = TextRequest(text="what is this", images=[str(picture)], max_tokens=8, **options)  # type: ignore[arg-type]
+    return text_request(served.knowledge, request), picture
+
+
+def assert_image_arrived(served: Served, seen: dict[str, dict[str, str]], picture: Path) -> None:
+    knowledge = served.knowledge
+    assert seen["type"]["name"] == knowledge.model_type.value
+    assert seen["pre"]["text"].endswith("what is this") or "what is this" in seen["pre"]["text"]
+    assert seen["pre"]["max_tokens"] == "8"
+    if ImageInput.TENSOR in knowledge.image_inputs:
+        size = IMAGE_GEOMETRY[knowledge.model_type].size
+        shape = (
+            f"[1,3,{size},{size}]"
+            if knowledge.layout is RepositoryLayout.XCOMPOSER2
+            else f"[1,1,3,{size},{size}]"
+        )
+        assert seen["enc"]["IMAGE"].startswith(f"FP16{shape}#")
+    else:
+        assert seen["pre"]["image_bytes"].startswith("1x")
+        assert seen["enc"]["pixel_values"].startswith("FP16[1,1,3,")
+    llm = seen["llm"]
+    assert llm["request_output_len"] == "8"
+    if knowledge.uses_prompt_table:
+        assert llm["fake_ids"] == "1"
+        assert llm["prompt_embedding_table"].startswith("FP16[1,")
+    if knowledge.encoder_decoder:
+        assert llm["encoder_input_features"].startswith("BF16[1,")
+        assert llm["skip_cross_attn_blocks"] == "0"
+    if knowledge.end_id is not None:
+        assert llm["end_id"] == str(knowledge.end_id)
+
+
+def _served_model_configs(served: Served) -> dict[str, object]:
+    with served.client("grpc") as client:
+        names = client.model_names()
+        return {
+            name: json_format.ParseDict(
+                client.model_config(name), model_config_pb2.ModelConfig(), ignore_unknown_fields=True
+            )
+            for name in names
+        }
+
+
+def test_repository_loads_with_strict_readiness(served: Served) -> None:
+    with served.client("http") as client:
+        names = client.model_names()
+        assert names == sorted(served.configs)
+        for name in names:
+            client.check_ready(name)
+    served_configs = _served_model_configs(served)
+    rendered = parse_repository(served.configs)
+    for name, config in served_configs.items():
+        # The server runs the rendered contract; only tensorrt_llm's backend differs (the GPU double).
+        # Triton marks an ensemble decoupled itself when a step is.
+        served_contract, rendered_contract = contract_of(config), contract_of(rendered[name])
+        if rendered[name].platform == "ensemble":
+            served_contract.pop("decoupled")
+            rendered_contract.pop("decoupled")
+        assert served_contract == rendered_contract, name
+        expected_backend = "python" if name == "tensorrt_llm" else rendered[name].backend
+        assert config.backend == expected_backend
+
+
+def test_ensemble_steps_agree_on_every_tensor(served: Served) -> None:
+    models = _served_model_configs(served)
+    ensembles = [name for name, config in models.items() if config.platform == "ensemble"]  # type: ignore[attr-defined]
+    assert ensembles or served.whisper
+    for name in ensembles:
+        assert check_ensemble(models, name) == []
+
+
+def test_grpc_request(served: Served, tmp_path: Path) -> None:
+    if served.whisper:
+        wav = media.speech(tmp_path / "hello.wav", "hello world")
+        texts = ask(served, "grpc", audio_request(served.knowledge, load_audio(str(wav))), "whisper_bls")
+        assert texts[-1] == "hello world"
+        return
+    tensors, picture = image_request(served, tmp_path)
+    seen = digest(served, "grpc", tensors)
+    assert_image_arrived(served, seen, picture)
+
+
+def test_http_request(served: Served, tmp_path: Path, image_host: tuple[str, Path]) -> None:
+    knowledge = served.knowledge
+    if served.whisper:
+        wav = media.speech(tmp_path / "hi.wav", "hi there")
+        tensors = audio_request(knowledge, load_audio(str(wav)))
+        if served.decoupled:
+            with pytest.raises(ServerError, match="generate endpoint carries no WAV tensor"):
+                ask(served, "http", tensors, "whisper_bls")
+        else:
+            assert ask(served, "http", tensors, "whisper_bls")[-1] == "hi there"
+        return
+    if ImageInput.URL in knowledge.image_inputs:
+        base, root = image_host
+        picture = media.image(root / f"{served.name}.jpg", (40, 30), seed=3)
+        request = TextRequest(text="where", images=[f"{base}/{picture.name}"], max_tokens=5)
+        seen = digest(served, "http", text_request(knowledge, request))
+        assert seen["pre"]["image_url"] == f"http#{codec.short_hash(picture.read_bytes())}:40x30"
+        assert seen["enc"]["pixel_values"].startswith("FP16[1,1,3,")
+        assert seen["llm"]["request_output_len"] == "5"
+        return
+    tensors, picture = image_request(served, tmp_path)
+    if not served.decoupled:
+        assert_image_arrived(served, digest(served, "http", tensors), picture)
+        return
+    # Decoupled: HTTP can only use the generate extension, which carries no image tensor. Text alone
+    # does cross the ensemble, and is refused where the real models refuse it.
+    with pytest.raises(ServerError, match="generate endpoint carries no image_input tensor"):
+        ask(served, "http", tensors)
+    text_only = [t for t in tensors if t.name != "image_input"]
+    refusal = "There is no preprocessed image tensor to encode"
+    if knowledge.layout is RepositoryLayout.XCOMPOSER2:
+        # Its ensemble requires image_input; Triton's generate endpoint words that refusal poorly.
+        refusal = "expects model to produce exactly 1 response"
+    with pytest.raises(ServerError, match=refusal):
+        ask(served, "http", text_only)
+
+
+def test_bls_entry_point(served: Served, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    if served.whisper:
+        pytest.skip("whisper_bls is the only entry point of Whisper types (tested above)")
+    if served.knowledge.layout is RepositoryLayout.XCOMPOSER2:
+        # Its BLS declares no image input, yet calls a preprocessing that requires IMAGE.
+        request.applymarker(pytest.mark.xfail(reason=XCOMPOSER2_BLS_BUG, strict=True, raises=ServerError))
+        tensors = [
+            Tensor("text_input", np.array([[b"<ImageHere>hi"]], dtype=object), "BYTES"),
+            Tensor("max_tokens", np.array([[4]], dtype=np.int32), "INT32"),
+        ]
+        digest(served, "grpc", tensors, "tensorrt_llm_bls")
+        return
+    tensors, picture = image_request(served, tmp_path)
+    seen = digest(served, "grpc", tensors, "tensorrt_llm_bls")
+    assert_image_arrived(served, seen, picture)
+
+
+def test_rendered_transaction_policy_follows_streaming(
+    served: Served, request: pytest.FixtureRequest
+) -> None:
+    streaming = served.plan.settings.spec.serving.streaming
+    if not streaming:
+        request.applymarker(pytest.mark.xfail(reason=DECOUPLED_BUG, strict=False))
+    assert served.decoupled == streaming
+
+
+def test_input_the_type_does_not_declare_is_refused_by_the_server(served: Served) -> None:
+    if served.whisper:
+        return
+    knowledge = served.knowledge
+    foreign = "image_input" if ImageInput.TENSOR not in knowledge.image_inputs else "image_url_input"
+    tensors = [
+        Tensor("text_input", np.array([[b"x"]], dtype=object), "BYTES"),
+        Tensor("max_tokens", np.array([[4]], dtype=np.int32), "INT32"),
+        Tensor(foreign, np.array([[b"http://127.0.0.1:1/x.jpg"]], dtype=object), "BYTES"),
+    ]
+    with served.client("grpc") as client, pytest.raises(ServerError, match=f"does not accept {foreign}"):
+        client.check_inputs("ensemble", tensors, knowledge.model_type)
+    # Past the client's own check, Triton itself refuses the undeclared tensor.
+    with served.client("grpc") as client, pytest.raises(ServerError, match=foreign):
+        list(client.responses("ensemble", tensors, ["text_output"]))
+
+
+def test_model_type_is_read_from_the_server(served: Served) -> None:
+    knowledge = served.knowledge
+    with served.client("http") as client:
+        if served.whisper:
+            assert client.detect_model_type() is ModelType.WHISPER
+        elif knowledge.model_type in (ModelType.LLAVA_ONEVISION, ModelType.INTERNLM_XCOMPOSER2):
+            assert client.detect_model_type() is knowledge.model_type
+        else:
+            with pytest.raises(ServerError, match="pass --model-type"):
+                client.detect_model_type()
+
+
+@contextlib.contextmanager
+def streaming_deployment(
+    served: Served, install: TritonInstall, workdir: Path, say: Callable[[str], None]
+) -> Iterator[Served]:
+    """`served` itself when it streams, else the same example rendered with serving.streaming on."""
+    if served.decoupled:
+        yield served
+        return
+    plan = load_example(served.name, {"streaming": True})
+    with serve(f"{served.name}-streaming", plan, install, workdir, say) as streaming:
+        yield streaming
+
+
+def test_streaming(
+    served: Served,
+    triton_install: TritonInstall,
+    tmp_path: Path,
+    say: Callable[[str], None],
+    image_host: tuple[str, Path],
+) -> None:
+    with streaming_deployment(served, triton_install, tmp_path, say) as server:
+        knowledge = server.knowledge
+        if server.whisper:
+            wav = media.speech(tmp_path / "stream.wav", "streaming words")
+            texts = ask(server, "grpc", audio_request(knowledge, load_audio(str(wav))), "whisper_bls")
+            assert len(texts) >= 2 and texts[-1] == "streaming words"
+            assert texts[1] == "streaming"  # each response is the transcript so far
+            return
+        tensors, _ = image_request(server, tmp_path, stream=True)
+        for model in ("ensemble", "tensorrt_llm_bls"):
+            if model == "tensorrt_llm_bls" and knowledge.layout is RepositoryLayout.XCOMPOSER2:
+                continue  # its BLS cannot reach preprocessing (see test_bls_entry_point)
+            texts = ask(server, "grpc", tensors, model)
+            assert len(texts) >= 4 and all(texts), texts  # one response per digest segment
+            seen = codec.parse_digest("".join(texts))
+            assert seen["llm"]["streaming"] == "1"
+            assert seen["pre"]["max_tokens"] == "8"
+        if ImageInput.URL in knowledge.image_inputs:
+            base, root = image_host
+            picture = media.image(root / f"{server.name}-stream.jpg", (20, 10), seed=5)
+            request = TextRequest(text="go", images=[f"{base}/{picture.name}"], max_tokens=3, stream=True)
+            texts = ask(server, "http", text_request(knowledge, request))  # /generate_stream (SSE)
+            assert len(texts) >= 4
+            seen = codec.parse_digest("".join(texts))
+            assert seen["pre"]["image_url"] == f"http#{codec.short_hash(picture.read_bytes())}:20x10"
+            assert seen["llm"]["streaming"] == "1"
+        else:
+            with pytest.raises(ServerError, match="carries no image_input tensor"):
+                ask(server, "http", tensors)
+
+
+def test_several_images(served: Served, tmp_path: Path) -> None:
+    knowledge = served.knowledge
+    pictures = [str(media.image(tmp_path / f"p{i}.jpg", seed=i)) for i in range(2)]
+    request = TextRequest(text="compare them", images=pictures, max_tokens=4)
+    if served.whisper or not knowledge.multi_image:
+        with pytest.raises(RequestError):
+            text_request(knowledge, request)
+        return
+    tensors = text_request(knowledge, request)
+    seen = digest(served, "grpc", tensors)
+    size = IMAGE_GEOMETRY[knowledge.model_type].size
+    assert seen["enc"]["IMAGE"].startswith(f"FP16[1,2,3,{size},{size}]#")
+    assert seen["llm"]["fake_ids"] == "2"  # one prompt-table slot per <image> marker
+    assert seen["pre"]["text"].count("<image>") == 2
+
+
+def test_video_frames(served: Served, tmp_path: Path) -> None:
+    knowledge = served.knowledge
+    clip = media.frames(tmp_path / "clip", 8)
+    request = TextRequest(text="what happens", video=str(clip), frames=4, max_tokens=4)
+    if served.whisper or not knowledge.video:
+        with pytest.raises(RequestError, match=r"does not accept video|transcribes audio"):
+            text_request(knowledge, request)
+        return
+    seen = digest(served, "grpc", text_request(knowledge, request))
+    assert seen["pre"]["video"].startswith("4x24x32x3#")
+    assert seen["enc"]["is_video_input"] == "1"
+    gif = media.gif(tmp_path / "clip.gif", 6)
+    seen = digest(served, "grpc", text_request(knowledge, TextRequest(text="x", video=str(gif), frames=3)))
+    assert seen["pre"]["video"].startswith("3x24x32x3#")
+
+
+def test_image_as_data_url_and_raw_bytes(served: Served, tmp_path: Path) -> None:
+    knowledge = served.knowledge
+    if ImageInput.URL not in knowledge.image_inputs:
+        return
+    picture = media.image(tmp_path / "inline.jpg", (30, 20), seed=7)
+    url = media.jpeg_data_url(picture)
+    seen = digest(served, "grpc", text_request(knowledge, TextRequest(text="a", images=[url], max_tokens=2)))
+    assert seen["pre"]["image_url"] == f"data#{codec.short_hash(picture.read_bytes())}:30x20"
+    # A PNG data URL is not something the server decodes: the client re-encodes it as JPEG.
+    png = media.image(tmp_path / "inline.png", (30, 20), seed=7, fmt="PNG")
+    png_url = "data:image/png;base64," + media.base64.b64encode(png.read_bytes()).decode()
+    seen = digest(
+        served, "grpc", text_request(knowledge, TextRequest(text="a", images=[png_url], max_tokens=2))
+    )
+    assert seen["pre"]["image_url"].startswith("data#") and seen["pre"]["image_url"].endswith(":30x20")
+    seen = digest(
+        served, "grpc", text_request(knowledge, TextRequest(text="a", images=[str(png)], max_tokens=2))
+    )
+    size = "504x504" if knowledge.model_type is ModelType.QWEN2_VL else "20x30"
+    assert seen["pre"]["image_bytes"].startswith(f"1x{size}x3#")
+
+
+def test_prompt_table_extra_id(served: Served, tmp_path: Path) -> None:
+    knowledge = served.knowledge
+    if served.whisper:
+        return
+    if not knowledge.kv_cache_reuse or knowledge.layout is RepositoryLayout.XCOMPOSER2:
+        tensors_or_error = pytest.raises(RequestError, match="prompt_table_extra_id")
+        if knowledge.layout is RepositoryLayout.XCOMPOSER2:
+            # Accepted by the knowledge table, but its ensemble does not declare the input.
+            tensors, _ = image_request(served, tmp_path, prompt_table_extra_id=42)
+            with served.client("grpc") as client, pytest.raises(ServerError, match="prompt_table_extra_id"):
+                client.check_inputs("ensemble", tensors, knowledge.model_type)
+            return
+        with tensors_or_error:
+            image_request(served, tmp_path, prompt_table_extra_id=42)
+        return
+    tensors, _ = image_request(served, tmp_path, prompt_table_extra_id=42)
+    seen = digest(served, "grpc", tensors)
+    assert seen["pre"]["prompt_table_extra_id"] == "42"
+    assert seen["llm"]["prompt_table_extra_ids"] == "42"  # on the fake prompt-table ids only
+
+
+def test_lora(served: Served, tmp_path: Path) -> None:
+    knowledge = served.knowledge
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    np.save(adapter / "model.lora_weights.npy", np.arange(2 * 16, dtype=np.float16).reshape(2, 16))
+    np.save(adapter / "model.lora_config.npy", np.array([[0, 0, 4], [1, 0, 4]], dtype=np.int32))
+    if served.whisper or not knowledge.lora:
+        if not served.whisper:
+            with pytest.raises(RequestError, match="LoRA"):
+                image_request(served, tmp_path, lora_task_id=3, lora_path=str(adapter))
+        return
+    tensors, _ = image_request(served, tmp_path, lora_task_id=3, lora_path=str(adapter))
+    first = digest(served, "grpc", tensors)
+    assert first["llm"]["lora_task_id"] == "3"
+    assert first["llm"]["lora_weights"] == "FP16[1,2,16]"
+    assert first["llm"]["lora_config"] == "INT32[1,2,3]"
+    assert first["llm"]["lora"].startswith("loaded#")
+    tensors, _ = image_request(served, tmp_path, lora_task_id=3)
+    again = digest(served, "grpc", tensors)
+    assert again["llm"]["lora"] == first["llm"]["lora"].replace("loaded", "cached")
+    tensors, _ = image_request(served, tmp_path, lora_task_id=99)
+    with pytest.raises(ServerError, match="LoRA task 99 not found in cache"):
+        digest(served, "grpc", tensors)
+
+
+def test_text_only_request(served: Served) -> None:
+    knowledge = served.knowledge
+    if served.whisper:
+        return
+    request = TextRequest(text="just text", max_tokens=3)
+    if not knowledge.text_only_requests:
+        with pytest.raises(RequestError, match="needs an image"):
+            text_request(knowledge, request)
+        return
+    seen = digest(served, "grpc", text_request(knowledge, request))
+    assert "enc" not in seen  # no image: the encoder only says to skip cross attention
+    assert seen["llm"]["skip_cross_attn_blocks"] == "1"
+    assert seen["pre"]["text"] == "<¦begin_of_text¦>just text"  # no <|image|> marker without an image
