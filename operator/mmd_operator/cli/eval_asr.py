@@ -98,8 +98,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     utterances = read_manifest(Path(args.manifest))
     audios: list[Audio] = [load_audio(str(u.audio)) for u in utterances]
     with TritonClient(args.url, timeout=args.timeout) as client:
-        client.check_ready("whisper_bls")
+        client.check_live()
         model_type = ModelType(args.model_type) if args.model_type else client.detect_model_type()
+        client.check_ready("whisper_bls")
     knowledge = knowledge_of(model_type)
     if knowledge.layout is not RepositoryLayout.WHISPER:
         raise RequestError(f"{model_type} is not a speech model; eval-asr needs whisper or distil_whisper")

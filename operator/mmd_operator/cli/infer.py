@@ -42,7 +42,7 @@ def _infer(args: argparse.Namespace) -> int:
     with TritonClient(args.url, timeout=args.timeout) as client:
         model_type = ModelType(args.model_type) if args.model_type else None
         if model_type is None:
-            client.check_ready("whisper_bls" if args.audio else "ensemble")
+            client.check_live()
             model_type = client.detect_model_type()
         knowledge = knowledge_of(model_type)
         if knowledge.layout is RepositoryLayout.WHISPER:

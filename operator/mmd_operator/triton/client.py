@@ -110,11 +110,11 @@ class TritonClient:
 
     # --- server state ------------------------------------------------------------------------------
 
-    def check_ready(self, model: str) -> None:
-        """Raise unless the server answers and `model` is ready.
+    def check_live(self) -> None:
+        """Raise unless the server answers.
 
         Raises:
-            ServerError: naming what is wrong.
+            ServerError: naming the address.
         """
         where = f"{self.endpoint.protocol}://{self.endpoint.address}"
         try:
@@ -123,6 +123,15 @@ class TritonClient:
             raise ServerError(f"cannot reach tritonserver at {where}: {_message(error)}") from None
         if not live:
             raise ServerError(f"tritonserver at {where} is not live")
+
+    def check_ready(self, model: str) -> None:
+        """Raise unless the server answers and `model` is ready.
+
+        Raises:
+            ServerError: naming what is wrong.
+        """
+        self.check_live()
+        where = f"{self.endpoint.protocol}://{self.endpoint.address}"
         try:
             ready = self._client.is_model_ready(model)
         except Exception as error:
