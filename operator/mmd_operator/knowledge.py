@@ -136,6 +136,8 @@ class ModelKnowledge:
     fp8_kv_cache: bool = False
     lora: bool = False
     lora_cache: LoraCacheDefaults | None = None
+    # Whether tensorrt_llm_bls can serve this type (it must be able to pass every input preprocessing needs).
+    bls: bool = True
     chunked_context: bool = True
     # What a client sends as `text_input` (the server adds any chat wrapping itself).
     prompt_template: str = "{text}"
@@ -234,6 +236,8 @@ _WHISPER = ModelKnowledge(
     serving=_WHISPER_SERVING,
     kv_cache_reuse=False,
     chunked_context=False,
+    # whisper_bls is the entry point; tensorrt_llm_bls has nothing to offer here.
+    bls=False,
     prompt_template="<|startoftranscript|><|en|><|transcribe|><|notimestamps|>",
     end_id=50257,
     pad_id=50257,
@@ -400,6 +404,8 @@ _ENTRIES = (
         # 490x490 images at patch 14 become 35x35 features.
         features_per_image=1225,
         image_inputs=frozenset({ImageInput.TENSOR}),
+        # This preprocessing requires the image, which tensorrt_llm_bls has no way to pass on.
+        bls=False,
         lora=True,
         lora_cache=LoraCacheDefaults(
             optimal_adapter_size=256,

@@ -274,7 +274,14 @@ CASES: list[tuple[str, str, dict[str, Any], str, str]] = [
         "whisper",
         {"spec": {"serving": {"enableBls": True}}},
         "spec.serving.enableBls",
-        "entry point is whisper_bls",
+        "enableBls (the tensorrt_llm_bls entry point) is supported only for model types blip2, llava,",
+    ),
+    (
+        "bls-on-xcomposer2",
+        "internlm_xcomposer2",
+        {"spec": {"serving": {"enableBls": True}}},
+        "spec.serving.enableBls",
+        "is supported only for model types",
     ),
     (
         "accumulate-without-streaming",

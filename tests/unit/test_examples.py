@@ -175,3 +175,33 @@ def test_prompt_table_extra_id_is_not_offered_where_preprocessing_cannot_take_it
 
 def test_preprocessing_max_num_images_matches_the_build() -> None:
     assert _parameters(_configs("vila")["preprocessing"])["max_num_images"] == "4"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=example_id)
+def test_decoupled_mode_follows_streaming(example: Path) -> None:
+    _, plan = load_and_plan(example)
+    streaming = plan.settings.spec.serving.streaming
+    for name, text in plan.repository.configs.items():
+        config = text_format.Parse(text, model_config_pb2.ModelConfig())
+        if config.HasField("model_transaction_policy"):
+            assert config.model_transaction_policy.decoupled == streaming, name
+
+
+def test_bls_is_rendered_only_where_it_can_serve_the_type() -> None:
+    assert "tensorrt_llm_bls" in _configs("llava")
+    assert "tensorrt_llm_bls" not in _configs("internlm_xcomposer2")
+    assert "tensorrt_llm_bls" not in _configs("whisper")
+
+
+def test_no_template_macro_is_shadowed_by_a_context_value() -> None:
+    # A context value named like a macro silently replaces it (or the reverse) inside templates.
+    from mmd_operator.plan import render
+
+    macros = {
+        name
+        for name in dir(render._ENVIRONMENT.get_template("_macros.j2").module)
+        if not name.startswith("_")
+    }
+    _, plan = load_and_plan(EXAMPLES[0])
+    context = render.render_context(plan.settings, cache_key=plan.cache_key)
+    assert macros and not macros & set(context)

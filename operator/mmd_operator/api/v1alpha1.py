@@ -252,8 +252,9 @@ class ServingSpec(_Schema):
     streaming: bool = False
     """Decoupled mode: stream tokens (`/generate_stream`, gRPC streaming)."""
     enable_bls: bool | None = None
-    """Render `tensorrt_llm_bls`, the Python entry point beside the ensemble. Defaults to true for the
-    vision-language types; not available for whisper types, whose entry point is `whisper_bls`."""
+    """Render `tensorrt_llm_bls`, the Python entry point beside the ensemble. Defaults to true where it
+    can serve the type; not available for whisper types (their entry point is `whisper_bls`) nor for
+    internlm_xcomposer2 (its preprocessing needs the image, which the BLS cannot pass on)."""
     accumulate_tokens: bool = False
     """BLS streaming only: each response carries all text so far instead of the new tokens."""
     kv_cache_reuse: bool = False
@@ -345,11 +346,11 @@ def _spec_rules() -> list[JsonValue]:
             f"it applies to {', '.join(encoder_decoder)}",
             field_path=".serving.crossKvCacheFraction",
         ),
-        cel_rule(
-            f"!(has(self.serving.enableBls) && self.serving.enableBls) || "
-            f"!(self.model.type in {cel_list(WHISPER_TYPES)})",
-            "enableBls is not available for whisper types: their entry point is whisper_bls",
-            field_path=".serving.enableBls",
+        _only_for(
+            "bls",
+            "has(self.serving.enableBls) && self.serving.enableBls",
+            "enableBls (the tensorrt_llm_bls entry point)",
+            ".serving.enableBls",
         ),
         cel_rule(
             "!self.serving.accumulateTokens || self.serving.streaming",

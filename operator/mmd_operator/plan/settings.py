@@ -92,7 +92,7 @@ def resolve(spec: MultimodalDeploymentSpec) -> Settings:
         variant=knowledge.variant(spec.model.variant) if spec.model.variant else None,
         builder_image=spec.engine.builder_image or versions.BUILDER_IMAGE,
         serving_image=serving.image or versions.SERVING_IMAGE,
-        enable_bls=(serving.enable_bls if serving.enable_bls is not None else not knowledge.whisper_variants),
+        enable_bls=serving.enable_bls if serving.enable_bls is not None else knowledge.bls,
         exclude_input_in_output=(
             serving.exclude_input_in_output
             if serving.exclude_input_in_output is not None
