@@ -127,7 +127,6 @@ def render_context(settings: Settings, *, cache_key: str) -> dict[str, Any]:
         "accepts_image_url": ImageInput.URL in accepts,
         "accepts_video": knowledge.video,
         "accepts_prompt_table_extra_id": knowledge.kv_cache_reuse,
-        "bls_accepts_images": knowledge.layout is RepositoryLayout.MULTIMODAL,
         "engine_dir": settings.engine_dir(cache_key, LAYOUT.llm),
         "encoder_engine_dir": settings.engine_dir(cache_key, LAYOUT.encoder),
         "vit_plan_path": settings.engine_dir(cache_key, LAYOUT.encoder) + "/model.engine",
@@ -147,7 +146,8 @@ def render_context(settings: Settings, *, cache_key: str) -> dict[str, Any]:
         "enable_kv_cache_reuse": serving.kv_cache_reuse,
         "enable_chunked_context": serving.chunked_context,
         "exclude_input_in_output": settings.exclude_input_in_output,
-        "is_encoder_decoder_whisper": variant is not None,
+        # Whisper's audio encoder is a TensorRT-LLM engine that tensorrt_llm runs itself.
+        "llm_has_encoder_engine": variant is not None,
         "executor_worker_path": EXECUTOR_WORKER,
         "lora_cache": None
         if lora_cache is None
@@ -157,7 +157,6 @@ def render_context(settings: Settings, *, cache_key: str) -> dict[str, Any]:
             "gpu_memory_fraction": lora_cache.gpu_memory_fraction,
             "host_memory_bytes": lora_cache.host_memory_bytes,
         },
-        "has_multimodal_encoders": knowledge.layout is RepositoryLayout.MULTIMODAL,
         "n_mels": variant.n_mels if variant is not None else None,
         "zero_pad": serving.zero_pad,
     }
