@@ -216,6 +216,8 @@ class TritonClient:
         """
         decoupled = self.is_decoupled(model)
         streaming = any(t.name == "stream" and bool(t.array.reshape(-1)[0]) for t in tensors)
+        if streaming and not decoupled:
+            raise ServerError(f"{model} on this server does not stream (deployed without serving.streaming)")
         if self.endpoint.protocol == "grpc":
             if decoupled:
                 yield from self._grpc_stream(model, tensors, outputs)
