@@ -25,22 +25,9 @@ from kubernetes.client.exceptions import ApiException
 from mmd_operator.localcluster.build import Binaries, ensure_binaries
 from mmd_operator.localcluster.cluster import LocalCluster
 from mmd_operator.localcluster.layout import Layout
+from tests.support.progress import terminal_printer
 
 _CLUSTER_DIR = Path(__file__).parent
-
-
-def _terminal_printer(config: pytest.Config) -> Callable[[str], None]:
-    """Return a printer that shows progress live, past pytest's output capture."""
-    capture = config.pluginmanager.getplugin("capturemanager")
-
-    def say(line: str) -> None:
-        if capture is None:
-            print(line, flush=True)
-            return
-        with capture.global_and_fixture_disabled():
-            print(line, flush=True)
-
-    return say
 
 
 def _wants_cluster(session: pytest.Session) -> bool:
@@ -49,12 +36,12 @@ def _wants_cluster(session: pytest.Session) -> bool:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     if _wants_cluster(session):
-        ensure_binaries(Layout.discover(), say=_terminal_printer(session.config))
+        ensure_binaries(Layout.discover(), say=terminal_printer(session.config))
 
 
 @pytest.fixture(scope="session")
 def say(pytestconfig: pytest.Config) -> Callable[[str], None]:
-    return _terminal_printer(pytestconfig)
+    return terminal_printer(pytestconfig)
 
 
 @pytest.fixture(scope="session")

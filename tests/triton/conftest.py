@@ -33,6 +33,7 @@ from mmd_operator.triton.localserver import (
     free_port_set,
     running,
 )
+from tests.support.progress import terminal_printer
 from tests.triton.doubles import write_repository
 
 HERE = Path(__file__).parent
@@ -46,22 +47,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.triton)
 
 
-def _printer(config: pytest.Config) -> Callable[[str], None]:
-    capture = config.pluginmanager.getplugin("capturemanager")
-
-    def say(line: str) -> None:
-        if capture is None:
-            print(line, flush=True)
-            return
-        with capture.global_and_fixture_disabled():
-            print(line, flush=True)
-
-    return say
-
-
 @pytest.fixture(scope="session")
 def say(pytestconfig: pytest.Config) -> Callable[[str], None]:
-    return _printer(pytestconfig)
+    return terminal_printer(pytestconfig)
 
 
 @pytest.fixture(scope="session")

@@ -181,12 +181,11 @@ def test_http_request(served: Served, tmp_path: Path, image_host: tuple[str, Pat
         ask(served, "http", text_only)
 
 
-def test_bls_entry_point(served: Served, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    if served.whisper:
-        pytest.skip("whisper_bls is the only entry point of Whisper types (tested above)")
-    if "tensorrt_llm_bls" not in served.configs:
-        # Not rendered where it cannot serve the type (InternLM-XComposer2: its preprocessing needs IMAGE).
-        assert served.knowledge.layout is RepositoryLayout.XCOMPOSER2
+def test_bls_entry_point(served: Served, tmp_path: Path) -> None:
+    if not served.knowledge.bls:
+        # Not rendered where it cannot serve the type: Whisper's entry point is whisper_bls (tested above),
+        # and InternLM-XComposer2's preprocessing needs the image the BLS cannot pass on.
+        assert "tensorrt_llm_bls" not in served.configs
         with served.client("grpc") as client:
             assert "tensorrt_llm_bls" not in client.model_names()
         return
