@@ -4,12 +4,13 @@ Starts from kwok's own stage files of the pinned version (copied into the binary
 nodes become Ready and renew their leases; scheduled pods become Running and Ready; pods owned by a
 Job succeed; deleted pods disappear. On top of that:
 
-- Fault injection. A pod labelled `localcluster.mmd.dev/fault` is left alone by the normal stages
-  and instead: `fail` - its containers exit (code from the annotation
+- Scripted outcomes (fault injection, mostly). A pod labelled `localcluster.mmd.dev/fault` is left
+  alone by the normal stages and instead: `fail` - its containers exit (code from the annotation
   `localcluster.mmd.dev/fault-exit-code`, default 1; termination message from
   `localcluster.mmd.dev/fault-message`) and the pod phase becomes Failed; `crashloop` - Running, never
   Ready, containers in CrashLoopBackOff; `never-ready` - Running with running containers that never
-  become Ready.
+  become Ready; `succeed` - its containers exit 0 with the termination message from the same annotation
+  and the pod Succeeds (a build Job reporting its summary).
 - Volume provisioning. kwok plays the external provisioner of the `local` StorageClass: once the PV
   controller in kube-controller-manager has annotated a claim as waiting for this provisioner, kwok
   creates a hostPath PV pre-bound to the claim, and the PV controller binds the two (real binding, real
@@ -28,7 +29,7 @@ import yaml
 FAULT_LABEL = "localcluster.mmd.dev/fault"
 FAULT_MESSAGE_ANNOTATION = "localcluster.mmd.dev/fault-message"
 FAULT_EXIT_CODE_ANNOTATION = "localcluster.mmd.dev/fault-exit-code"
-FAULTS = ("fail", "crashloop", "never-ready")
+FAULTS = ("fail", "crashloop", "never-ready", "succeed")
 
 STORAGE_CLASS = "local"
 PROVISIONER = "localcluster.mmd.dev/kwok-volume"
@@ -165,10 +166,46 @@ phase: Running
     + _HOST_AND_POD_IPS
 )
 
+_SUCCEED_TEMPLATE = (
+    _FAULT_VALUES
+    + """
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Initialized
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  reason: PodCompleted
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  reason: PodCompleted
+  type: ContainersReady
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  restartCount: 0
+  started: false
+  state:
+    terminated:
+      exitCode: 0
+      reason: Completed
+      message: {{ $message | Quote }}
+      startedAt: {{ $now | Quote }}
+      finishedAt: {{ $now | Quote }}
+{{ end }}
+phase: Succeeded
+"""
+    + _HOST_AND_POD_IPS
+)
+
 _FAULT_TEMPLATES = {
     "fail": _FAIL_TEMPLATE,
     "crashloop": _CRASHLOOP_TEMPLATE,
     "never-ready": _NEVER_READY_TEMPLATE,
+    "succeed": _SUCCEED_TEMPLATE,
 }
 
 _PROVISIONED_PV = f"""
