@@ -5,7 +5,7 @@ writes a `bin/tritonserver` wrapper that sets the loader path and the backend di
 only; everything else on the command line is the launch argv the operator computes (`plan.launch`). This
 module finds that install, picks free loopback ports, starts an argv in its own process group (bound to this
 process, so it dies with it), waits for strict readiness and stops the whole group. Part of the triton
-adapter: imports only the standard library and our plan's port type.
+adapter: imports the standard library, psutil and our plan's port type.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from mmd_operator.plan.launch import Ports
 
@@ -181,10 +183,17 @@ class LocalServer:
         )
 
     def stop(self, grace: float = 20.0) -> int | None:
-        """Stop the process group: SIGTERM, then SIGKILL after `grace` seconds. Returns the exit code."""
+        """Stop the server and every process it started; returns the leader's exit code.
+
+        SIGTERM to the leader first, then SIGKILL to whatever of its family is left, and wait until all of
+        it is gone, so a caller that returns from here finds no process of this server.
+        """
         process = self._process
         if process is None:
             return None
+        # Note the family before the leader ends: Open MPI ranks and Python stubs may sit in their own
+        # sessions, and once the leader is gone they are nobody's children any more.
+        family = _family(process.pid)
         if process.poll() is None:
             # The leader first: tritonserver unloads its models (and mpirun ends its ranks) in order;
             # signalling the Python stubs at the same time would leave it waiting on dead stubs.
@@ -192,12 +201,25 @@ class LocalServer:
                 os.kill(process.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=grace)
-        # Children that outlived the leader (Open MPI ranks, Python stubs) go with the group.
+        family += [member for member in _family(process.pid) if member not in family]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
+        for member in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                member.kill()
+        psutil.wait_procs(family, timeout=grace)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=grace)
         return process.returncode
+
+
+def _family(pid: int) -> list[psutil.Process]:
+    """`pid` and all its descendants (empty once it is gone)."""
+    try:
+        leader = psutil.Process(pid)
+        return [leader, *leader.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
 @contextlib.contextmanager
