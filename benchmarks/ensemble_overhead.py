@@ -25,13 +25,11 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from mmd_operator.plan.launch import launch_plan
 from mmd_operator.triton.client import TritonClient
-from mmd_operator.triton.localserver import TritonInstall, free_port_set, running
+from mmd_operator.triton.localserver import TritonInstall
 from mmd_operator.triton.requests import Tensor, TextRequest, text_request
 from tests.triton import media
-from tests.triton.conftest import load_example
-from tests.triton.doubles import write_repository
+from tests.triton.serving import load_example, serve
 
 
 def _measure(client: TritonClient, model: str, tensors: list[Tensor], output: str, count: int) -> list[float]:
@@ -60,15 +58,6 @@ def main(argv: list[str] | None = None) -> int:
     plan = load_example("llava")
     with tempfile.TemporaryDirectory(prefix="bench-triton-") as work:
         root = Path(work)
-        repository = root / "model_repository"
-        write_repository(repository, plan.repository.configs, plan.settings.knowledge, install.stub_site)
-        ports = free_port_set()
-        launch = launch_plan(
-            plan.settings,
-            tritonserver=str(install.tritonserver),
-            model_repository=str(repository),
-            ports=ports,
-        )
         picture = media.image(root / "bench.jpg")
         ensemble_inputs = text_request(
             plan.settings.knowledge, TextRequest(text="what is this", images=[str(picture)], max_tokens=8)
@@ -80,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             Tensor("request_output_len", np.array([[8]], dtype=np.int32), "INT32"),
         ]
         with (
-            running(launch.argv, http_port=ports.http, log_path=root / "server.log", env=launch.env),
-            TritonClient(f"grpc://127.0.0.1:{ports.grpc}") as client,
+            serve("llava", plan, install, root, lambda line: print(line.strip(), file=sys.stderr)) as served,
+            served.client("grpc") as client,
         ):
             _measure(client, "ensemble", ensemble_inputs, "text_output", args.warmup)
             _measure(client, "tensorrt_llm", direct_inputs, "output_ids", args.warmup)

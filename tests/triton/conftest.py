@@ -9,35 +9,20 @@ bound to this process, so none outlives the session.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import functools
 import http.server
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from mmd_operator.knowledge import ModelKnowledge, RepositoryLayout
-from mmd_operator.plan.deployment import DeploymentPlan, plan_resource
-from mmd_operator.plan.launch import Ports, launch_plan
-from mmd_operator.triton.client import TritonClient
-from mmd_operator.triton.localserver import (
-    MPI_ENV,
-    TritonInstall,
-    TritonNotInstalledError,
-    free_port_set,
-    running,
-)
+from mmd_operator.triton.localserver import TritonInstall, TritonNotInstalledError
 from tests.support.progress import terminal_printer
-from tests.triton.doubles import write_repository
+from tests.triton.serving import EXAMPLES
 
 HERE = Path(__file__).parent
-EXAMPLES = HERE.parent.parent / "examples"
 EXAMPLE_NAMES = sorted(p.stem for p in EXAMPLES.glob("*.yaml"))
 
 
@@ -58,80 +43,6 @@ def triton_install() -> TritonInstall:
         return TritonInstall.discover()
     except TritonNotInstalledError as error:
         pytest.fail(str(error), pytrace=False)
-
-
-def load_example(name: str, overrides: Mapping[str, Any] | None = None) -> DeploymentPlan:
-    """The plan of examples/<name>.yaml, with `overrides` merged into `spec.serving`."""
-    document = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
-    if overrides:
-        document = copy.deepcopy(document)
-        document["spec"].setdefault("serving", {}).update(overrides)
-    _, plan = plan_resource(document)
-    return plan
-
-
-@dataclass
-class Served:
-    """A running server on one rendered repository."""
-
-    name: str
-    plan: DeploymentPlan
-    repository: Path
-    ports: Ports
-    log: Path
-
-    @property
-    def knowledge(self) -> ModelKnowledge:
-        return self.plan.settings.knowledge
-
-    @property
-    def configs(self) -> Mapping[str, str]:
-        return self.plan.repository.configs
-
-    @property
-    def decoupled(self) -> bool:
-        """Whether the rendered tensorrt_llm is decoupled (then only streaming calls are answered)."""
-        return "decoupled: true" in self.configs["tensorrt_llm"]
-
-    @property
-    def whisper(self) -> bool:
-        return self.knowledge.layout is RepositoryLayout.WHISPER
-
-    def url(self, protocol: str) -> str:
-        return f"{protocol}://127.0.0.1:{self.ports.http if protocol == 'http' else self.ports.grpc}"
-
-    def client(self, protocol: str = "grpc") -> TritonClient:
-        return TritonClient(self.url(protocol), timeout=60)
-
-
-@contextlib.contextmanager
-def serve(
-    name: str,
-    plan: DeploymentPlan,
-    install: TritonInstall,
-    workdir: Path,
-    say: Callable[[str], None],
-) -> Iterator[Served]:
-    """Write `plan`'s repository with doubles and run its launch argv until the block ends."""
-    repository = workdir / name / "model_repository"
-    write_repository(repository, plan.repository.configs, plan.settings.knowledge, install.stub_site)
-    ports = free_port_set()
-    launch = launch_plan(
-        plan.settings, tritonserver=str(install.tritonserver), model_repository=str(repository), ports=ports
-    )
-    env = dict(launch.env)
-    if len(launch.ranks) > 1:
-        env |= MPI_ENV
-    log = workdir / name / "server.log"
-    with running(
-        launch.argv,
-        http_port=ports.http,
-        log_path=log,
-        env=env,
-        timeout=120,
-        on_ready=lambda s: say(f"\n  [triton] {name}: ready in {s:.1f} s on 127.0.0.1:{ports.http}"),
-    ):
-        yield Served(name, plan, repository, ports, log)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

@@ -14,7 +14,7 @@ from mmd_operator.cli.main import main
 from mmd_operator.triton.localserver import TritonInstall, free_ports
 from tests.triton import double_codec as codec
 from tests.triton import media
-from tests.triton.conftest import Served, load_example, serve
+from tests.triton.serving import Served, load_example, serve
 
 
 @pytest.fixture(scope="module")

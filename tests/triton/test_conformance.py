@@ -28,8 +28,9 @@ from mmd_operator.triton.requests import (
 )
 from tests.triton import double_codec as codec
 from tests.triton import media
-from tests.triton.conftest import EXAMPLE_NAMES, Served, load_example, serve
+from tests.triton.conftest import EXAMPLE_NAMES
 from tests.triton.doubles import contract_of
+from tests.triton.serving import Served, load_example, serve
 
 
 @pytest.fixture(scope="module", params=EXAMPLE_NAMES)

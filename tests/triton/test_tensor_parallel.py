@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mmd_operator.plan.launch import launch_plan
-from mmd_operator.triton.localserver import MPI_ENV, TritonInstall, free_port_set, running
+from mmd_operator.triton.localserver import TritonInstall
 from tests.triton import double_codec as codec
-from tests.triton.conftest import Served, load_example
-from tests.triton.doubles import write_repository
+from tests.triton.serving import load_example, serve
 from tests.triton.test_conformance import ask, image_request
 
 EXAMPLE = "llava-tp2-fp8"
@@ -37,48 +35,29 @@ def test_tp2_argv_starts_under_mpirun(
     if shutil.which("mpirun") is None:
         pytest.fail("mpirun is missing: run `make triton-server` (installs openmpi-bin)", pytrace=False)
     plan = load_example(EXAMPLE)
-    repository = tmp_path / "model_repository"
-    write_repository(repository, plan.repository.configs, plan.settings.knowledge, triton_install.stub_site)
-    ports = free_port_set()
-    launch = launch_plan(
-        plan.settings,
-        tritonserver=str(triton_install.tritonserver),
-        model_repository=str(repository),
-        ports=ports,
-    )
-    # Exactly the operator's argv: only the tritonserver path, the repository and the ports differ.
-    reference = plan.launch.argv
-    local = launch.argv
-    assert len(reference) == len(local) and reference[0] == local[0] == "mpirun"
-    substitutions = {
-        "/opt/tritonserver/bin/tritonserver": str(triton_install.tritonserver),
-        "--model-repository=/models": f"--model-repository={repository}",
-        "--http-port=8000": f"--http-port={ports.http}",
-        "--grpc-port=8001": f"--grpc-port={ports.grpc}",
-        "--metrics-port=8002": f"--metrics-port={ports.metrics}",
-    }
-    assert [substitutions.get(arg, arg) for arg in reference] == list(local)
-    assert local.count(":") == 2 and "--load-model=tensorrt_llm" in local
-    log = tmp_path / "mpirun.log"
-    with running(
-        local,
-        http_port=ports.http,
-        log_path=log,
-        env=launch.env | MPI_ENV,
-        timeout=120,
-        on_ready=lambda s: say(f"\n  [triton] {EXAMPLE}: 2 ranks under mpirun, ready in {s:.1f} s"),
-    ) as server:
-        served = Served(EXAMPLE, plan, repository, ports, log)
+    with serve(EXAMPLE, plan, triton_install, tmp_path, say) as served:
+        # Exactly the operator's argv: only the tritonserver path, the repository and the ports differ.
+        local, ports = served.launch.argv, served.ports
+        assert len(plan.launch.argv) == len(local) and local[0] == "mpirun"
+        substitutions = {
+            "/opt/tritonserver/bin/tritonserver": str(triton_install.tritonserver),
+            "--model-repository=/models": f"--model-repository={served.repository}",
+            "--http-port=8000": f"--http-port={ports.http}",
+            "--grpc-port=8001": f"--grpc-port={ports.grpc}",
+            "--metrics-port=8002": f"--metrics-port={ports.metrics}",
+        }
+        assert [substitutions.get(arg, arg) for arg in plan.launch.argv] == list(local)
+        assert local.count(":") == 2 and "--load-model=tensorrt_llm" in local
         tensors, _ = image_request(served, tmp_path, stream=True)
         seen = codec.parse_digest("".join(ask(served, "grpc", tensors)))
         assert seen["type"]["name"] == "llava" and seen["llm"]["streaming"] == "1"
         deadline = time.monotonic() + 30
-        while "rank 1 waits for the leader" not in log.read_text(errors="replace"):
+        while "rank 1 waits for the leader" not in served.log.read_text(errors="replace"):
             assert time.monotonic() < deadline, "rank 1's tensorrt_llm double never started loading"
             time.sleep(0.2)
-        text = log.read_text(errors="replace")
+        text = served.log.read_text(errors="replace")
         # Leader mode: rank 1 never finishes loading, so only rank 0 opened the shared ports.
         assert text.count("Started HTTPService") == 1
         assert "rank 0 waits" not in text
-        assert server.pid is not None
-    assert _processes_mentioning(str(repository)) == []
+        assert served.process.pid is not None
+    assert _processes_mentioning(str(served.repository)) == []
