@@ -94,28 +94,51 @@ conditions:
   type: ContainersReady
 """
 
-_FAIL_TEMPLATE = (
-    _FAULT_VALUES
-    + _NOT_READY_CONDITIONS
-    + """
+
+def _finished_template(*, phase: str, exit_code: str, reason: str, ready_reason: str, message: str) -> str:
+    """Status of a pod whose containers terminated; `exit_code` and `message` are template expressions."""
+    return (
+        _FAULT_VALUES
+        + f"""
+conditions:
+- lastTransitionTime: {{{{ $now | Quote }}}}
+  status: "True"
+  type: Initialized
+- lastTransitionTime: {{{{ $now | Quote }}}}
+  status: "False"
+  reason: {ready_reason}
+  type: Ready
+- lastTransitionTime: {{{{ $now | Quote }}}}
+  status: "False"
+  reason: {ready_reason}
+  type: ContainersReady
 containerStatuses:
-{{ range .spec.containers }}
-- image: {{ .image | Quote }}
-  name: {{ .name | Quote }}
+{{{{ range .spec.containers }}}}
+- image: {{{{ .image | Quote }}}}
+  name: {{{{ .name | Quote }}}}
   ready: false
   restartCount: 0
   started: false
   state:
     terminated:
-      exitCode: {{ or $exitCode "1" }}
-      reason: Error
-      message: {{ or $message "injected failure" | Quote }}
-      startedAt: {{ $now | Quote }}
-      finishedAt: {{ $now | Quote }}
-{{ end }}
-phase: Failed
+      exitCode: {{{{ {exit_code} }}}}
+      reason: {reason}
+      message: {{{{ {message} | Quote }}}}
+      startedAt: {{{{ $now | Quote }}}}
+      finishedAt: {{{{ $now | Quote }}}}
+{{{{ end }}}}
+phase: {phase}
 """
-    + _HOST_AND_POD_IPS
+        + _HOST_AND_POD_IPS
+    )
+
+
+_FAIL_TEMPLATE = _finished_template(
+    phase="Failed",
+    exit_code='or $exitCode "1"',
+    reason="Error",
+    ready_reason="ContainersNotReady",
+    message='or $message "injected failure"',
 )
 
 _CRASHLOOP_TEMPLATE = (
@@ -166,39 +189,8 @@ phase: Running
     + _HOST_AND_POD_IPS
 )
 
-_SUCCEED_TEMPLATE = (
-    _FAULT_VALUES
-    + """
-conditions:
-- lastTransitionTime: {{ $now | Quote }}
-  status: "True"
-  type: Initialized
-- lastTransitionTime: {{ $now | Quote }}
-  status: "False"
-  reason: PodCompleted
-  type: Ready
-- lastTransitionTime: {{ $now | Quote }}
-  status: "False"
-  reason: PodCompleted
-  type: ContainersReady
-containerStatuses:
-{{ range .spec.containers }}
-- image: {{ .image | Quote }}
-  name: {{ .name | Quote }}
-  ready: false
-  restartCount: 0
-  started: false
-  state:
-    terminated:
-      exitCode: 0
-      reason: Completed
-      message: {{ $message | Quote }}
-      startedAt: {{ $now | Quote }}
-      finishedAt: {{ $now | Quote }}
-{{ end }}
-phase: Succeeded
-"""
-    + _HOST_AND_POD_IPS
+_SUCCEED_TEMPLATE = _finished_template(
+    phase="Succeeded", exit_code="0", reason="Completed", ready_reason="PodCompleted", message="$message"
 )
 
 _FAULT_TEMPLATES = {
