@@ -48,6 +48,11 @@ RUN git clone --depth 1 --branch v${TRTLLM_VERSION} --filter=blob:none --sparse 
 # build_multimodal_engine.py --model_type vila imports VILA's vision tower from --vila_path.
 RUN git clone https://github.com/Efficient-Large-Model/VILA.git /opt/VILA \
     && git -C /opt/VILA checkout ${VILA_REF}
+# InternLM-XComposer2's ViT plan comes from the fork recipe its serving code expects (visual_encoder.engine,
+# tensors input/output); a commit in the URL pins the file's content.
+ARG XCOMPOSER2_FORK_COMMIT=3d5cd357f458e242a34fae9df565bbcdcd6b5ba9
+ADD https://raw.githubusercontent.com/Njuapp/TensorRT-LLM/${XCOMPOSER2_FORK_COMMIT}/examples/multimodal/build_visual_engine.py \
+    /opt/internlm-xcomposer2/build_visual_engine.py
 COPY --from=wheel /dist/ /dist/
 RUN pip install --no-cache-dir "$(ls /dist/*.whl)[builder]" && rm -rf /dist
 ENTRYPOINT ["python3", "-m", "engine_builder"]

@@ -23,13 +23,17 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 from tqdm import tqdm
 
-from mmd_operator.triton.client import TritonClient
-from mmd_operator.triton.localserver import TritonInstall
-from mmd_operator.triton.requests import Tensor, TextRequest, text_request
-from tests.triton import media
-from tests.triton.serving import load_example, serve
+from mmd_operator.cli.triton import media
+from mmd_operator.cli.triton.client import TritonClient
+from mmd_operator.cli.triton.localserver import TritonInstall
+from mmd_operator.cli.triton.requests import Tensor, TextRequest, text_request
+from mmd_operator.cli.triton.serving import serve
+from mmd_operator.plan.resource_plan import plan_resource
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def _measure(client: TritonClient, model: str, tensors: list[Tensor], output: str, count: int) -> list[float]:
@@ -55,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=20)
     args = parser.parse_args(argv)
     install = TritonInstall.discover()
-    plan = load_example("llava")
+    _, plan = plan_resource(yaml.safe_load((EXAMPLES / "llava.yaml").read_text()))
     with tempfile.TemporaryDirectory(prefix="bench-triton-") as work:
         root = Path(work)
         picture = media.image(root / "bench.jpg")

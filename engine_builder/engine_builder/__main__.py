@@ -22,8 +22,8 @@ from types import FrameType
 from pydantic import ValidationError
 
 from engine_builder import probe
-from engine_builder.build import BuildError, build, dry_run, inspect_entry, redact, secret_values, size
 from engine_builder.plan_format import BuildPlan
+from engine_builder.plan_runner import BuildError, build, dry_run, inspect_entry, redact, secret_values, size
 from engine_builder.result_format import BuildFailed, BuildSucceeded, termination_message
 
 # Kubernetes mounts this file into every container; its content becomes the termination message.

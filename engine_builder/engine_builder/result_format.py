@@ -1,4 +1,4 @@
-"""What a build leaves behind and reports: the manifest, the termination message and the engine index.
+"""What a build leaves behind and reports: the manifest and the termination message.
 
 `manifest.json`, written last into `<cache dir>/<cacheKey>/`, describes one finished cache entry: the plan,
 the versions and GPU it was built with, every file's size and sha256, each step's duration.
@@ -6,8 +6,8 @@ the versions and GPU it was built with, every file's size and sha256, each step'
 The termination message is one JSON line the build Job leaves in `/dev/termination-log`: a short summary
 on success (cacheKey, versions, sizes), the reason on failure (step, exit code, last error line). The
 operator reads it from the pod status without mounting the volume, parses it with
-`parse_termination_message`, and records successes in an `EngineIndex` so that later resources with the
-same cacheKey are cache hits without a Job.
+`parse_termination_message`, and records successes in its own engine index so that later resources with
+the same cacheKey are cache hits without a Job.
 
 Pure pydantic and standard library; imports nothing of ours but the plan format. The operator may import
 this module.
@@ -15,7 +15,6 @@ this module.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -154,48 +153,3 @@ def parse_termination_message(text: str | None) -> BuildSucceeded | BuildFailed:
             continue
     reason = lines[-1][:REASON_LIMIT] if lines else "the build container left no termination message"
     return BuildFailed(reason=reason)
-
-
-class EngineIndex(_Frozen):
-    """Finished cache entries of one namespace's engine cache, by cacheKey.
-
-    The reconcile loop records every success summary here and stores the index (for example as the data
-    of a ConfigMap, one key per cacheKey); a resource whose cacheKey is in the index needs no build Job.
-    """
-
-    entries: dict[str, BuildSucceeded] = {}
-
-    def get(self, cache_key: str) -> BuildSucceeded | None:
-        """The summary of `cache_key`, or None when it was never built here."""
-        return self.entries.get(cache_key)
-
-    def record(self, summary: BuildSucceeded) -> EngineIndex:
-        """A new index that includes `summary` (a cache hit is stored like the build it found)."""
-        stored = summary.model_copy(update={"cache_hit": False})
-        return EngineIndex(entries={**self.entries, summary.cache_key: stored})
-
-    def without(self, cache_key: str) -> EngineIndex:
-        """A new index without `cache_key` (its entry was deleted from the volume)."""
-        return EngineIndex(entries={k: v for k, v in self.entries.items() if k != cache_key})
-
-    def to_configmap_data(self) -> dict[str, str]:
-        """ConfigMap `data`: cacheKeys are hex digests, valid ConfigMap keys; values are JSON."""
-        return {key: summary.model_dump_json() for key, summary in sorted(self.entries.items())}
-
-    @classmethod
-    def from_configmap_data(cls, data: Mapping[str, str] | None) -> EngineIndex:
-        """Read what `to_configmap_data` wrote.
-
-        An entry that does not parse (hand-edited, or written by an incompatible version) is left out: the
-        key then looks unbuilt, the build Job finds the entry's manifest on the volume, exits at once and
-        reports it again, which repairs the index.
-        """
-        entries: dict[str, BuildSucceeded] = {}
-        for key, value in (data or {}).items():
-            try:
-                summary = BuildSucceeded.model_validate_json(value)
-            except ValidationError:
-                continue
-            if summary.cache_key == key:
-                entries[key] = summary
-        return cls(entries=entries)

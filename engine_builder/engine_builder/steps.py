@@ -7,24 +7,41 @@ weights; subdirectories keep their layout (VILA keeps its tokenizer under `llm/`
 directory. `whisper-assets` stages `multilingual.tiktoken` and `mel_filters.npz`, which whisper_bls loads
 from its model directory, out of the openai-whisper package that ships both.
 
-Standard library only; errors are one line on stderr and exit code 1.
+`xcomposer2-vision-engine` builds InternLM-XComposer2's ViT plan with the recipe its serving code was
+written for: the fork's `build_visual_engine.py`, pinned in the builder image. Run as a script, that file
+refuses its own model type (a comma is missing from its `--model_type` choices) and loads the checkpoint
+from the Hugging Face Hub by name; so this step imports it, calls its builder with the fetched checkpoint
+in place of the Hub name, offline, and then checks that the plan has exactly the tensors `input` and
+`output` that the fork's preprocessing asserts.
+
+Standard library only, besides the recipe and TensorRT that the last step imports in the build image;
+errors are one line on stderr and exit code 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import fnmatch
+import importlib
 import importlib.util
+import os
 import shutil
 import sys
+import tempfile
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 TOKENIZER_FILES = ("*.json", "*.model", "*.tiktoken", "*.txt", "*.py", "*.jinja")
 WHISPER_ASSETS = ("multilingual.tiktoken", "mel_filters.npz")
 # whisper_bls reads mel_<n_mels> for 80-bin models and 128-bin ones (large-v3 family).
 MEL_FILTERS = ("mel_80.npy", "mel_128.npy")
+# The fork's recipe loads the checkpoint as `internlm/<model type>` and writes this plan.
+XCOMPOSER2_HUB_OWNER = "internlm"
+XCOMPOSER2_PLAN = "visual_encoder.engine"
+# What the fork's preprocessing asserts about the plan it deserialises.
+XCOMPOSER2_PLAN_TENSORS = ("input", "output")
 
 
 class StepError(Exception):
@@ -77,6 +94,77 @@ def whisper_assets(dest: Path) -> list[str]:
     return list(WHISPER_ASSETS)
 
 
+def _load_recipe(recipe: Path) -> Any:
+    """Import the recipe file as a module; its `__main__` block (and argument parsing) does not run."""
+    spec = importlib.util.spec_from_file_location("xcomposer2_vision_recipe", recipe)
+    if spec is None or spec.loader is None:
+        raise StepError(f"{recipe} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "VisionEngineBuilder"):
+        raise StepError(f"{recipe} has no VisionEngineBuilder: not the pinned fork recipe")
+    return module
+
+
+def check_plan_tensors(tensorrt: Any, plan: Path) -> list[str]:
+    """Deserialise `plan` as the fork's preprocessing does and return its tensor names.
+
+    Raises:
+        StepError: if the plan does not load or its tensors are not exactly `input` and `output`.
+    """
+    engine = tensorrt.Runtime(tensorrt.Logger(tensorrt.Logger.WARNING)).deserialize_cuda_engine(
+        plan.read_bytes()
+    )
+    if engine is None:
+        raise StepError(f"{plan}: TensorRT cannot deserialise this plan")
+    names = [engine.get_tensor_name(index) for index in range(engine.num_io_tensors)]
+    if sorted(names) != sorted(XCOMPOSER2_PLAN_TENSORS):
+        raise StepError(
+            f"{plan} has tensors {names}; the InternLM-XComposer2 preprocessing needs exactly "
+            + " and ".join(XCOMPOSER2_PLAN_TENSORS)
+        )
+    return names
+
+
+def xcomposer2_vision_engine(
+    recipe: Path, model_type: str, model_dir: Path, output_dir: Path, max_batch_size: int
+) -> Path:
+    """Build `<output_dir>/visual_encoder.engine` from the checkpoint in `model_dir` with the fork recipe."""
+    if not recipe.is_file():
+        raise StepError(f"{recipe} is missing: the builder image carries the pinned fork recipe there")
+    if not (model_dir / "config.json").is_file():
+        raise StepError(f"{model_dir} has no config.json: not a model directory")
+    module = _load_recipe(recipe)
+    tensorrt = importlib.import_module("tensorrt")
+    # The recipe logs through a module-level logger that only its `__main__` block creates.
+    module.logger = tensorrt.Logger(tensorrt.Logger.INFO)
+    output_dir = output_dir.resolve()
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    with tempfile.TemporaryDirectory(prefix="xcomposer2-") as hub:
+        # `from_pretrained("internlm/<type>")` finds a directory of that relative name before the Hub.
+        checkpoint = Path(hub, XCOMPOSER2_HUB_OWNER, model_type)
+        checkpoint.parent.mkdir()
+        checkpoint.symlink_to(model_dir.resolve(), target_is_directory=True)
+        previous = Path.cwd()
+        os.chdir(hub)
+        try:
+            arguments = argparse.Namespace(
+                model_type=model_type,
+                model_path=f"{XCOMPOSER2_HUB_OWNER}/{model_type}",
+                vila_path=None,
+                output_dir=str(output_dir),
+                max_batch_size=max_batch_size,
+            )
+            module.VisionEngineBuilder(arguments).build()
+        finally:
+            os.chdir(previous)
+    plan = output_dir / XCOMPOSER2_PLAN
+    if not plan.is_file():
+        raise StepError(f"the recipe finished without writing {plan}")
+    check_plan_tensors(tensorrt, plan)
+    return plan
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one step command."""
     parser = argparse.ArgumentParser(prog="python3 -m engine_builder.steps", description=__doc__)
@@ -86,14 +174,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer.add_argument("--dest", type=Path, required=True)
     whisper = commands.add_parser("whisper-assets", help="stage multilingual.tiktoken and mel_filters.npz")
     whisper.add_argument("--dest", type=Path, required=True)
+    vision = commands.add_parser(
+        "xcomposer2-vision-engine", help="build the InternLM-XComposer2 ViT plan with the fork's recipe"
+    )
+    vision.add_argument("--recipe", type=Path, required=True, help="the fork's build_visual_engine.py")
+    vision.add_argument("--model-type", required=True, help="the recipe's model type")
+    vision.add_argument("--model-dir", type=Path, required=True)
+    vision.add_argument("--output-dir", type=Path, required=True)
+    vision.add_argument("--max-batch-size", type=int, required=True)
     args = parser.parse_args(argv)
     try:
         if args.command == "keep-tokenizer":
             count = keep_tokenizer(args.source, args.dest)
             print(f"kept {count} tokenizer, processor and config files of {args.source} in {args.dest}")
-        else:
+        elif args.command == "whisper-assets":
             names = whisper_assets(args.dest)
             print(f"staged {', '.join(names)} in {args.dest}")
+        else:
+            plan = xcomposer2_vision_engine(
+                args.recipe, args.model_type, args.model_dir, args.output_dir, args.max_batch_size
+            )
+            print(f"built {plan} (tensors {' and '.join(XCOMPOSER2_PLAN_TENSORS)})")
     except (StepError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -17,3 +17,10 @@ BUILDER_IMAGE = f"ghcr.io/mmd-operator/engine-builder:0.1.0-trtllm{TRTLLM_VERSIO
 
 # Where the builder image keeps TensorRT-LLM's example scripts (checkpoint converters and friends).
 TRTLLM_EXAMPLES_DIR = "/opt/tensorrt_llm/examples"
+
+# InternLM-XComposer2's vision engine comes from the recipe the reference workflow points at: the
+# build_visual_engine.py of the fork its serving code was written for (branch dev/internlm-xcomposer2),
+# pinned to one commit and fetched into the builder image at XCOMPOSER2_VISION_BUILDER.
+XCOMPOSER2_FORK_REPOSITORY = "Njuapp/TensorRT-LLM"
+XCOMPOSER2_FORK_COMMIT = "3d5cd357f458e242a34fae9df565bbcdcd6b5ba9"
+XCOMPOSER2_VISION_BUILDER = "/opt/internlm-xcomposer2/build_visual_engine.py"

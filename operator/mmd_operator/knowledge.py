@@ -47,6 +47,16 @@ class ImageInput(StrEnum):
     URL = "image_url_input"  # http(s) URL or `data:image/jpeg;base64,` string, fetched by the server
 
 
+class VisionEngineRecipe(StrEnum):
+    """Which program builds the vision engine, and so which plan file and tensor names serving finds."""
+
+    # TensorRT-LLM's build_multimodal_engine.py: `model.engine`, tensors `input` -> `encoder_output`.
+    TRTLLM = "trtllm"
+    # The InternLM-XComposer2 fork's build_visual_engine.py, pinned in the builder image: the plan
+    # `visual_encoder.engine` with tensors `input` -> `output`, which the fork's preprocessing loads.
+    XCOMPOSER2_FORK = "xcomposer2_fork"
+
+
 class VisionBatchRule(StrEnum):
     """What one unit of the vision engine's batch is."""
 
@@ -78,6 +88,9 @@ class ServingDefaults:
     batch_scheduler_policy: str = "guaranteed_no_evict"
     max_tokens_in_paged_kv_cache: int | None = None
     triton_max_batch_size: int | None = None  # None: the engine's max batch size
+    # The beam width tensorrt_llm serves; None: the engine's. The executor refuses a request whose beam
+    # width differs from it, so it must be what the entry point sends.
+    max_beam_width: int | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +135,7 @@ class ModelKnowledge:
     vision_model_type: str | None = None
     vision_engine_model_type: str | None = None  # builder_config.model_type written by the builder
     vision_extra_args: tuple[str, ...] = ()
+    vision_recipe: VisionEngineRecipe = VisionEngineRecipe.TRTLLM
     vision_batch_rule: VisionBatchRule = VisionBatchRule.PER_IMAGE
     default_patches_per_request: int | None = None
     # Visual features (prompt-table rows) one image becomes; None when the LLM takes no prompt table.
@@ -152,6 +166,13 @@ class ModelKnowledge:
     def has_vision_engine(self) -> bool:
         """Whether the build produces a separate multimodal (vision) engine."""
         return self.vision_model_type is not None
+
+    @property
+    def vision_engine_file(self) -> str:
+        """The plan file of the vision engine inside the cache entry's encoder directory."""
+        if self.vision_recipe is VisionEngineRecipe.XCOMPOSER2_FORK:
+            return "visual_encoder.engine"
+        return "model.engine"
 
     @property
     def uses_prompt_table(self) -> bool:
@@ -219,6 +240,9 @@ _WHISPER_SERVING = ServingDefaults(
     exclude_input_in_output=True,
     max_tokens_in_paged_kv_cache=24000,
     triton_max_batch_size=8,
+    # The reference builds with beam width 4 but serves with 1: whisper_bls never sends a beam width, and
+    # a served width of 4 would also reserve four times the decoder KV cache.
+    max_beam_width=1,
 )
 
 _WHISPER = ModelKnowledge(
@@ -398,14 +422,22 @@ _ENTRIES = (
         converter_args=(),
         build_plugin_args=("--gemm_plugin", "{gemm}", "--lora_plugin", "{dtype}"),
         build=BuildDefaults(dtype="float16", max_batch_size=48, max_input_len=1536, max_seq_len=2048),
-        serving=ServingDefaults(exclude_input_in_output=True, batch_scheduler_policy="max_utilization"),
-        vision_model_type="internlm-xcomposer2",
-        vision_engine_model_type="internlm-xcomposer2",
+        # The reference's repository: Triton batch 32 under an engine batch of 48 (64 in the fork era).
+        serving=ServingDefaults(
+            exclude_input_in_output=True, batch_scheduler_policy="max_utilization", triton_max_batch_size=32
+        ),
+        # The reference serves this type with the fork's preprocessing, which runs the ViT itself from a
+        # plan built by the fork's own recipe; the fork records the Hub id as the engine's model type.
+        vision_model_type="internlm-xcomposer2-vl-7b",
+        vision_engine_model_type="internlm/internlm-xcomposer2-vl-7b",
+        vision_recipe=VisionEngineRecipe.XCOMPOSER2_FORK,
         # 490x490 images at patch 14 become 35x35 features.
         features_per_image=1225,
         image_inputs=frozenset({ImageInput.TENSOR}),
         # This preprocessing requires the image, which tensorrt_llm_bls has no way to pass on.
         bls=False,
+        # The ensemble carries no prompt_table_extra_id, so cached blocks could not tell images apart.
+        kv_cache_reuse=False,
         lora=True,
         lora_cache=LoraCacheDefaults(
             optimal_adapter_size=256,

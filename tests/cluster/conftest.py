@@ -22,9 +22,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from mmd_operator.localcluster.build import Binaries, ensure_binaries
-from mmd_operator.localcluster.cluster import LocalCluster
-from mmd_operator.localcluster.layout import Layout
+from mmd_operator.cli.localcluster.binaries import Binaries, ensure_binaries
+from mmd_operator.cli.localcluster.cluster import LocalCluster
+from mmd_operator.cli.localcluster.layout import Layout
 from tests.support.progress import terminal_printer
 
 _CLUSTER_DIR = Path(__file__).parent

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from mmd_operator.localcluster import processes
-from mmd_operator.localcluster.cluster import COMPONENTS, LocalCluster
+from mmd_operator.cli.localcluster import processes
+from mmd_operator.cli.localcluster.cluster import COMPONENTS, LocalCluster
 
 pytestmark = pytest.mark.cluster
 

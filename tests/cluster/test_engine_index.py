@@ -11,13 +11,17 @@ from typing import Any
 import pytest
 
 from engine_builder.result_format import BuildFailed, BuildSucceeded, Gpu, Versions, termination_message
+from mmd_operator.cli.localcluster.stages import (
+    FAULT_EXIT_CODE_ANNOTATION,
+    FAULT_LABEL,
+    FAULT_MESSAGE_ANNOTATION,
+)
 from mmd_operator.kube.engine_index import (
     ENGINE_INDEX_CONFIGMAP,
     job_build_result,
     read_engine_index,
     record_build,
 )
-from mmd_operator.localcluster.stages import FAULT_EXIT_CODE_ANNOTATION, FAULT_LABEL, FAULT_MESSAGE_ANNOTATION
 
 from .conftest import Kube
 

@@ -6,7 +6,11 @@ from typing import Any
 
 import pytest
 
-from mmd_operator.localcluster.stages import FAULT_EXIT_CODE_ANNOTATION, FAULT_LABEL, FAULT_MESSAGE_ANNOTATION
+from mmd_operator.cli.localcluster.stages import (
+    FAULT_EXIT_CODE_ANNOTATION,
+    FAULT_LABEL,
+    FAULT_MESSAGE_ANNOTATION,
+)
 
 from .conftest import Kube
 

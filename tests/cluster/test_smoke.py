@@ -10,8 +10,8 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from mmd_operator.localcluster.build import Binaries
-from mmd_operator.localcluster.objects import GPU_RESOURCE
+from mmd_operator.cli.localcluster.binaries import Binaries
+from mmd_operator.cli.localcluster.objects import GPU_RESOURCE
 
 from .conftest import Kube, Tools
 

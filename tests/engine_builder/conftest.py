@@ -20,12 +20,13 @@ import pytest
 
 from engine_builder import versions
 from engine_builder.__main__ import main
-from mmd_operator.cli.render import load_and_plan
 from tests.engine_builder.doubles.trtllm_tools import write_lora_adapter, write_model_repo
+from tests.support.examples import plan_example
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(path.stem for path in (REPO / "examples").glob("*.yaml"))
-DOUBLE = Path(__file__).resolve().parent / "doubles" / "trtllm_tools.py"
+DOUBLES = Path(__file__).resolve().parent / "doubles"
+DOUBLE = DOUBLES / "trtllm_tools.py"
 # Every TensorRT-LLM example script a plan may run, relative to the examples directory.
 EXAMPLE_SCRIPTS = (
     "opt/convert_checkpoint.py",
@@ -47,7 +48,7 @@ _rendered: dict[str, dict[str, Any]] = {}
 def rendered_plan(example: str) -> dict[str, Any]:
     """The build plan the operator writes for `examples/<example>.yaml`, as JSON data."""
     if example not in _rendered:
-        _, plan = load_and_plan(REPO / "examples" / f"{example}.yaml")
+        _, plan = plan_example(example)
         _rendered[example] = plan.build.model_dump(mode="json")
     return json.loads(json.dumps(_rendered[example]))  # type: ignore[no-any-return]
 
@@ -103,6 +104,8 @@ class Toolbox:
         return path
 
     def _source(self, arg: str) -> str:
+        if arg == versions.XCOMPOSER2_VISION_BUILDER:
+            return str(DOUBLES / "xcomposer2_recipe.py")
         if not arg.startswith(SOURCES_MOUNT + "/"):
             return arg
         moved = self.root / "sources" / arg.removeprefix(SOURCES_MOUNT + "/")
@@ -156,6 +159,9 @@ def toolbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Toolbox
         (box.examples / script).parent.mkdir(parents=True, exist_ok=True)
         (box.examples / script).symlink_to(DOUBLE)
     write_whisper_package(tmp_path / "pythonpath")
+    (tmp_path / "pythonpath" / "tensorrt").mkdir()
+    tensorrt = (DOUBLES / "tensorrt_runtime.py").read_text()
+    (tmp_path / "pythonpath" / "tensorrt" / "__init__.py").write_text(tensorrt)
     # `python3` in the plans' argv is this interpreter, which has engine_builder installed.
     monkeypatch.setenv(
         "PATH", os.pathsep.join([str(box.bin), str(Path(sys.executable).parent), "/usr/bin", "/bin"])

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from engine_builder.__main__ import main
-from engine_builder.build import inspect_entry
+from engine_builder.plan_runner import inspect_entry
 from tests.engine_builder.conftest import Toolbox, rendered_plan
 
 KEY = rendered_plan("blip2")["cache_key"]

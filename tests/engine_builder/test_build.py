@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_builder.build import resolve_argv
+from engine_builder.plan_runner import resolve_argv
 from engine_builder.result_format import parse_termination_message
 from tests.engine_builder.conftest import EXAMPLES, Toolbox, rendered_plan
 

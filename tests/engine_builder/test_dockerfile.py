@@ -59,6 +59,14 @@ def test_the_engine_builder_image_is_the_pinned_serving_image_with_the_pinned_te
     assert f"mv /tmp/trtllm/examples {versions.TRTLLM_EXAMPLES_DIR}" in run
     vision = next(s for s in rendered_plan("vila")["steps"] if s["name"] == "build-vision-engine")
     assert f"VILA.git {flag_values(vision['argv'])['--vila_path']}" in run
+    arguments = dict(
+        args.partition("=")[::2] for instruction, args in builder if instruction == "ARG" and "=" in args
+    )
+    assert arguments["XCOMPOSER2_FORK_COMMIT"] == versions.XCOMPOSER2_FORK_COMMIT
+    added = [expand(args, arguments).split() for instruction, args in builder if instruction == "ADD"]
+    recipe = f"https://raw.githubusercontent.com/{versions.XCOMPOSER2_FORK_REPOSITORY}/"
+    recipe += f"{versions.XCOMPOSER2_FORK_COMMIT}/examples/multimodal/build_visual_engine.py"
+    assert [recipe, versions.XCOMPOSER2_VISION_BUILDER] in added
     assert '"$(ls /dist/*.whl)[builder]"' in run
     assert builder[-1] == ("ENTRYPOINT", json.dumps(["python3", "-m", "engine_builder"]))
 

@@ -1,16 +1,15 @@
-"""The result line the operator reads from the pod status, its parser, and the engine index."""
+"""The result line the operator reads from the pod status, and its parser."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine_builder.build import last_error_line
+from engine_builder.plan_runner import last_error_line
 from engine_builder.result_format import (
     REASON_LIMIT,
     TERMINATION_MESSAGE_LIMIT,
     BuildFailed,
     BuildSucceeded,
-    EngineIndex,
     Gpu,
     Versions,
     parse_termination_message,
@@ -63,25 +62,6 @@ def test_anything_else_in_the_termination_message_is_a_failure_that_says_what_it
 def test_the_last_result_line_wins_over_log_lines_around_it() -> None:
     text = f"some log line\n{termination_message(SUMMARY)}\n"
     assert parse_termination_message(text) == SUMMARY
-
-
-def test_the_engine_index_records_summaries_and_round_trips_through_configmap_data() -> None:
-    index = EngineIndex().record(SUMMARY.model_copy(update={"cache_hit": True}))
-    stored = index.get(SUMMARY.cache_key)
-    assert stored == SUMMARY  # stored as the build, not as the hit that reported it
-    assert index.get("other") is None
-
-    data = index.to_configmap_data()
-    assert list(data) == [SUMMARY.cache_key]
-    assert EngineIndex.from_configmap_data(data) == index
-    assert EngineIndex.from_configmap_data(None) == EngineIndex()
-    assert index.without(SUMMARY.cache_key) == EngineIndex()
-
-
-def test_unreadable_index_entries_are_left_out_so_the_key_is_rebuilt_or_found_again() -> None:
-    good = termination_message(SUMMARY)
-    data = {SUMMARY.cache_key: good, "broken": "{not json", "swapped": good}
-    assert EngineIndex.from_configmap_data(data).entries == {SUMMARY.cache_key: SUMMARY}
 
 
 @pytest.mark.parametrize(

@@ -89,3 +89,66 @@ def test_whisper_assets_fail_clearly_without_the_package_or_with_the_wrong_one(t
     result = steps("whisper-assets", "--dest", str(tmp_path / "a"), pythonpath=tmp_path)
     assert result.returncode == 1
     assert result.stderr.endswith("mel_filters.npz lacks ['mel_128.npy']\n")
+
+
+DOUBLES = Path(__file__).resolve().parent / "doubles"
+
+
+def _vision_step(
+    tmp_path: Path, *, env: dict[str, str] | None = None, model_type: str = "internlm-xcomposer2-vl-7b"
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    site = tmp_path / "site"
+    (site / "tensorrt").mkdir(parents=True, exist_ok=True)
+    (site / "tensorrt" / "__init__.py").write_text((DOUBLES / "tensorrt_runtime.py").read_text())
+    model = tmp_path / "hf" / "internlm-xcomposer2-vl-7b"
+    write_model_repo(model, "internlm/internlm-xcomposer2-vl-7b")
+    out = tmp_path / "work" / "encoder"
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "engine_builder.steps", "xcomposer2-vision-engine",
+            "--recipe", str(DOUBLES / "xcomposer2_recipe.py"), "--model-type", model_type,
+            "--model-dir", str(model), "--output-dir", str(out), "--max-batch-size", "48",
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), **(env or {})},
+        cwd=tmp_path,
+        check=False,
+    )  # fmt: skip
+    return result, out
+
+
+def test_xcomposer2_vision_plan_comes_from_the_fork_recipe_and_the_fetched_checkpoint(
+    tmp_path: Path,
+) -> None:
+    result, out = _vision_step(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"built {out / 'visual_encoder.engine'} (tensors input and output)" in result.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "visual_encoder.engine"]
+    assert '"model_type": "internlm/internlm-xcomposer2-vl-7b"' in (out / "config.json").read_text()
+    # The recipe ran offline and in a scratch directory: nothing is left where the step was started.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "site", "work"]
+
+
+def test_xcomposer2_vision_plan_with_other_tensor_names_is_refused(tmp_path: Path) -> None:
+    result, out = _vision_step(tmp_path, env={"DOUBLE_VISION_TENSORS": "input,encoder_output"})
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: {out / 'visual_encoder.engine'} has tensors ['input', 'encoder_output']; the "
+        "InternLM-XComposer2 preprocessing needs exactly input and output"
+    )
+
+
+def test_xcomposer2_vision_step_fails_clearly_without_the_recipe(tmp_path: Path) -> None:
+    result = steps(
+        "xcomposer2-vision-engine", "--recipe", str(tmp_path / "absent.py"), "--model-type", "x",
+        "--model-dir", str(tmp_path), "--output-dir", str(tmp_path / "out"), "--max-batch-size", "1",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "absent.py is missing: the builder image carries the pinned fork recipe there" in result.stderr
+
+
+def test_a_recipe_failure_reaches_the_builder_as_one_line(tmp_path: Path) -> None:
+    result, _ = _vision_step(tmp_path, env={"DOUBLE_FAIL": "build_visual_engine"})
+    assert result.returncode != 0
+    assert "Failed building visual_encoder.engine" in result.stderr.splitlines()[-1]

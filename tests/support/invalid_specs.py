@@ -9,7 +9,7 @@ import copy
 from typing import Any
 
 from mmd_operator.api.validation import InvalidSpecError
-from mmd_operator.plan.deployment import plan_resource
+from mmd_operator.plan.resource_plan import plan_resource
 
 DELETE = object()
 
@@ -198,6 +198,35 @@ CASES: list[tuple[str, str, dict[str, Any], str, str]] = [
         {"spec": {"serving": {"kvCacheReuse": True}}},
         "spec.serving.kvCacheReuse",
         "kvCacheReuse is supported only for model types",
+    ),
+    (
+        # Its ensemble has no prompt_table_extra_id: different images with the same text would share blocks.
+        "kv-reuse-xcomposer2",
+        "internlm_xcomposer2",
+        {"spec": {"serving": {"kvCacheReuse": True}}},
+        "spec.serving.kvCacheReuse",
+        "kvCacheReuse is supported only for model types",
+    ),
+    (
+        "serving-beam-above-engine",
+        "llava",
+        {"spec": {"engine": {"maxBeamWidth": 2}, "serving": {"maxBeamWidth": 4}}},
+        "spec.serving.maxBeamWidth",
+        "serving.maxBeamWidth must not exceed engine.maxBeamWidth",
+    ),
+    (
+        "serving-beam-above-default-engine",
+        "llava",
+        {"spec": {"serving": {"maxBeamWidth": 2}}},
+        "spec.serving.maxBeamWidth",
+        "is 2 but must not exceed the engine's maxBeamWidth 1",
+    ),
+    (
+        "serving-beam-whisper",
+        "whisper",
+        {"spec": {"engine": {"maxBeamWidth": 4}, "serving": {"maxBeamWidth": 4}}},
+        "spec.serving.maxBeamWidth",
+        "must be 1 for distil_whisper, whisper: whisper_bls sends no beam width",
     ),
     (
         "chunked-context-whisper",

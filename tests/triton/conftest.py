@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from mmd_operator.triton.localserver import TritonInstall, TritonNotInstalledError
+from mmd_operator.cli.triton.localserver import TritonInstall, TritonNotInstalledError
 from tests.support.progress import terminal_printer
 from tests.triton.serving import EXAMPLES
 

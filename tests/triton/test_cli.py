@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from mmd_operator.cli.main import main
-from mmd_operator.triton.localserver import TritonInstall, free_ports
-from tests.triton import double_codec as codec
-from tests.triton import media
-from tests.triton.serving import Served, load_example, serve
+from mmd_operator.cli.triton import media
+from mmd_operator.cli.triton.doubles import codec
+from mmd_operator.cli.triton.localserver import TritonInstall, free_ports
+from mmd_operator.cli.triton.serving import Served, serve
+from tests.triton.serving import load_example
 
 
 @pytest.fixture(scope="module")

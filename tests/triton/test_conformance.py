@@ -13,11 +13,12 @@ import pytest
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
-from mmd_operator.knowledge import ImageInput, ModelType, RepositoryLayout
-from mmd_operator.triton.client import ServerError
-from mmd_operator.triton.localserver import TritonInstall
-from mmd_operator.triton.repository import check_ensemble, parse_repository
-from mmd_operator.triton.requests import (
+from mmd_operator.cli.triton import media
+from mmd_operator.cli.triton.client import ServerError
+from mmd_operator.cli.triton.doubles import codec
+from mmd_operator.cli.triton.doubles.repository import contract_of
+from mmd_operator.cli.triton.localserver import TritonInstall
+from mmd_operator.cli.triton.requests import (
     IMAGE_GEOMETRY,
     RequestError,
     Tensor,
@@ -26,11 +27,11 @@ from mmd_operator.triton.requests import (
     load_audio,
     text_request,
 )
-from tests.triton import double_codec as codec
-from tests.triton import media
+from mmd_operator.cli.triton.serving import Served, serve
+from mmd_operator.knowledge import ImageInput, ModelType, RepositoryLayout
+from mmd_operator.plan.repository_check import check_ensemble, parse_repository
 from tests.triton.conftest import EXAMPLE_NAMES
-from tests.triton.doubles import contract_of
-from tests.triton.serving import Served, load_example, serve
+from tests.triton.serving import load_example
 
 
 @pytest.fixture(scope="module", params=EXAMPLE_NAMES)

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from mmd_operator.triton.localserver import TritonInstall
-from tests.triton import double_codec as codec
-from tests.triton.serving import load_example, serve
+from mmd_operator.cli.triton.doubles import codec
+from mmd_operator.cli.triton.localserver import TritonInstall
+from mmd_operator.cli.triton.serving import serve
+from tests.triton.serving import load_example
 from tests.triton.test_conformance import ask, image_request
 
 EXAMPLE = "llava-tp2-fp8"

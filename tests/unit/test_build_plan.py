@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from engine_builder import versions
 from engine_builder.plan_format import WORK_DIR, BuildPlan
-from mmd_operator.cli.render import load_and_plan
+from tests.support.examples import EXAMPLE_PATHS, plan_example
 from tests.support.reference_workflow import REFERENCE_ARGV, flag_values
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def plan_of(example: str) -> BuildPlan:
-    _, plan = load_and_plan(EXAMPLES / f"{example}.yaml")
+    _, plan = plan_example(example)
     return plan.build
 
 
@@ -75,6 +72,22 @@ def test_vila_vision_engine_gets_the_vila_repository() -> None:
     assert flag_values(vision.argv)["--vila_path"] == "/opt/VILA"
 
 
+def test_xcomposer2_vision_plan_is_built_by_the_pinned_fork_recipe_its_preprocessing_expects() -> None:
+    _, plan = plan_example("internlm_xcomposer2")
+    vision = next(step for step in plan.build.steps if step.name == "build-vision-engine")
+    assert vision.argv[:4] == ("python3", "-m", "engine_builder.steps", "xcomposer2-vision-engine")
+    flags = flag_values(vision.argv)
+    assert flags["--recipe"] == versions.XCOMPOSER2_VISION_BUILDER
+    # The fork's dispatcher knows the model by this name (not upstream's `internlm-xcomposer2`).
+    assert flags["--model-type"] == "internlm-xcomposer2-vl-7b"
+    assert flags["--max-batch-size"] == "48"
+    assert vision.produces == ("encoder/visual_encoder.engine", "encoder/config.json")
+    expectation = next(e for e in plan.build.expectations if e.config_path == "encoder/config.json")
+    assert expectation.values == {"builder_config.model_type": "internlm/internlm-xcomposer2-vl-7b"}
+    preprocessing = plan.repository.configs["preprocessing"]
+    assert f"/engines/{plan.cache_key}/encoder/visual_encoder.engine" in preprocessing
+
+
 def test_pvc_sources_are_read_in_place_and_hf_tokens_come_only_from_the_job_environment() -> None:
     plan = plan_of("internlm-xcomposer2-lora")
     convert = next(step for step in plan.steps if step.name == "convert-checkpoint")
@@ -86,7 +99,7 @@ def test_pvc_sources_are_read_in_place_and_hf_tokens_come_only_from_the_job_envi
     assert "token" not in " ".join(fetch.argv).lower()
 
 
-@pytest.mark.parametrize("example", [p.stem for p in sorted(EXAMPLES.glob("*.yaml"))])
+@pytest.mark.parametrize("example", [p.stem for p in EXAMPLE_PATHS])
 def test_outputs_land_in_the_work_directory_and_the_kept_parts_are_produced(example: str) -> None:
     plan = plan_of(example)
     produced = {path.split("/")[0] for step in plan.steps for path in step.produces}

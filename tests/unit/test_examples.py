@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
 
-from mmd_operator.cli.render import load_and_plan, plan_files
-from mmd_operator.triton.repository import check_repository
+from mmd_operator.plan import model_repository
+from mmd_operator.plan.repository_check import check_repository, model_config_class
+from tests.support.examples import EXAMPLE_PATHS as EXAMPLES
+from tests.support.examples import plan_example as load_and_plan
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 GOLDEN = ROOT / "tests" / "golden"
 
 
@@ -37,7 +38,7 @@ def test_there_is_an_example_per_model_type() -> None:
 
 def test_rendered_files_match_golden(example: Path, request: pytest.FixtureRequest) -> None:
     _, plan = load_and_plan(example)
-    files = plan_files(plan)
+    files = plan.files()
     golden_dir = GOLDEN / example.stem
     if request.config.getoption("--update-golden"):
         for stale in sorted(golden_dir.rglob("*"), reverse=True) if golden_dir.exists() else []:
@@ -58,7 +59,7 @@ def test_rendered_files_match_golden(example: Path, request: pytest.FixtureReque
 def test_every_rendered_config_parses_with_tritons_own_proto(example: Path) -> None:
     _, plan = load_and_plan(example)
     for name, text in plan.repository.configs.items():
-        config = text_format.Parse(text, model_config_pb2.ModelConfig())
+        config = text_format.Parse(text, model_config_class()())
         assert config.name == name
         assert "${" not in text and "{{" not in text
     for model in plan.repository.configs:
@@ -71,21 +72,21 @@ def test_ensemble_wiring_is_consistent(example: Path) -> None:
     assert models
 
 
-def _configs(stem: str) -> dict[str, model_config_pb2.ModelConfig]:
-    _, plan = load_and_plan(ROOT / "examples" / f"{stem}.yaml")
+def _configs(stem: str) -> dict[str, Any]:
+    _, plan = load_and_plan(stem)
     return {
-        name: text_format.Parse(text, model_config_pb2.ModelConfig())
+        name: text_format.Parse(text, model_config_class()())
         for name, text in plan.repository.configs.items()
     }
 
 
-def _parameters(config: model_config_pb2.ModelConfig) -> dict[str, str]:
+def _parameters(config: Any) -> dict[str, str]:
     return {key: value.string_value for key, value in config.parameters.items()}
 
 
 def _derived(stem: str) -> dict[str, object]:
-    _, plan = load_and_plan(ROOT / "examples" / f"{stem}.yaml")
-    summary: dict[str, object] = json.loads(plan_files(plan)["derived.json"])
+    _, plan = load_and_plan(stem)
+    summary: dict[str, object] = json.loads(plan.files()["derived.json"])
     return summary
 
 
@@ -102,7 +103,8 @@ def test_acceptance_multimodal_lengths(stem: str, max_multimodal_len: int, visio
 def test_mllama_has_no_prompt_table_and_renders_bf16_encoder_inputs_with_cross_fraction() -> None:
     assert "max_multimodal_len" not in _derived("mllama")
     configs = _configs("mllama")
-    bf16 = model_config_pb2.DataType.Value("TYPE_BF16")
+    data_types = model_config_class().DESCRIPTOR.file.enum_types_by_name["DataType"]
+    bf16 = data_types.values_by_name["TYPE_BF16"].number
     encoder_features = next(t for t in configs["tensorrt_llm"].input if t.name == "encoder_input_features")
     assert encoder_features.data_type == bf16
     produced = next(t for t in configs["multimodal_encoders"].output if t.name == "ENCODER_INPUT_FEATURES")
@@ -128,6 +130,19 @@ def test_whisper_large_v3_renders_128_mel_bins_and_an_encoder_decoder_engine() -
     assert parameters["gpt_model_path"].endswith("/llm")
 
 
+def test_whisper_serves_beam_width_1_from_an_engine_built_for_4() -> None:
+    for stem in ("whisper", "distil_whisper"):
+        _, plan = load_and_plan(stem)
+        build = next(step for step in plan.build.steps if step.name == "build-decoder")
+        assert build.argv[build.argv.index("--max_beam_width") + 1] == "4"
+        assert _parameters(_configs(stem)["tensorrt_llm"])["max_beam_width"] == "1"
+
+
+def test_the_xcomposer2_example_renders_the_reference_triton_batch_32() -> None:
+    configs = _configs("internlm_xcomposer2")
+    assert {name: config.max_batch_size for name, config in configs.items()} == dict.fromkeys(configs, 32)
+
+
 def test_tp2_fp8_example_streams_with_chunked_context() -> None:
     configs = _configs("llava-tp2-fp8")
     assert configs["tensorrt_llm"].model_transaction_policy.decoupled
@@ -147,7 +162,7 @@ def test_xcomposer2_renders_the_lora_cache_and_lora_inputs() -> None:
     ensemble_inputs = {t.name for t in configs["ensemble"].input}
     assert {"lora_task_id", "lora_weights", "lora_config", "image_input"} <= ensemble_inputs
     assert "multimodal_encoders" not in configs
-    assert _parameters(configs["preprocessing"])["vit_model_dir"].endswith("/encoder/model.engine")
+    assert _parameters(configs["preprocessing"])["vit_model_dir"].endswith("/encoder/visual_encoder.engine")
     assert configs["ensemble"].max_batch_size == 32
 
 
@@ -182,7 +197,7 @@ def test_decoupled_mode_follows_streaming(example: Path) -> None:
     _, plan = load_and_plan(example)
     streaming = plan.settings.spec.serving.streaming
     for name, text in plan.repository.configs.items():
-        config = text_format.Parse(text, model_config_pb2.ModelConfig())
+        config = text_format.Parse(text, model_config_class()())
         if config.HasField("model_transaction_policy"):
             assert config.model_transaction_policy.decoupled == streaming, name
 
@@ -195,13 +210,11 @@ def test_bls_is_rendered_only_where_it_can_serve_the_type() -> None:
 
 def test_no_template_macro_is_shadowed_by_a_context_value() -> None:
     # A context value named like a macro silently replaces it (or the reverse) inside templates.
-    from mmd_operator.plan import render
-
     macros = {
         name
-        for name in dir(render._ENVIRONMENT.get_template("_macros.j2").module)
+        for name in dir(model_repository._ENVIRONMENT.get_template("_macros.j2").module)
         if not name.startswith("_")
     }
     _, plan = load_and_plan(EXAMPLES[0])
-    context = render.render_context(plan.settings, cache_key=plan.cache_key)
+    context = model_repository.render_context(plan.settings, cache_key=plan.cache_key)
     assert macros and not macros & set(context)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from mmd_operator.api.validation import parse_spec
-from mmd_operator.plan.deployment import plan_deployment
-from mmd_operator.triton.repository import RepositoryError, check_repository
+from mmd_operator.plan.repository_check import RepositoryError, check_repository
+from mmd_operator.plan.resource_plan import plan_spec
 
 
 def llava_configs() -> dict[str, str]:
     spec = parse_spec({"model": {"type": "llava", "source": {"huggingface": {"repo": "llava-hf/llava"}}}})
-    return dict(plan_deployment(spec).repository.configs)
+    return dict(plan_spec(spec).repository.configs)
 
 
 def problems_after(model: str, old: str, new: str) -> list[str]:

@@ -187,7 +187,7 @@ class EngineSpec(_Schema):
     max_num_tokens: int | None = Field(None, ge=1, le=1048576)
     """Tokens per engine step (the chunk size with chunked context). Defaults to the builder's."""
     max_beam_width: int | None = Field(None, ge=1, le=16)
-    """Largest beam width. Defaults per model type (1; 4 for Whisper)."""
+    """Largest beam width the engine is built for. Defaults per model type (1; 4 for Whisper)."""
     max_images_per_request: int = Field(1, ge=1, le=64)
     """Images one request may carry. More than 1 only for multi-image model types (vila)."""
     max_multimodal_len: int | None = Field(None, ge=1)
@@ -251,6 +251,10 @@ class ServingSpec(_Schema):
     """Triton `max_batch_size` of every model. Defaults per model type; at most the engine batch."""
     streaming: bool = False
     """Decoupled mode: stream tokens (`/generate_stream`, gRPC streaming)."""
+    max_beam_width: int | None = Field(None, ge=1, le=16)
+    """Beam width `tensorrt_llm` serves (`max_beam_width` of its config). The executor refuses a request
+    whose beam width differs from it. Defaults to the engine's, and to 1 for whisper types (whisper_bls
+    sends no beam width); at most engine.maxBeamWidth."""
     enable_bls: bool | None = None
     """Render `tensorrt_llm_bls`, the Python entry point beside the ensemble. Defaults to true where it
     can serve the type; not available for whisper types (their entry point is `whisper_bls`) nor for
@@ -288,8 +292,9 @@ class ServingSpec(_Schema):
     zero_pad: bool = False
     """Whisper only: trim audio to its true length instead of padding the mel spectrogram to 30 s."""
     cuda_memory_pool_bytes: int | None = Field(None, ge=0)
-    """CUDA memory pool on GPU 0 for tensors passed between models. Derived from the prompt table and
-    encoder feature sizes; a smaller value is refused, a larger one is used."""
+    """CUDA memory pool on GPU 0 for tensors passed between models. Defaults to the larger of the reference
+    workflow's 300000000 bytes and an estimate from the prompt table and encoder feature sizes; a value
+    below that estimate is refused, any other is used."""
 
 
 def _spec_rules() -> list[JsonValue]:
@@ -362,6 +367,19 @@ def _spec_rules() -> list[JsonValue]:
             "self.serving.tritonMaxBatchSize <= self.engine.maxBatchSize",
             "serving.tritonMaxBatchSize must not exceed engine.maxBatchSize",
             field_path=".serving.tritonMaxBatchSize",
+        ),
+        cel_rule(
+            "!has(self.serving.maxBeamWidth) || !has(self.engine.maxBeamWidth) || "
+            "self.serving.maxBeamWidth <= self.engine.maxBeamWidth",
+            "serving.maxBeamWidth must not exceed engine.maxBeamWidth",
+            field_path=".serving.maxBeamWidth",
+        ),
+        cel_rule(
+            f"!(self.model.type in {cel_list(WHISPER_TYPES)}) || !has(self.serving.maxBeamWidth) || "
+            "self.serving.maxBeamWidth == 1",
+            f"serving.maxBeamWidth must be 1 for {', '.join(WHISPER_TYPES)}: whisper_bls sends no beam width "
+            "and the executor refuses requests whose beam width differs from the served one",
+            field_path=".serving.maxBeamWidth",
         ),
         cel_rule(
             f"!self.serving.zeroPad || self.model.type in {cel_list(WHISPER_TYPES)}",
@@ -451,6 +469,8 @@ class DerivedLimits(_Schema):
     """Images per request, as preprocessing expects."""
     triton_max_batch_size: int
     """Triton max_batch_size of every model."""
+    triton_max_beam_width: int
+    """Beam width `tensorrt_llm` serves; requests must use exactly this width."""
     cuda_memory_pool_bytes: int
     """CUDA memory pool on GPU 0."""
 

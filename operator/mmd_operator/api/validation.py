@@ -162,15 +162,3 @@ def check_resource(
         status=document.get("status"),
     )
     return resource, [*problems, *spec_problems]
-
-
-def parse_resource(document: Mapping[str, Any]) -> v1alpha1.MultimodalDeployment:
-    """Validate a whole MultimodalDeployment document and return the model.
-
-    Raises:
-        InvalidSpecError: with one problem per broken rule, each naming its field path.
-    """
-    resource, problems = check_resource(document)
-    if resource is None or problems:
-        raise InvalidSpecError(problems)
-    return resource

@@ -1,6 +1,6 @@
 """`mmctl cluster up | down | status | kubeconfig | build`: the local Kubernetes control plane.
 
-A thin shell over `mmd_operator.localcluster`; see docs/local-cluster.md.
+A thin shell over `mmd_operator.cli.localcluster`; see docs/local-cluster.md.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mmd_operator.localcluster.build import BuildError, ensure_binaries
-from mmd_operator.localcluster.cluster import ClusterError, LocalCluster
-from mmd_operator.localcluster.layout import Layout, LayoutError, default_state_dir
-from mmd_operator.localcluster.objects import GPU_MODELS, NodePool
+from mmd_operator.cli.localcluster.binaries import BuildError, ensure_binaries
+from mmd_operator.cli.localcluster.cluster import ClusterError, LocalCluster
+from mmd_operator.cli.localcluster.layout import Layout, LayoutError, default_state_dir
+from mmd_operator.cli.localcluster.objects import GPU_MODELS, NodePool
 
 # `status` exit codes: everything healthy, something dead or unhealthy, nothing started.
 EXIT_HEALTHY, EXIT_DEGRADED, EXIT_NOT_RUNNING = 0, 1, 3

@@ -24,9 +24,9 @@ from typing import Any
 import jiwer
 from tqdm import tqdm
 
+from mmd_operator.cli.triton.client import ServerError, TritonClient
+from mmd_operator.cli.triton.requests import Audio, RequestError, audio_request, load_audio
 from mmd_operator.knowledge import ModelType, RepositoryLayout, knowledge_of
-from mmd_operator.triton.client import ServerError, TritonClient
-from mmd_operator.triton.requests import Audio, RequestError, audio_request, load_audio
 
 EXIT_FAILED = 1
 _PUNCTUATION = re.compile(r"[^\w\s']")

@@ -1,4 +1,8 @@
-"""`mmctl generate`: write every generated file (the CRD) from the pydantic models.
+"""`mmctl generate`: write every generated file from its one source.
+
+- the CRD, from the pydantic API models;
+- Triton's `model_config.proto` as a compiled descriptor for the plan layer's repository check, from the
+  one tritonclient ships (so the operator needs only the protobuf runtime).
 
 Run from the repository root (`make generate`); a unit test fails when the committed files drift.
 """
@@ -9,12 +13,22 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tritonclient.grpc import model_config_pb2
+
 from mmd_operator.api import crdgen
+from mmd_operator.plan import repository_check
+
+_PLAN_PACKAGE = Path("operator", "mmd_operator", "plan")
 
 
-def generated_files() -> dict[str, str]:
+def generated_files() -> dict[str, str | bytes]:
     """Generated files, relative to the repository root, with their contents."""
-    return {f"crds/{crdgen.CRD_FILE_NAME}": crdgen.render_yaml()}
+    return {
+        f"crds/{crdgen.CRD_FILE_NAME}": crdgen.render_yaml(),
+        str(
+            _PLAN_PACKAGE / repository_check.MODEL_CONFIG_DESCRIPTOR
+        ): model_config_pb2.DESCRIPTOR.serialized_pb,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,13 +37,16 @@ def run(args: argparse.Namespace) -> int:
     for relative, content in generated_files().items():
         target = root / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content)
         print(f"wrote {target}")
     return 0
 
 
 def register(subparsers: Any) -> None:
     """Add `generate` to `subparsers`."""
-    parser = subparsers.add_parser("generate", help="write the CRD generated from the API models")
+    parser = subparsers.add_parser("generate", help="write the CRD and the other generated files")
     parser.add_argument("--root", default=".", help="repository root (default: current directory)")
     parser.set_defaults(handler=run)

@@ -13,9 +13,8 @@ import sys
 import time
 from typing import Any
 
-from mmd_operator.knowledge import ModelType, RepositoryLayout, knowledge_of
-from mmd_operator.triton.client import ServerError, TritonClient
-from mmd_operator.triton.requests import (
+from mmd_operator.cli.triton.client import ServerError, TritonClient
+from mmd_operator.cli.triton.requests import (
     RequestError,
     Sampling,
     TextRequest,
@@ -23,6 +22,7 @@ from mmd_operator.triton.requests import (
     load_audio,
     text_request,
 )
+from mmd_operator.knowledge import ModelType, RepositoryLayout, knowledge_of
 
 EXIT_FAILED = 1
 

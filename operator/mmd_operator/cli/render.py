@@ -8,10 +8,8 @@ and rule), exits non-zero and writes nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +17,8 @@ import yaml
 
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.api.validation import InvalidSpecError
-from mmd_operator.plan.deployment import DeploymentPlan, plan_resource
-from mmd_operator.triton.repository import RepositoryError, check_repository
+from mmd_operator.plan.repository_check import RepositoryError
+from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2
@@ -55,25 +53,14 @@ def load_document(path: Path) -> dict[str, Any]:
     return documents[0]
 
 
-def load_and_plan(path: Path) -> tuple[MultimodalDeployment, DeploymentPlan]:
-    """Validate the resource in `path` and derive its plan.
+def load_and_plan(path: Path) -> tuple[MultimodalDeployment, ResourcePlan]:
+    """Validate the resource in `path` and derive its checked plan.
 
     Raises:
         InputError: if the file cannot be read.
         InvalidSpecError: if the resource breaks a rule.
     """
     return plan_resource(load_document(path))
-
-
-def plan_files(plan: DeploymentPlan) -> dict[str, str]:
-    """Every file `render` writes, relative to the output directory."""
-    files = {f"model_repository/{name}": text for name, text in plan.repository.files().items()}
-    files["derived.json"] = json.dumps(plan.derived_summary(), indent=2) + "\n"
-    files["build_plan.json"] = plan.build.model_dump_json(indent=2) + "\n"
-    launch = asdict(plan.launch)
-    launch["world_size"] = len(plan.launch.ranks)
-    files["launch.json"] = json.dumps(launch, indent=2) + "\n"
-    return files
 
 
 def write_files(out_dir: Path, files: dict[str, str]) -> None:
@@ -85,7 +72,7 @@ def write_files(out_dir: Path, files: dict[str, str]) -> None:
         target.write_text(content)
 
 
-def _load_or_report(path: Path) -> tuple[MultimodalDeployment, DeploymentPlan] | int:
+def _load_or_report(path: Path) -> tuple[MultimodalDeployment, ResourcePlan] | int:
     """The resource and its plan, or the exit code after telling the user what is wrong."""
     try:
         return load_and_plan(path)
@@ -93,10 +80,18 @@ def _load_or_report(path: Path) -> tuple[MultimodalDeployment, DeploymentPlan] |
         print(error, file=sys.stderr)
         return EXIT_USAGE
     except InvalidSpecError as invalid:
-        print(f"{path}: invalid MultimodalDeployment ({len(invalid.problems)} problems)", file=sys.stderr)
+        count = len(invalid.problems)
+        print(
+            f"{path}: invalid MultimodalDeployment ({count} problem{'s' if count != 1 else ''})",
+            file=sys.stderr,
+        )
         for problem in invalid.problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_INVALID
+    except RepositoryError as error:
+        # The same check Triton does at load time; a failure here is our bug, not the user's.
+        print(f"internal error: the rendered repository is inconsistent: {error}", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 def run_render(args: argparse.Namespace) -> int:
@@ -106,13 +101,7 @@ def run_render(args: argparse.Namespace) -> int:
     if isinstance(loaded, int):
         return loaded
     resource, plan = loaded
-    try:
-        # The same check Triton does at load time; a failure here is our bug, not the user's.
-        check_repository(plan.repository.configs)
-    except RepositoryError as error:
-        print(f"internal error: the rendered repository is inconsistent: {error}", file=sys.stderr)
-        return EXIT_INTERNAL
-    write_files(out_dir, plan_files(plan))
+    write_files(out_dir, plan.files())
     name = resource.metadata.get("name")
     print(f"rendered {name} ({plan.settings.knowledge.model_type}) into {out_dir}")
     print(f"  cacheKey          {plan.cache_key}")

@@ -11,16 +11,61 @@ Imports the kubernetes client and the builder's pure result format.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from engine_builder.result_format import BuildFailed, BuildSucceeded, EngineIndex, parse_termination_message
+from engine_builder.result_format import BuildFailed, BuildSucceeded, parse_termination_message
 
 ENGINE_INDEX_CONFIGMAP = "mmd-engine-index"
 # Set by the Job controller on every pod of a Job.
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 _LABELS = {"app.kubernetes.io/managed-by": "mmd-operator", "app.kubernetes.io/component": "engine-index"}
+
+
+class EngineIndex(BaseModel):
+    """Finished cache entries of one namespace's engine cache, by cacheKey, as the index ConfigMap holds them.
+
+    The ConfigMap's data has one key per cacheKey (hex digests are valid keys) whose value is the build's
+    success summary as JSON; a resource whose cacheKey is in the index needs no build Job.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    entries: dict[str, BuildSucceeded] = {}
+
+    def get(self, cache_key: str) -> BuildSucceeded | None:
+        """The summary of `cache_key`, or None when it was never built here."""
+        return self.entries.get(cache_key)
+
+    def record(self, summary: BuildSucceeded) -> EngineIndex:
+        """A new index that includes `summary` (a cache hit is stored like the build it found)."""
+        stored = summary.model_copy(update={"cache_hit": False})
+        return EngineIndex(entries={**self.entries, summary.cache_key: stored})
+
+    def to_configmap_data(self) -> dict[str, str]:
+        """The ConfigMap's `data`."""
+        return {key: summary.model_dump_json() for key, summary in sorted(self.entries.items())}
+
+    @classmethod
+    def from_configmap_data(cls, data: Mapping[str, str] | None) -> EngineIndex:
+        """Read what `to_configmap_data` wrote.
+
+        An entry that does not parse (hand-edited, or written by an incompatible version) is left out: the
+        key then looks unbuilt, the build Job finds the entry's manifest on the volume, exits at once and
+        reports it again, which repairs the index.
+        """
+        entries: dict[str, BuildSucceeded] = {}
+        for key, value in (data or {}).items():
+            try:
+                summary = BuildSucceeded.model_validate_json(value)
+            except ValidationError:
+                continue
+            if summary.cache_key == key:
+                entries[key] = summary
+        return cls(entries=entries)
 
 
 def job_build_result(core: Any, *, namespace: str, job_name: str) -> BuildSucceeded | BuildFailed | None:

@@ -8,7 +8,8 @@ The limits that must agree with each other are computed here:
 - the vision engine batch: engine batch x images per request (x patches or frames for LLaVA-OneVision).
 - preprocessing's `max_num_images` equals the build-time images per request.
 - Whisper's encoder takes exactly 3000 mel frames (30 s of audio), so its encoder limits are fixed.
-- the CUDA memory pool on GPU 0, which carries tensors between models (see `cuda_memory_pool_bytes`).
+- the beam width `tensorrt_llm` serves, which requests must match exactly (Whisper: built 4, served 1).
+- the CUDA memory pool on GPU 0, which carries tensors between models (see `memory_pool`).
 
 A user value that contradicts a derived one is refused with both numbers in the message.
 Pure: imports the api models and the knowledge table.
@@ -17,6 +18,7 @@ Pure: imports the api models and the knowledge table.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeploymentSpec
 from mmd_operator.api.validation import InvalidSpecError, Problem
@@ -27,6 +29,10 @@ MIB = 1 << 20
 BASE_POOL_BYTES = 64 * MIB
 # One batch in flight while the next is produced.
 POOL_BUFFERS = 2
+# The reference workflow launches every multimodal and Whisper repository with this pool
+# (`--multimodal_gpu0_cuda_mem_pool_bytes 300000000`); the estimate below was never checked on a GPU,
+# so it only ever raises the pool above this floor.
+REFERENCE_POOL_BYTES = 300_000_000
 WHISPER_MEL_FRAMES = 3000
 _DTYPE_BYTES = {"TYPE_FP16": 2, "TYPE_BF16": 2, "TYPE_FP32": 4, "float16": 2, "bfloat16": 2}
 
@@ -49,6 +55,56 @@ def cuda_memory_pool_bytes(
     prompt_table = _DTYPE_BYTES[prompt_table_dtype] * prompt_table_rows * hidden_size
     needed = POOL_BUFFERS * (prompt_table + encoder_feature_bytes) + BASE_POOL_BYTES
     return math.ceil(needed / MIB) * MIB
+
+
+@dataclass(frozen=True)
+class MemoryPool:
+    """The CUDA memory pool on GPU 0 and why it has that size."""
+
+    size: int
+    estimate: int
+    basis: str
+
+
+def memory_pool(
+    spec: MultimodalDeploymentSpec,
+    *,
+    max_multimodal_len: int | None,
+    encoder_input_len: int | None,
+    triton_batch: int,
+) -> MemoryPool:
+    """The pool `spec` gets: the user's value, else the larger of the reference's floor and the estimate."""
+    knowledge = knowledge_of(spec.model.type)
+    hidden_size = spec.model.hidden_size or knowledge.reference_hidden_size
+    variant = knowledge.variant(spec.model.variant) if spec.model.variant else None
+    estimate = cuda_memory_pool_bytes(
+        prompt_table_rows=max_multimodal_len or 0,
+        hidden_size=hidden_size,
+        prompt_table_dtype=spec.serving.prompt_table_datatype,
+        encoder_feature_bytes=_encoder_feature_bytes(
+            knowledge,
+            encoder_input_len=encoder_input_len,
+            hidden_size=hidden_size,
+            batch=triton_batch,
+            n_mels=variant.n_mels if variant else None,
+        ),
+    )
+    given = spec.serving.cuda_memory_pool_bytes
+    if given is not None:
+        return MemoryPool(given, estimate, f"serving.cudaMemoryPoolBytes (the estimate is {estimate})")
+    if estimate > REFERENCE_POOL_BYTES:
+        return MemoryPool(
+            estimate,
+            estimate,
+            f"estimate 2 x (prompt table + encoder features) + 64 MiB, above the reference's "
+            f"{REFERENCE_POOL_BYTES}",
+        )
+    return MemoryPool(
+        REFERENCE_POOL_BYTES,
+        estimate,
+        f"the reference workflow's {REFERENCE_POOL_BYTES}, a floor over the estimate {estimate} "
+        "(never checked on a GPU)",
+    )
 
 
 def _encoder_feature_bytes(
@@ -155,30 +211,30 @@ def derive_limits(spec: MultimodalDeploymentSpec) -> DerivedLimits:
             )
         )
 
-    hidden_size = spec.model.hidden_size or knowledge.reference_hidden_size
-    variant = knowledge.variant(spec.model.variant) if spec.model.variant else None
-    pool = cuda_memory_pool_bytes(
-        prompt_table_rows=max_multimodal_len or 0,
-        hidden_size=hidden_size,
-        prompt_table_dtype=serving.prompt_table_datatype,
-        encoder_feature_bytes=_encoder_feature_bytes(
-            knowledge,
-            encoder_input_len=encoder_input_len,
-            hidden_size=hidden_size,
-            batch=triton_batch,
-            n_mels=variant.n_mels if variant else None,
-        ),
-    )
-    if serving.cuda_memory_pool_bytes is not None:
-        if serving.cuda_memory_pool_bytes < pool:
-            problems.append(
-                Problem(
-                    "spec.serving.cudaMemoryPoolBytes",
-                    f"is {serving.cuda_memory_pool_bytes} but the prompt tables and encoder features need at "
-                    f"least {pool} bytes; leave it out to use the derived size",
-                )
+    engine_beam = engine.max_beam_width or defaults.max_beam_width
+    served_beam = serving.max_beam_width or knowledge.serving.max_beam_width or engine_beam
+    if served_beam > engine_beam:
+        problems.append(
+            Problem(
+                "spec.serving.maxBeamWidth",
+                f"is {served_beam} but must not exceed the engine's maxBeamWidth {engine_beam}",
             )
-        pool = serving.cuda_memory_pool_bytes
+        )
+
+    pool = memory_pool(
+        spec,
+        max_multimodal_len=max_multimodal_len,
+        encoder_input_len=encoder_input_len,
+        triton_batch=triton_batch,
+    )
+    if pool.size < pool.estimate:
+        problems.append(
+            Problem(
+                "spec.serving.cudaMemoryPoolBytes",
+                f"is {pool.size} but the prompt tables and encoder features need at least {pool.estimate} "
+                "bytes; leave it out to use the derived size",
+            )
+        )
 
     if problems:
         raise InvalidSpecError(problems)
@@ -186,12 +242,13 @@ def derive_limits(spec: MultimodalDeploymentSpec) -> DerivedLimits:
         max_batch_size=batch,
         max_input_len=input_len,
         max_seq_len=seq_len,
-        max_beam_width=engine.max_beam_width or defaults.max_beam_width,
+        max_beam_width=engine_beam,
         max_num_tokens=engine.max_num_tokens or defaults.max_num_tokens,
         max_multimodal_len=max_multimodal_len,
         max_encoder_input_len=encoder_input_len if knowledge.encoder_decoder else None,
         vision_max_batch_size=vision_batch,
         max_num_images=images if knowledge.has_vision_engine else None,
         triton_max_batch_size=triton_batch,
-        cuda_memory_pool_bytes=pool,
+        triton_max_beam_width=served_beam,
+        cuda_memory_pool_bytes=pool.size,
     )

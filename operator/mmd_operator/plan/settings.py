@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from engine_builder import versions
 from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeploymentSpec
 from mmd_operator.knowledge import LoraCacheDefaults, ModelKnowledge, WhisperVariant, knowledge_of
-from mmd_operator.plan.limits import derive_limits
+from mmd_operator.plan.limits import MemoryPool, derive_limits, memory_pool
 
 # Where serving pods mount the engine cache volume and the assembled model repository.
 ENGINE_MOUNT = "/engines"
@@ -41,6 +41,7 @@ class Settings:
     spec: MultimodalDeploymentSpec
     knowledge: ModelKnowledge
     limits: DerivedLimits
+    memory_pool: MemoryPool
     dtype: str
     tensor_parallel_size: int
     variant: WhisperVariant | None
@@ -83,10 +84,17 @@ def resolve(spec: MultimodalDeploymentSpec) -> Settings:
     cross_fraction = None
     if knowledge.encoder_decoder:
         cross_fraction = serving.cross_kv_cache_fraction or DEFAULT_CROSS_KV_CACHE_FRACTION
+    limits = derive_limits(spec)
     return Settings(
         spec=spec,
         knowledge=knowledge,
-        limits=derive_limits(spec),
+        limits=limits,
+        memory_pool=memory_pool(
+            spec,
+            max_multimodal_len=limits.max_multimodal_len,
+            encoder_input_len=limits.max_encoder_input_len,
+            triton_batch=limits.triton_max_batch_size,
+        ),
         dtype=spec.engine.dtype or knowledge.build.dtype,
         tensor_parallel_size=spec.engine.tensor_parallel_size,
         variant=knowledge.variant(spec.model.variant) if spec.model.variant else None,

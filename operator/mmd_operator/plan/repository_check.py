@@ -3,20 +3,48 @@
 Triton only finds a miswired ensemble when it loads the repository; this check finds the same mistakes
 offline: a step mapping a tensor its model does not declare, a tensor consumed before it is produced,
 data types or shapes that disagree between producer and consumer, required inputs left unmapped, and
-ensemble inputs or outputs nobody uses or produces. Part of the triton adapter: imports tritonclient.
+ensemble inputs or outputs nobody uses or produces.
+
+Triton's `model_config.proto` comes as its compiled descriptor, `model_config.binpb` beside this module,
+which `mmctl generate` writes from the one tritonclient ships (a unit test fails when they drift). So
+the check needs only the protobuf runtime, not the Triton client and its gRPC stack. Pure: no I/O beyond
+reading that package file once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from typing import Any, TypeAlias
 
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 
-# The generated protobuf classes ship without type stubs.
+MODEL_CONFIG_DESCRIPTOR = "model_config.binpb"
+MODEL_CONFIG_MESSAGE = "inference.ModelConfig"
+
+# Messages built from a descriptor at run time have no static types.
 ModelConfig: TypeAlias = Any
+
+
+@cache
+def _pool() -> descriptor_pool.DescriptorPool:
+    serialized = resources.files(__package__).joinpath(MODEL_CONFIG_DESCRIPTOR).read_bytes()
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(descriptor_pb2.FileDescriptorProto.FromString(serialized))
+    return pool
+
+
+def model_config_class() -> type[Any]:
+    """The `inference.ModelConfig` message class of Triton's model_config.proto."""
+    return message_factory.GetMessageClass(_pool().FindMessageTypeByName(MODEL_CONFIG_MESSAGE))
+
+
+def data_type_name(value: int) -> str:
+    """`TYPE_FP16` and friends, from the enum value a parsed config holds."""
+    name: str = _pool().FindEnumTypeByName("inference.DataType").values_by_number[value].name
+    return name
 
 
 class RepositoryError(Exception):
@@ -34,7 +62,7 @@ def parse_config(name: str, text: str) -> ModelConfig:
         RepositoryError: if the text is not a valid inference.ModelConfig.
     """
     try:
-        return text_format.Parse(text, model_config_pb2.ModelConfig())
+        return text_format.Parse(text, model_config_class()())
     except text_format.ParseError as error:
         raise RepositoryError([f"{name}/config.pbtxt: {error}"]) from None
 
@@ -65,7 +93,7 @@ class Tensor:
 
     def describe(self) -> str:
         """Human-readable type and shape."""
-        type_name: str = model_config_pb2.DataType.Name(self.data_type)
+        type_name = data_type_name(self.data_type)
         return f"{type_name}{list(self.dims)} ({self.owner})"
 
 

@@ -1,7 +1,7 @@
 """Encodings shared by the test doubles (inside the Python backend stub) and the tests that read their output.
 
-TEST CODE: nothing here ships. Imports only numpy and the standard library, because it runs inside the
-tritonserver's Python backend stub as well as in pytest.
+Part of the doubles, not the real models. Imports only numpy and the standard library, because it runs
+inside the tritonserver's Python backend stub as well as in the tests, benchmarks and demo.
 
 - A byte tokenizer: token id = UTF-8 byte (0..255); ids >= `VOCAB_SIZE` are fake prompt-table ids, as the
   real preprocessing inserts for image features.

@@ -1,9 +1,9 @@
 """Behaviour of the Python-backend doubles; runs inside tritonserver's Python backend stub.
 
-TEST CODE: nothing here ships. `doubles.py` writes, into every model directory it replaces, a `model.py`
-holding that model's contract (parsed from the operator's rendered `config.pbtxt`) and copies this file
-and `double_codec.py` beside it. Imports numpy, Pillow, the standard library, `triton_python_backend_utils`
-and the codec.
+A double, not the real model: `repository.py` writes, into every model directory it replaces, a
+`model.py` holding that model's contract (parsed from the operator's rendered `config.pbtxt`) and copies
+this file and `codec.py` beside it as the package `triton_doubles`. Imports numpy, Pillow, the standard
+library, `triton_python_backend_utils` and the codec.
 
 Each double checks at load time that the config Triton loaded is exactly the contract it was generated
 from, produces only what that contract declares, and reports what reached it:
@@ -31,10 +31,11 @@ import threading
 import urllib.request
 from typing import Any
 
-import double_codec as codec
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from PIL import Image
+
+from . import codec
 
 _NUMPY = {
     "TYPE_BOOL": np.bool_,

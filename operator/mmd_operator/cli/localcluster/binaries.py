@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from mmd_operator.localcluster.layout import Layout, Toolchain, Versions
-from mmd_operator.localcluster.processes import exclusive_lock
-from mmd_operator.localcluster.stages import UPSTREAM_STAGE_FILES
+from mmd_operator.cli.localcluster.layout import Layout, Toolchain, Versions
+from mmd_operator.cli.localcluster.processes import exclusive_lock
+from mmd_operator.cli.localcluster.stages import UPSTREAM_STAGE_FILES
 
 Printer = Callable[[str], None]
 
@@ -189,12 +189,6 @@ def _is_complete(root: Path) -> bool:
     return (root / "manifest.json").is_file() and all(
         (root / "bin" / name).is_file() for name in BINARY_NAMES
     )
-
-
-def cached_binaries(layout: Layout, toolchain: Toolchain | None = None) -> Binaries | None:
-    """Return the cached build of the pinned versions, or None when it is missing."""
-    root = layout.cache_dir(toolchain or Toolchain.discover())
-    return Binaries(root=root, versions=layout.versions) if _is_complete(root) else None
 
 
 def _module_info(toolchain: Toolchain, wrapper: Path, module: str, say: Printer) -> dict[str, object]:

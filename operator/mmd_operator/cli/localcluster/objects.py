@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mmd_operator.localcluster.stages import PROVISIONER, STORAGE_CLASS
+from mmd_operator.cli.localcluster.stages import PROVISIONER, STORAGE_CLASS
 
 GPU_RESOURCE = "nvidia.com/gpu"
 NODE_ANNOTATION = "kwok.x-k8s.io/node"

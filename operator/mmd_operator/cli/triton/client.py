@@ -26,8 +26,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from mmd_operator.cli.triton.requests import IMAGE_SOURCE_INPUTS, Tensor
 from mmd_operator.knowledge import KNOWLEDGE, ImageInput, ModelKnowledge, ModelType, RepositoryLayout
-from mmd_operator.triton.requests import IMAGE_SOURCE_INPUTS, Tensor
 
 # Ensemble inputs that tell model types apart.
 _SIGNATURE_INPUTS = (*IMAGE_SOURCE_INPUTS, "prompt_table_extra_id", "lora_task_id")

@@ -1,4 +1,7 @@
-"""Small test media made on the spot: JPEG/PNG images, video frames, tone-coded speech WAVs. No downloads."""
+"""Small media made on the spot for trying a server: JPEG/PNG images, video frames, tone-coded speech WAVs.
+
+No downloads. Used by the triton test tier, the benchmark and the demo.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import soundfile
 import soxr
 from PIL import Image
 
-from tests.triton import double_codec as codec
+from mmd_operator.cli.triton.doubles import codec
 
 
 def image(path: Path, size: tuple[int, int] = (64, 48), seed: int = 0, fmt: str = "JPEG") -> Path:
@@ -46,7 +49,7 @@ def gif(path: Path, count: int, size: tuple[int, int] = (32, 24)) -> Path:
 
 
 def speech(path: Path, text: str, rate: int = codec.SAMPLE_RATE, channels: int = 1) -> Path:
-    """`text` as tone-coded 'speech' (see double_codec), written as a 16-bit WAV at `rate`."""
+    """`text` as tone-coded 'speech' (see doubles.codec), written as a 16-bit WAV at `rate`."""
     samples = codec.tone_audio(text)
     if rate != codec.SAMPLE_RATE:
         samples = soxr.resample(samples, codec.SAMPLE_RATE, rate)

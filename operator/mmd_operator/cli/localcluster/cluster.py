@@ -25,13 +25,13 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from mmd_operator.localcluster import processes
-from mmd_operator.localcluster.build import Binaries, ensure_binaries
-from mmd_operator.localcluster.layout import Layout
-from mmd_operator.localcluster.objects import NodePool, gpu_node, storage_class
-from mmd_operator.localcluster.pki import Credentials, generate_credentials, write_kubeconfig
-from mmd_operator.localcluster.processes import ProcessRecord
-from mmd_operator.localcluster.stages import write_kwok_config
+from mmd_operator.cli.localcluster import processes
+from mmd_operator.cli.localcluster.binaries import Binaries, ensure_binaries
+from mmd_operator.cli.localcluster.layout import Layout
+from mmd_operator.cli.localcluster.objects import NodePool, gpu_node, storage_class
+from mmd_operator.cli.localcluster.pki import Credentials, generate_credentials, write_kubeconfig
+from mmd_operator.cli.localcluster.processes import ProcessRecord
+from mmd_operator.cli.localcluster.stages import write_kwok_config
 
 Printer = Callable[[str], None]
 

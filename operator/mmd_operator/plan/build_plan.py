@@ -11,6 +11,7 @@ from __future__ import annotations
 from engine_builder import versions
 from engine_builder.plan_format import WORK_DIR, BuildPlan, BuildStep, EngineExpectation
 from mmd_operator.api.v1alpha1 import ModelSource
+from mmd_operator.knowledge import VisionEngineRecipe
 from mmd_operator.plan.settings import LAYOUT, Settings
 
 # Where the build Job mounts PersistentVolumeClaim sources, read-only: `<mount>/model`, `<mount>/lora`.
@@ -191,24 +192,43 @@ def _engine_steps(settings: Settings, *, model_dir: str, lora_dir: str | None) -
         )
     )
     if knowledge.vision_model_type is not None:
-        steps.append(
-            BuildStep(
-                name="build-vision-engine",
-                description=f"Build the {knowledge.vision_model_type} multimodal engine",
-                argv=_python(
-                    "multimodal/build_multimodal_engine.py",
-                    *_flags(
-                        model_type=knowledge.vision_model_type,
-                        model_path=model_dir,
-                        output_dir=_work(LAYOUT.encoder),
-                        max_batch_size=limits.vision_max_batch_size,
-                    ),
-                    *knowledge.vision_extra_args,
-                ),
-                produces=(f"{LAYOUT.encoder}/model.engine", f"{LAYOUT.encoder}/config.json"),
-            )
-        )
+        steps.append(_vision_step(settings, model_dir))
     return steps
+
+
+def _vision_step(settings: Settings, model_dir: str) -> BuildStep:
+    knowledge, limits = settings.knowledge, settings.limits
+    produces = (f"{LAYOUT.encoder}/{knowledge.vision_engine_file}", f"{LAYOUT.encoder}/config.json")
+    if knowledge.vision_recipe is VisionEngineRecipe.XCOMPOSER2_FORK:
+        return BuildStep(
+            name="build-vision-engine",
+            description="Build the InternLM-XComposer2 ViT plan with the fork's pinned recipe",
+            argv=(
+                *_OUR_STEPS,
+                "xcomposer2-vision-engine",
+                *("--recipe", versions.XCOMPOSER2_VISION_BUILDER),
+                *("--model-type", str(knowledge.vision_model_type)),
+                *("--model-dir", model_dir),
+                *("--output-dir", _work(LAYOUT.encoder)),
+                *("--max-batch-size", str(limits.vision_max_batch_size)),
+            ),
+            produces=produces,
+        )
+    return BuildStep(
+        name="build-vision-engine",
+        description=f"Build the {knowledge.vision_model_type} multimodal engine",
+        argv=_python(
+            "multimodal/build_multimodal_engine.py",
+            *_flags(
+                model_type=knowledge.vision_model_type,
+                model_path=model_dir,
+                output_dir=_work(LAYOUT.encoder),
+                max_batch_size=limits.vision_max_batch_size,
+            ),
+            *knowledge.vision_extra_args,
+        ),
+        produces=produces,
+    )
 
 
 def _expectations(settings: Settings) -> tuple[EngineExpectation, ...]:
@@ -229,15 +249,11 @@ def _expectations(settings: Settings) -> tuple[EngineExpectation, ...]:
         llm["build_config.max_encoder_input_len"] = limits.max_encoder_input_len
     expectations = [EngineExpectation(config_path=f"{LAYOUT.llm}/config.json", values=llm)]
     if knowledge.vision_engine_model_type is not None and limits.vision_max_batch_size is not None:
-        expectations.append(
-            EngineExpectation(
-                config_path=f"{LAYOUT.encoder}/config.json",
-                values={
-                    "builder_config.model_type": knowledge.vision_engine_model_type,
-                    "builder_config.max_batch_size": limits.vision_max_batch_size,
-                },
-            )
-        )
+        vision: dict[str, int | str] = {"builder_config.model_type": knowledge.vision_engine_model_type}
+        # The fork's recipe records no batch size in config.json (its engine profile still has it).
+        if knowledge.vision_recipe is VisionEngineRecipe.TRTLLM:
+            vision["builder_config.max_batch_size"] = limits.vision_max_batch_size
+        expectations.append(EngineExpectation(config_path=f"{LAYOUT.encoder}/config.json", values=vision))
     if settings.variant is not None and limits.max_encoder_input_len is not None:
         expectations.append(
             EngineExpectation(

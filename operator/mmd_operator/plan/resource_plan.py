@@ -1,30 +1,34 @@
-"""Everything the operator derives from one spec, computed in one call.
+"""Everything the operator derives from one MultimodalDeployment, computed and checked in one call.
 
-`plan_deployment` is what both `mmctl render` and the operator's reconcile use, so `render` shows exactly
-what the operator would create. Pure.
+`plan_spec` returns the derived limits, cacheKey, build plan, rendered model repository and launch argv of
+a spec, after the repository passed the same check Triton does at load time (its protobuf parse and the
+ensemble wiring). `mmctl render` writes `ResourcePlan.files()` and the operator applies the same plan, so
+a repository `render` would refuse never reaches a cluster. Pure.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from engine_builder import versions
 from engine_builder.plan_format import BuildPlan
 from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeployment, MultimodalDeploymentSpec
 from mmd_operator.api.validation import InvalidSpecError, check_resource
-from mmd_operator.plan.build import build_plan
+from mmd_operator.plan.build_plan import build_plan
 from mmd_operator.plan.cache_key import cache_key, cache_key_inputs
 from mmd_operator.plan.launch import LaunchPlan, launch_plan
 from mmd_operator.plan.limits import derive_limits
-from mmd_operator.plan.render import ModelRepository, render_repository
+from mmd_operator.plan.model_repository import ModelRepository, render_repository
+from mmd_operator.plan.repository_check import check_repository
 from mmd_operator.plan.settings import Settings, resolve
 
 
 @dataclass(frozen=True)
-class DeploymentPlan:
-    """The derived limits, cacheKey, build plan, model repository and launch command of one spec."""
+class ResourcePlan:
+    """The derived limits, cacheKey, build plan, checked model repository and launch command of a spec."""
 
     settings: Settings
     cache_key: str
@@ -46,6 +50,7 @@ class DeploymentPlan:
             "dtype": settings.dtype,
             "tp_size": settings.tensor_parallel_size,
             **self.limits.model_dump(exclude_none=True),
+            "cuda_memory_pool_basis": settings.memory_pool.basis,
             "features_per_image": settings.knowledge.features_per_image,
             "encoder_input_features_data_type": settings.knowledge.encoder_input_dtype,
             "n_mels": settings.variant.n_mels if settings.variant else None,
@@ -59,39 +64,54 @@ class DeploymentPlan:
         }
         return {key: value for key, value in summary.items() if value is not None}
 
+    def files(self) -> dict[str, str]:
+        """Every file of the plan, relative to an output directory (what `mmctl render` writes)."""
+        files = {f"model_repository/{name}": text for name, text in self.repository.files().items()}
+        files["derived.json"] = json.dumps(self.derived_summary(), indent=2) + "\n"
+        files["build_plan.json"] = self.build.model_dump_json(indent=2) + "\n"
+        launch = asdict(self.launch)
+        launch["world_size"] = len(self.launch.ranks)
+        files["launch.json"] = json.dumps(launch, indent=2) + "\n"
+        return files
 
-def plan_deployment(spec: MultimodalDeploymentSpec) -> DeploymentPlan:
-    """Derive everything the operator needs from `spec`.
+
+def plan_spec(spec: MultimodalDeploymentSpec) -> ResourcePlan:
+    """Derive and check everything the operator needs from `spec`.
 
     Raises:
         InvalidSpecError: when the spec's values contradict derived limits.
         RenderError: when a template leaves a placeholder (a bug, never a user error).
+        RepositoryError: when the rendered repository would not load in Triton (a bug, never a user error).
     """
     settings = resolve(spec)
     key = cache_key(settings)
-    return DeploymentPlan(
+    repository = render_repository(settings, cache_key=key)
+    check_repository(repository.configs)
+    return ResourcePlan(
         settings=settings,
         cache_key=key,
         build=build_plan(settings, cache_key=key),
-        repository=render_repository(settings, cache_key=key),
+        repository=repository,
         launch=launch_plan(settings),
     )
 
 
-def plan_resource(document: Mapping[str, Any]) -> tuple[MultimodalDeployment, DeploymentPlan]:
+def plan_resource(document: Mapping[str, Any]) -> tuple[MultimodalDeployment, ResourcePlan]:
     """Validate a MultimodalDeployment document and derive its plan, reporting every problem at once.
 
-    Schema, CEL and derivation problems are collected together, so one run lists everything to fix.
+    Schema, CEL and derivation problems are collected together, so one run lists everything to fix. A
+    derivation problem at a field a CEL rule already reported is left out: one problem per field.
 
     Raises:
         InvalidSpecError: with one problem per broken rule, each naming its field path.
     """
     resource, problems = check_resource(document)
     if resource is not None and problems:
+        reported = {problem.path for problem in problems}
         try:
             derive_limits(resource.spec)
         except InvalidSpecError as invalid:
-            problems += invalid.problems
+            problems += [problem for problem in invalid.problems if problem.path not in reported]
     if resource is None or problems:
         raise InvalidSpecError(problems)
-    return resource, plan_deployment(resource.spec)
+    return resource, plan_spec(resource.spec)
