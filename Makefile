@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: venv test lint unit generate demo clean
+.PHONY: venv test lint unit generate demo clean runtime-deps
 
 venv: $(STAMP)
 
@@ -29,9 +29,19 @@ lint: venv
 unit: venv
 	$(BIN)/pytest tests/unit
 
-test: lint triton-server
+test: lint runtime-deps triton-server
 	@echo "==> pytest"
 	$(BIN)/pytest
+
+# The operator's runtime with the base dependencies alone (what the operator image installs).
+RUNTIME_VENV := .venv-runtime
+RUNTIME_STAMP := $(RUNTIME_VENV)/.checked-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+runtime-deps: $(RUNTIME_STAMP)
+
+$(RUNTIME_STAMP): pyproject.toml
+	PYTHON=$(PYTHON) scripts/check-runtime-deps.sh $(RUNTIME_VENV)
+	@touch $@
 
 # Rewrites every generated file (CRD YAML, golden files); review the diff as behaviour.
 generate: venv
@@ -43,7 +53,7 @@ demo: venv
 	scripts/demo.sh
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(RUNTIME_VENV) .mypy_cache .pytest_cache .ruff_cache
 
 # Local Kubernetes control plane (docs/local-cluster.md). The first `cluster-up` builds the binaries
 # from the Go module proxy into $(XDG_CACHE_HOME)/mmd-operator/controlplane/ (about 12 min on 2 cores).

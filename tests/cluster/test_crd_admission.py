@@ -14,7 +14,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from mmd_operator.api import crdgen, v1alpha1
-from mmd_operator.api.validation import check_resource
+from mmd_operator.api.validation import InvalidSpecError, check_resource
+from mmd_operator.plan.resource_plan import plan_resource
 from tests.support.invalid_specs import CASES, resource
 
 from .conftest import Tools
@@ -167,12 +168,17 @@ def test_a_wrong_envelope_is_refused(
     _arguments(_BY_STAGE["derivation"]),
     ids=_ids(_BY_STAGE["derivation"]),
 )
-def test_derivation_only_problems_pass_admission_and_are_left_to_the_operator(
+def test_derivation_only_problems_pass_admission_and_the_plan_refuses_what_was_stored(
     api_client: k8s.ApiClient, namespace: str, base: str, patch: dict[str, Any], path: str, fragment: str
 ) -> None:
-    # CEL cannot know model-type defaults or multiply out derived limits; the operator refuses these in
-    # status (and `mmctl validate` before apply). Pinning this keeps the gap visible.
-    _create(api_client, namespace, resource(base, patch), dry_run=True)
+    # CEL cannot know model-type defaults or multiply out derived limits, so the API server admits these.
+    # The object it would store (defaults filled in) must still be refused by the plan every consumer
+    # derives (`mmctl validate` offline, the operator's reconcile), at the same path.
+    stored = _create(api_client, namespace, resource(base, patch), dry_run=True)
+    assert stored["metadata"]["name"] == "test" and stored["spec"]["model"]["type"] == base
+    with pytest.raises(InvalidSpecError) as refused:
+        plan_resource(stored)
+    assert any(p.path == path and fragment in p.message for p in refused.value.problems), refused.value
 
 
 @pytest.mark.usefixtures("crd_installed")

@@ -1,13 +1,30 @@
+import argparse
 import subprocess
 import sys
 
 from mmd_operator.cli import main
 
+SUBCOMMANDS = {"render", "validate", "generate", "cluster", "infer", "eval-asr"}
 
-def test_every_subcommand_is_registered() -> None:
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(actions[0].choices) if actions else {}
+
+
+def _without_handler(parser: argparse.ArgumentParser, path: str) -> list[str]:
+    nested = _subcommands(parser)
+    if not nested:
+        return [] if parser.get_default("handler") is not None else [path]
+    return [gap for name, child in nested.items() for gap in _without_handler(child, f"{path} {name}")]
+
+
+def test_every_subcommand_is_registered_and_runs_a_handler() -> None:
     parser = main.build_parser()
-    choices = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
-    assert "cluster" in choices
+    assert set(_subcommands(parser)) == SUBCOMMANDS
+    cluster = _subcommands(_subcommands(parser)["cluster"])
+    assert set(cluster) == {"build", "up", "down", "status", "kubeconfig"}
+    assert _without_handler(parser, "mmctl") == []
 
 
 def test_mmctl_help_runs_as_a_program() -> None:
@@ -16,3 +33,5 @@ def test_mmctl_help_runs_as_a_program() -> None:
     )
     assert result.returncode == 0
     assert "MultimodalDeployment" in result.stdout
+    for name in SUBCOMMANDS:
+        assert name in result.stdout
