@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
-# Two images from one build context:
+# Three images from one build context:
 #   docker build --target operator       -t ghcr.io/mmd-operator/operator:0.1.0 .
 #   docker build --target engine-builder -t ghcr.io/mmd-operator/engine-builder:0.1.0-trtllm0.19.0 .
+#   docker build --target serving        -t ghcr.io/mmd-operator/serving:0.1.0-trtllm0.19.0 .
 # TRITON_TAG and TRTLLM_VERSION must match engine_builder/engine_builder/versions.py (SERVING_IMAGE,
 # TRTLLM_VERSION); tests/engine_builder/test_dockerfile.py checks the defaults, the engine-builder stage
 # checks the base image's TensorRT-LLM.
@@ -18,14 +19,33 @@ COPY operator/ operator/
 COPY engine_builder/ engine_builder/
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
-# The operator: slim Python, non-root. Its kopf handlers module, mmd_operator.main, arrives with the
-# reconcile work; until then this image builds but its entry point has nothing to run.
+# The operator: slim Python with the runtime dependencies only (no cli extra), non-root.
+# Settings come from MMD_* variables; /metrics on 8080, /healthz on 8081.
 FROM ${PYTHON_IMAGE} AS operator
 ENV PYTHONUNBUFFERED=1 HOME=/tmp
 COPY --from=wheel /dist/ /dist/
 RUN pip install --no-cache-dir /dist/*.whl && rm -rf /dist
 USER 65532:65532
-ENTRYPOINT ["kopf", "run", "--all-namespaces", "--liveness=http://0.0.0.0:8080/healthz", "-m", "mmd_operator.main"]
+EXPOSE 8080 8081
+ENTRYPOINT ["python", "-m", "mmd_operator"]
+
+# The serving pods' image: the pinned base image plus the Triton Python model code of the pinned
+# tensorrtllm_backend tag (the NGC image ships the backends, not that code) and the InternLM-XComposer2
+# fork's preprocessing, laid out as all_models/ under MODEL_CODE_DIR (engine_builder/versions.py).
+FROM nvcr.io/nvidia/tritonserver:${TRITON_TAG}-trtllm-python-py3 AS serving
+ARG TEMPLATE_TAG=v0.19.0
+ARG MODEL_CODE_DIR=/opt/mmd-operator/all_models
+ARG XCOMPOSER2_BACKEND_COMMIT=76a0d1f53335a9f08b6a750c278651458813948e
+RUN command -v git || (apt-get update && apt-get install -y --no-install-recommends git \
+    && rm -rf /var/lib/apt/lists/*)
+RUN git clone --depth 1 --branch ${TEMPLATE_TAG} --filter=blob:none --sparse \
+        https://github.com/triton-inference-server/tensorrtllm_backend.git /tmp/backend \
+    && git -C /tmp/backend sparse-checkout set all_models \
+    && mkdir -p $(dirname ${MODEL_CODE_DIR}) \
+    && mv /tmp/backend/all_models ${MODEL_CODE_DIR} \
+    && rm -rf /tmp/backend
+ADD https://raw.githubusercontent.com/Howe-Young/tensorrtllm_backend/${XCOMPOSER2_BACKEND_COMMIT}/all_models/internlm_xcomposer2/preprocessing/1/model.py \
+    ${MODEL_CODE_DIR}/internlm_xcomposer2/preprocessing/1/model.py
 
 # The build Job's image: the serving image itself (engines load only with the TensorRT-LLM they were built
 # with), TensorRT-LLM's example scripts of the same tag, VILA's code, and this package.

@@ -1,6 +1,7 @@
 """`python -m engine_builder`: the build Job's command line.
 
     python -m engine_builder build --plan plan.json --cache-dir DIR [--dry-run]
+    python -m engine_builder build --plan-json '{"cache_key": ...}' --cache-dir DIR
     python -m engine_builder verify --cache-dir DIR --cache-key KEY
 
 `build` exits 0 when `DIR/<cacheKey>` is complete (built now or found) and 1 when the build is refused or
@@ -34,7 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m engine_builder", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("build", help="run a build plan into the engine cache")
-    run.add_argument("--plan", type=Path, required=True, help="the build_plan.json the operator wrote")
+    plan = run.add_mutually_exclusive_group(required=True)
+    plan.add_argument("--plan", type=Path, help="the build_plan.json the operator wrote")
+    plan.add_argument("--plan-json", help="the plan itself (the operator's build Jobs pass it so)")
     run.add_argument("--cache-dir", type=Path, required=True, help="the engine cache volume")
     run.add_argument("--dry-run", action="store_true", help="print the steps and their argv; run nothing")
     run.add_argument(
@@ -60,15 +63,19 @@ def _stop(signum: int, _frame: FrameType | None) -> None:
     raise BuildError(f"stopped by {signal.Signals(signum).name} (the Job was deleted or its deadline passed)")
 
 
-def _read_plan(path: Path) -> BuildPlan:
+def _read_plan(path: Path | None, text: str | None) -> BuildPlan:
+    source = str(path) if path is not None else "--plan-json"
     try:
-        return BuildPlan.model_validate_json(path.read_bytes())
+        data = path.read_bytes() if path is not None else (text or "").encode()
+        return BuildPlan.model_validate_json(data)
     except OSError as error:
         raise BuildError(f"cannot read the plan {path}: {error.strerror}") from None
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        raise BuildError(f"{path} is not a build plan this builder reads: {where}: {first['msg']}") from None
+        raise BuildError(
+            f"{source} is not a build plan this builder reads: {where}: {first['msg']}"
+        ) from None
 
 
 def _run(args: argparse.Namespace) -> BuildSucceeded | BuildFailed | None:
@@ -76,7 +83,7 @@ def _run(args: argparse.Namespace) -> BuildSucceeded | BuildFailed | None:
     secrets: list[str] = []
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        plan = _read_plan(args.plan)
+        plan = _read_plan(args.plan, args.plan_json)
         secrets = secret_values(plan)
         if args.dry_run:
             dry_run(plan, args.cache_dir, probe.versions(), examples_dir=args.examples_dir, log=_say)

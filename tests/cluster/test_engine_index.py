@@ -2,7 +2,9 @@
 records successes so a later resource with the same cacheKey needs no Job.
 
 The build Job here is a real Job run by the real Job controller; kwok plays the kubelet and ends the pod
-with the termination message the engine builder would write (`termination_message`)."""
+with the termination message the engine builder would write (`termination_message`). The pods are read
+and judged the way the operator reads them (`kube.objects.pod`, `status.engine.pod_result`), and the
+index is written by the operator's own `record_build`."""
 
 from __future__ import annotations
 
@@ -16,14 +18,46 @@ from mmd_operator.cli.localcluster.stages import (
     FAULT_LABEL,
     FAULT_MESSAGE_ANNOTATION,
 )
-from mmd_operator.kube.engine_index import (
-    ENGINE_INDEX_CONFIGMAP,
-    job_build_result,
-    read_engine_index,
-    record_build,
-)
+from mmd_operator.desired import names
+from mmd_operator.kube import objects
+from mmd_operator.kube.client import KubeClient
+from mmd_operator.kube.engine_index import EngineIndex, record_build
+from mmd_operator.status.engine import pod_result
 
 from .conftest import Kube
+
+CLAIM = "mmd-engine-cache"
+INDEX = names.engine_index(CLAIM)
+
+
+@pytest.fixture
+def client(api_client: Any) -> KubeClient:
+    return KubeClient(api_client, field_manager="mmd-operator-test")
+
+
+def job_build_result(
+    client: KubeClient, *, namespace: str, job_name: str
+) -> BuildSucceeded | BuildFailed | None:
+    """What the newest finished pod of the Job reported, judged as the operator judges it."""
+    pods = [
+        objects.pod(item)
+        for item in client.list("v1", "Pod", namespace, label_selector=f"{objects.JOB_NAME_LABEL}={job_name}")
+    ]
+    for pod in sorted(pods, key=lambda p: p.meta.created.isoformat() if p.meta.created else "", reverse=True):
+        result = pod_result(pod)
+        if result is not None:
+            return result
+    return None
+
+
+def read_engine_index(client: KubeClient, *, namespace: str) -> EngineIndex:
+    stored = client.get("v1", "ConfigMap", namespace, INDEX)
+    return EngineIndex.from_configmap_data(stored.get("data") if stored else None)
+
+
+def record(client: KubeClient, namespace: str, summary: BuildSucceeded) -> None:
+    record_build(client, namespace=namespace, claim=CLAIM, claim_uid=None, summary=summary)
+
 
 pytestmark = pytest.mark.cluster
 
@@ -76,36 +110,40 @@ def finished(kube: Kube, namespace: str, name: str) -> Any:
     return kube.wait_for(f"job {name} to finish", done)
 
 
-def test_a_successful_build_is_recorded_and_found_again(kube: Kube, namespace: str) -> None:
+def test_a_successful_build_is_recorded_and_found_again(
+    kube: Kube, client: KubeClient, namespace: str
+) -> None:
     first, second = summary("a" * 20), summary("b" * 20)
-    assert read_engine_index(kube.core, namespace=namespace).get(first.cache_key) is None
+    assert read_engine_index(client, namespace=namespace).get(first.cache_key) is None
     for job_name, built in (("build-first", first), ("build-second", second)):
         kube.batch.create_namespaced_job(
             namespace, build_job(job_name, outcome="succeed", message=termination_message(built))
         )
         assert finished(kube, namespace, job_name).succeeded == 1
-        result = job_build_result(kube.core, namespace=namespace, job_name=job_name)
+        result = job_build_result(client, namespace=namespace, job_name=job_name)
         assert result == built
         assert isinstance(result, BuildSucceeded)
-        record_build(kube.core, namespace=namespace, summary=result)
-    index = read_engine_index(kube.core, namespace=namespace)
+        record(client, namespace, result)
+    index = read_engine_index(client, namespace=namespace)
     assert index.get(first.cache_key) == first
     assert index.get(second.cache_key) == second
-    stored = kube.core.read_namespaced_config_map(ENGINE_INDEX_CONFIGMAP, namespace)
+    stored = kube.core.read_namespaced_config_map(INDEX, namespace)
     assert sorted(stored.data) == [first.cache_key, second.cache_key]
     assert stored.metadata.labels["app.kubernetes.io/managed-by"] == "mmd-operator"
 
 
-def test_recording_a_cache_hit_again_keeps_one_entry(kube: Kube, namespace: str) -> None:
+def test_recording_a_cache_hit_again_keeps_one_entry(kube: Kube, client: KubeClient, namespace: str) -> None:
     built = summary("c" * 20)
-    record_build(kube.core, namespace=namespace, summary=built)
-    record_build(kube.core, namespace=namespace, summary=built.model_copy(update={"cache_hit": True}))
-    stored = kube.core.read_namespaced_config_map(ENGINE_INDEX_CONFIGMAP, namespace)
+    record(client, namespace, built)
+    record(client, namespace, built.model_copy(update={"cache_hit": True}))
+    stored = kube.core.read_namespaced_config_map(INDEX, namespace)
     assert list(stored.data) == [built.cache_key]
-    assert read_engine_index(kube.core, namespace=namespace).get(built.cache_key) == built
+    assert read_engine_index(client, namespace=namespace).get(built.cache_key) == built
 
 
-def test_a_failed_build_reports_its_step_exit_code_and_last_error(kube: Kube, namespace: str) -> None:
+def test_a_failed_build_reports_its_step_exit_code_and_last_error(
+    kube: Kube, client: KubeClient, namespace: str
+) -> None:
     failure = BuildFailed(
         cache_key="d" * 20, step="build-llm", exit_code=137, reason="build-llm killed (likely out of memory)"
     )
@@ -114,20 +152,22 @@ def test_a_failed_build_reports_its_step_exit_code_and_last_error(kube: Kube, na
         build_job("build-fails", outcome="fail", message=termination_message(failure), exit_code=137),
     )
     assert finished(kube, namespace, "build-fails").failed == 1
-    assert job_build_result(kube.core, namespace=namespace, job_name="build-fails") == failure
-    assert read_engine_index(kube.core, namespace=namespace).get(failure.cache_key) is None
+    assert job_build_result(client, namespace=namespace, job_name="build-fails") == failure
+    assert read_engine_index(client, namespace=namespace).get(failure.cache_key) is None
 
 
-def test_a_crash_without_our_message_still_says_something_true(kube: Kube, namespace: str) -> None:
+def test_a_crash_without_our_message_still_says_something_true(
+    kube: Kube, client: KubeClient, namespace: str
+) -> None:
     log_tail = "Traceback (most recent call last):\nRuntimeError: CUDA error: out of memory"
     kube.batch.create_namespaced_job(namespace, build_job("build-crash", outcome="fail", message=log_tail))
     finished(kube, namespace, "build-crash")
-    result = job_build_result(kube.core, namespace=namespace, job_name="build-crash")
+    result = job_build_result(client, namespace=namespace, job_name="build-crash")
     assert isinstance(result, BuildFailed)
     assert result.reason == "RuntimeError: CUDA error: out of memory"
 
 
-def test_no_result_while_the_build_runs(kube: Kube, namespace: str) -> None:
+def test_no_result_while_the_build_runs(kube: Kube, client: KubeClient, namespace: str) -> None:
     job = build_job("build-running", outcome="never-ready", message="")
     kube.batch.create_namespaced_job(namespace, job)
     kube.wait_for(
@@ -140,4 +180,4 @@ def test_no_result_while_the_build_runs(kube: Kube, namespace: str) -> None:
             if p.status.phase == "Running"
         ],
     )
-    assert job_build_result(kube.core, namespace=namespace, job_name="build-running") is None
+    assert job_build_result(client, namespace=namespace, job_name="build-running") is None

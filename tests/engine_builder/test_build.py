@@ -107,3 +107,23 @@ def test_the_gpu_is_recorded_when_nvidia_smi_answers(
     assert manifest["gpu"] == {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "count": 2}
     assert manifest["versions"]["cuda"] == "12.9.0.043"
     assert toolbox.result()["gpu"]["name"] == "NVIDIA H100 80GB HBM3"
+
+
+def test_the_plan_can_come_as_an_argument_as_the_operators_jobs_pass_it(toolbox: Toolbox) -> None:
+    plan = toolbox.plan("llava")
+    args = toolbox.args(plan)
+    args[args.index("--plan") : args.index("--plan") + 2] = ["--plan-json", plan.read_text()]
+    from engine_builder.__main__ import main
+
+    assert main(args) == 0
+    assert toolbox.result()["result"] == "succeeded"
+    assert toolbox.result()["cache_key"] == json.loads(plan.read_text())["cache_key"]
+
+
+def test_a_plan_argument_that_is_not_a_plan_fails_with_one_line(toolbox: Toolbox) -> None:
+    from engine_builder.__main__ import main
+
+    args = toolbox.args(toolbox.plan("llava"))
+    args[args.index("--plan") : args.index("--plan") + 2] = ["--plan-json", '{"cache_key": 1}']
+    assert main(args) == 1
+    assert toolbox.result()["reason"].startswith("--plan-json is not a build plan this builder reads")

@@ -3,8 +3,11 @@ these machines have no container runtime)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+
+import pytest
 
 from engine_builder import versions
 from tests.engine_builder.conftest import REPO, rendered_plan
@@ -50,7 +53,7 @@ def test_the_engine_builder_image_is_the_pinned_serving_image_with_the_pinned_te
     defaults, named = stages()
     assert defaults["TRTLLM_VERSION"] == versions.TRTLLM_VERSION
     builder = named["engine-builder"]
-    assert expand(builder[0][1], defaults) == versions.SERVING_IMAGE
+    assert expand(builder[0][1], defaults) == versions.BASE_IMAGE
     assert versions.BUILDER_IMAGE.endswith(f"-trtllm{versions.TRTLLM_VERSION}")
     run = " ".join(args for instruction, args in builder if instruction == "RUN")
     # The image build itself fails when the base image's TensorRT-LLM is not the pinned one.
@@ -71,14 +74,61 @@ def test_the_engine_builder_image_is_the_pinned_serving_image_with_the_pinned_te
     assert builder[-1] == ("ENTRYPOINT", json.dumps(["python3", "-m", "engine_builder"]))
 
 
-def test_the_operator_image_is_slim_python_running_kopf_as_a_non_root_user() -> None:
+def _entrypoint_module(entrypoint: list[str]) -> str:
+    """The module an ENTRYPOINT runs with `python -m` (or `python3 -m`)."""
+    assert entrypoint[0] in ("python", "python3") and entrypoint[1] == "-m", entrypoint
+    return entrypoint[2]
+
+
+@pytest.mark.parametrize("stage", ["operator", "engine-builder"])
+def test_every_image_runs_a_module_that_exists_and_has_a_main(stage: str) -> None:
+    _, named = stages()
+    entrypoint = json.loads(next(args for instruction, args in named[stage] if instruction == "ENTRYPOINT"))
+    module = _entrypoint_module(entrypoint)
+    assert importlib.util.find_spec(module) is not None, (
+        f"the {stage} image runs {module}, which does not exist"
+    )
+    main = importlib.util.find_spec(f"{module}.__main__")
+    assert main is not None, f"{module} cannot be run with -m"
+
+
+def test_the_operator_image_is_slim_python_running_the_operator_as_a_non_root_user() -> None:
     defaults, named = stages()
     operator = named["operator"]
     assert expand(operator[0][1], defaults).endswith("-slim")
     user = next(args for instruction, args in operator if instruction == "USER")
     assert user.split(":")[0] not in ("0", "root")
     entrypoint = json.loads(next(args for instruction, args in operator if instruction == "ENTRYPOINT"))
-    assert entrypoint[:2] == ["kopf", "run"] and entrypoint[-2:] == ["-m", "mmd_operator.main"]
+    assert entrypoint == ["python", "-m", "mmd_operator"]
+    # The runtime only: the cli extra would pull in the Triton client, numpy and the rest.
+    run = " ".join(args for instruction, args in operator if instruction == "RUN")
+    assert "/dist/*.whl" in run and "[" not in run
+
+
+def test_the_serving_image_carries_the_model_code_where_the_operator_looks_for_it() -> None:
+    defaults, named = stages()
+    serving = named["serving"]
+    assert expand(serving[0][1], defaults) == versions.BASE_IMAGE
+    arguments = dict(
+        args.partition("=")[::2] for instruction, args in serving if instruction == "ARG" and "=" in args
+    )
+    assert arguments["TEMPLATE_TAG"] == versions.TEMPLATE_TAG
+    assert arguments["MODEL_CODE_DIR"] == versions.MODEL_CODE_DIR
+    assert arguments["XCOMPOSER2_BACKEND_COMMIT"] == versions.XCOMPOSER2_BACKEND_COMMIT
+    run = " ".join(expand(args, arguments) for instruction, args in serving if instruction == "RUN")
+    assert (
+        f"--branch {versions.TEMPLATE_TAG}" in run
+        and f"mv /tmp/backend/all_models {versions.MODEL_CODE_DIR}" in run
+    )
+    added = [expand(args, arguments).split() for instruction, args in serving if instruction == "ADD"]
+    assert added == [
+        [
+            f"https://raw.githubusercontent.com/{versions.XCOMPOSER2_BACKEND_REPOSITORY}/"
+            f"{versions.XCOMPOSER2_BACKEND_COMMIT}/all_models/internlm_xcomposer2/preprocessing/1/model.py",
+            f"{versions.MODEL_CODE_DIR}/internlm_xcomposer2/preprocessing/1/model.py",
+        ]
+    ]
+    assert versions.SERVING_IMAGE.endswith(f"-trtllm{versions.TRTLLM_VERSION}")
 
 
 def test_the_build_context_holds_the_package_sources_only() -> None:

@@ -20,6 +20,8 @@ def _walk(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[st
         yield from _walk(child, f"{path}.{name}")
     if "items" in schema:
         yield from _walk(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from _walk(schema["additionalProperties"], f"{path}{{}}")
 
 
 def _root_schema() -> dict[str, Any]:
@@ -29,17 +31,30 @@ def _root_schema() -> dict[str, Any]:
 
 def test_schema_is_structural() -> None:
     for path, node in _walk(_root_schema()):
-        for key in ("$ref", "$defs", "anyOf", "allOf", "oneOf", "title", "additionalProperties", "const"):
+        int_or_string = node.get("x-kubernetes-int-or-string") is True
+        for key in ("$ref", "$defs", "allOf", "oneOf", "title", "const"):
             assert key not in node, f"{path} has {key}"
-        if path:
-            assert "type" in node or "x-kubernetes-preserve-unknown-fields" in node, f"{path} has no type"
+        # Only an int-or-string quantity may say `anyOf`, in exactly the form the API server allows.
+        assert "anyOf" not in node or (
+            int_or_string and node["anyOf"] == [{"type": "integer"}, {"type": "string"}]
+        )
+        # A map has a schema for its values, never a bare true/false next to properties.
+        assert "additionalProperties" not in node or (
+            isinstance(node["additionalProperties"], dict) and "properties" not in node
+        ), path
+        if path and not path.endswith("{}"):
+            assert "type" in node or "x-kubernetes-preserve-unknown-fields" in node or int_or_string, (
+                f"{path} has no type"
+            )
         if "exclusiveMinimum" in node:
             assert node["exclusiveMinimum"] is True
 
 
 def test_every_spec_field_is_described_for_kubectl_explain() -> None:
     spec = _root_schema()["properties"]["spec"]
-    undocumented = [path for path, node in _walk(spec, "spec") if not node.get("description")]
+    undocumented = [
+        path for path, node in _walk(spec, "spec") if not node.get("description") and not path.endswith("{}")
+    ]
     assert undocumented == []
 
 
@@ -59,13 +74,20 @@ def test_names_status_scale_and_printer_columns() -> None:
     assert crd["spec"]["names"]["shortNames"] == ["mmd"]
     version = crd["spec"]["versions"][0]
     assert version["subresources"]["status"] == {}
-    assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.serving.replicas"
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.serving.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+    shown = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
+    assert shown == ["Type", "Phase", "Ready", "Cache-Key", "Age"]
     columns = {column["name"]: column["jsonPath"] for column in version["additionalPrinterColumns"]}
+    assert columns["Type"] == ".spec.model.type"
     assert columns["Phase"] == ".status.phase"
-    assert columns["Model"] == ".spec.model.type"
-    assert columns["TP"] == ".spec.engine.tensorParallelSize"
     assert columns["Ready"] == ".status.readyReplicas"
+    assert columns["Cache-Key"] == ".status.engine.cacheKey"
     assert columns["Age"] == ".metadata.creationTimestamp"
+    assert columns["TP"] == ".spec.engine.tensorParallelSize"
 
 
 def test_defaults_and_enums_reach_the_schema() -> None:

@@ -20,22 +20,37 @@ from mmd_operator.api import v1alpha1
 CRD_FILE_NAME = f"{v1alpha1.GROUP}_{v1alpha1.PLURAL}.yaml"
 
 _PRINTER_COLUMNS = [
+    {"name": "Type", "type": "string", "jsonPath": ".spec.model.type"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-    {"name": "Model", "type": "string", "jsonPath": ".spec.model.type"},
-    {"name": "TP", "type": "integer", "jsonPath": ".spec.engine.tensorParallelSize"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
-    {"name": "Desired", "type": "integer", "jsonPath": ".spec.serving.replicas", "priority": 1},
-    {"name": "Cache-Key", "type": "string", "jsonPath": ".status.cacheKey", "priority": 1},
+    {"name": "Replicas", "type": "integer", "jsonPath": ".spec.serving.replicas", "priority": 1},
+    {"name": "TP", "type": "integer", "jsonPath": ".spec.engine.tensorParallelSize", "priority": 1},
+    {"name": "Cache-Key", "type": "string", "jsonPath": ".status.engine.cacheKey"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
 # Keys of the JSON schema that have no place in a structural schema.
 _DROPPED_KEYS = frozenset({"title", "additionalProperties", "$defs"})
+_PRESERVE_UNKNOWN = "x-kubernetes-preserve-unknown-fields"
+
+# Object names the operator derives from the resource's name must be valid; CEL sees metadata.name.
+NAME_RULE = {
+    "rule": f"self.metadata.name.matches('{v1alpha1.DNS_LABEL_PATTERN}') && "
+    f"size(self.metadata.name) <= {v1alpha1.MAX_NAME_LENGTH}",
+    "message": f"metadata.name must be a DNS label (lower-case letters, digits, '-', starting with a letter) "
+    f"of at most {v1alpha1.MAX_NAME_LENGTH} characters: the Service, Deployment and ConfigMaps are named "
+    "after it",
+}
 
 
 def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """Inline `$ref`s, unwrap optionals and rewrite keywords the API server does not accept."""
     node = dict(node)
+    if node.get("x-kubernetes-int-or-string"):
+        # Already in the form the API server wants: integer or string (`anyOf` both), one pattern.
+        if "description" in node:
+            node["description"] = " ".join(node["description"].split())
+        return {key: value for key, value in node.items() if key not in _DROPPED_KEYS}
     if "anyOf" in node:
         variants = [v for v in node.pop("anyOf") if v.get("type") != "null"]
         if len(variants) != 1:
@@ -56,6 +71,10 @@ def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         # Docstrings wrap lines; kubectl explain re-flows text itself.
         node["description"] = " ".join(node["description"].split())
     resolved = {key: value for key, value in node.items() if key not in _DROPPED_KEYS}
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict) and not node.get(_PRESERVE_UNKNOWN):
+        # A map: every value has this schema (a bare `true`/`false` is not structural).
+        resolved["additionalProperties"] = _resolve(extra, defs)
     if "properties" in node:
         resolved["properties"] = {name: _resolve(schema, defs) for name, schema in node["properties"].items()}
         resolved["type"] = "object"
@@ -137,7 +156,8 @@ def crd() -> dict[str, Any]:
                         "status": {},
                         "scale": {
                             "specReplicasPath": ".spec.serving.replicas",
-                            "statusReplicasPath": ".status.readyReplicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
                         },
                     },
                     "additionalPrinterColumns": _PRINTER_COLUMNS,
@@ -146,6 +166,7 @@ def crd() -> dict[str, Any]:
                             "type": "object",
                             "description": root_description,
                             "required": ["spec"],
+                            "x-kubernetes-validations": [NAME_RULE],
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},

@@ -9,9 +9,9 @@ same expressions offline. Imports only pydantic and `mmd_operator.knowledge`.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
@@ -51,6 +51,15 @@ def _only_for(attribute: str, condition: str, what: str, field_path: str) -> Jso
     )
 
 
+# Names the operator derives objects from (Service names are DNS-1035 labels).
+DNS_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# Kubernetes' own quantity syntax: a decimal number, then a binary or decimal suffix or an exponent.
+_NUMBER = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+QUANTITY_PATTERN = rf"^(\+|-)?{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?{_NUMBER}))?$"
+# Longest resource name: `<name>-repo-<10 hex>` and pod names derived from `<name>` must stay valid.
+MAX_NAME_LENGTH = 48
+
+
 class _Schema(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -68,6 +77,132 @@ class SecretKeyRef(_Schema):
     """Name of the Secret."""
     key: str = Field(min_length=1, max_length=253)
     """Key inside the Secret whose value is used."""
+
+
+# A Kubernetes resource quantity (`2`, `500m`, `16Gi`), as the API server accepts it: integer or string.
+Quantity = Annotated[
+    int | Annotated[str, Field(pattern=QUANTITY_PATTERN)],
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "x-kubernetes-int-or-string": True,
+        }
+    ),
+]
+# Label and annotation values, and node selector terms: string to string.
+StringMap = dict[str, Annotated[str, Field(max_length=63 * 1024)]]
+
+
+class Toleration(_Schema):
+    """A taint the pod tolerates (core/v1 Toleration)."""
+
+    key: str | None = Field(None, max_length=317)
+    """Taint key; empty with operator Exists matches every taint."""
+    operator: Literal["Exists", "Equal"] | None = None
+    """Exists or Equal (default Equal)."""
+    value: str | None = Field(None, max_length=63)
+    """Taint value for operator Equal."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Taint effect to match; empty matches all."""
+    toleration_seconds: int | None = None
+    """How long a NoExecute taint is tolerated before eviction."""
+
+
+class ResourceRequirements(_Schema):
+    """CPU, memory and other resources of the pod's main container. GPUs are set by the operator."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule(
+                    "!('nvidia.com/gpu' in self.requests) && !('nvidia.com/gpu' in self.limits)",
+                    "nvidia.com/gpu is set by the operator to engine.tensorParallelSize",
+                )
+            ]
+        }
+    )
+
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    """Resources the scheduler reserves, e.g. `cpu: 8`, `memory: 64Gi`."""
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+    """Upper bounds, e.g. `memory: 96Gi`. `nvidia.com/gpu` is always the tensor-parallel size."""
+
+
+class LocalObjectReference(_Schema):
+    """A reference to an object in the same namespace, by name."""
+
+    name: str = Field(min_length=1, max_length=253)
+    """Name of the object."""
+
+
+class PodSettings(_Schema):
+    """Where and how the operator's pods run: scheduling, identity and extra metadata."""
+
+    labels: StringMap = Field(default_factory=dict)
+    """Extra labels on the pods (the operator's own labels win on conflict)."""
+    annotations: StringMap = Field(default_factory=dict)
+    """Extra annotations on the pods."""
+    node_selector: StringMap = Field(default_factory=dict)
+    """Node labels the pods require, e.g. `nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3`."""
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
+    """Taints the pods tolerate (GPU nodes are often tainted)."""
+    affinity: dict[str, JsonValue] | None = Field(
+        None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+    """Node and pod affinity (core/v1 Affinity), passed to the pods unchanged."""
+    priority_class_name: str | None = Field(None, max_length=253)
+    """PriorityClass of the pods."""
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    """Resources of the main container besides GPUs."""
+    image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list, max_length=16)
+    """Secrets for pulling the image from a private registry."""
+    service_account_name: str | None = Field(None, max_length=253)
+    """ServiceAccount the pods run as (default: the namespace's default)."""
+
+
+class EngineCacheSpec(_Schema):
+    """The PersistentVolumeClaim that holds built engines, shared by every resource that names it.
+
+    By default the operator creates one claim per namespace, `mmd-engine-cache`, sized and classed by
+    the operator's configuration; the fields here change that. A claim the operator did not create is
+    used as it is and never modified or deleted.
+    """
+
+    claim_name: str | None = Field(None, min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)
+    """Claim to build into and serve from (default `mmd-engine-cache`). Created if it does not exist."""
+    size: Quantity | None = None
+    """Size of a claim the operator creates (default from the operator's configuration)."""
+    storage_class_name: str | None = Field(None, max_length=253)
+    """StorageClass of a claim the operator creates (default: the cluster's default class)."""
+    access_mode: Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"] | None = None
+    """Access mode of a claim the operator creates (default ReadWriteMany: pods on several nodes read
+    the engines while a build writes)."""
+    retention: Literal["Retain", "Delete"] = "Retain"
+    """Whether a claim the operator creates outlives its users. Delete removes it (and every engine in
+    it) once the last resource using it is deleted; Retain keeps it until you delete it."""
+
+
+class BuildSpec(_Schema):
+    """The engine-build Job. Nothing here changes the engine bytes, so nothing here is in the cacheKey."""
+
+    backoff_limit: int = Field(1, ge=0, le=20)
+    """Retries of a failed build pod before the Job fails."""
+    active_deadline_seconds: int = Field(21600, ge=60, le=604800)
+    """Longest a build may run, all retries included, before it is stopped and reported failed."""
+    pod: PodSettings = Field(default_factory=PodSettings)
+    """Scheduling and metadata of the build pods (GPUs = tensor-parallel size)."""
+
+
+class ProbeSpec(_Schema):
+    """Health checks of the serving pods. Loading engines takes minutes; the defaults allow 30."""
+
+    startup_timeout_seconds: int = Field(1800, ge=30, le=86400)
+    """Longest a pod may take to load every model before it is restarted (startup probe budget)."""
+    liveness_timeout_seconds: int = Field(5, ge=2, le=120)
+    """Timeout of one liveness or readiness check; more than a second, since a busy server answers late."""
+    liveness_failure_threshold: int = Field(3, ge=1, le=100)
+    """Failed liveness checks (10 s apart) after which the container is restarted."""
 
 
 class HuggingFaceSource(_Schema):
@@ -291,6 +426,15 @@ class ServingSpec(_Schema):
     """LoRA adapter cache (internlm_xcomposer2)."""
     zero_pad: bool = False
     """Whisper only: trim audio to its true length instead of padding the mel spectrogram to 30 s."""
+    pod: PodSettings = Field(default_factory=PodSettings)
+    """Scheduling and metadata of the serving pods (GPUs = tensor-parallel size)."""
+    probes: ProbeSpec = Field(default_factory=ProbeSpec)
+    """Health checks of the serving pods."""
+    shared_memory_size: Quantity = "2Gi"
+    """Size of the memory-backed /dev/shm (Python backend tensors and MPI use it)."""
+    model_code_path: str | None = Field(None, max_length=1024, pattern=r"^/")
+    """Directory in the serving image holding the Triton Python model code (a tensorrtllm_backend
+    `all_models` tree). Default from the operator's configuration; set it with your own image."""
     cuda_memory_pool_bytes: int | None = Field(None, ge=0)
     """CUDA memory pool on GPU 0 for tensors passed between models. Defaults to the larger of the reference
     workflow's 300000000 bytes and an estimate from the prompt table and encoder feature sizes; a value
@@ -419,6 +563,10 @@ class MultimodalDeploymentSpec(_Schema):
     """Engine build settings (part of the cacheKey)."""
     serving: ServingSpec = Field(default_factory=ServingSpec)
     """Serving settings (never trigger a rebuild)."""
+    build: BuildSpec = Field(default_factory=BuildSpec)
+    """The engine-build Job (never part of the cacheKey)."""
+    engine_cache: EngineCacheSpec = Field(default_factory=EngineCacheSpec)
+    """Where engines are built and served from."""
 
 
 class ConditionStatus(StrEnum):
@@ -486,6 +634,39 @@ class Phase(StrEnum):
     FAILED = "Failed"
 
 
+class EngineSource(StrEnum):
+    """Where a ready engine came from."""
+
+    CACHE_HIT = "CacheHit"
+    BUILT = "Built"
+
+
+class EngineStatus(_Schema):
+    """The engine this resource serves, or is building."""
+
+    cache_key: str | None = None
+    """Digest of every input that changes the engine bytes; names the cache entry."""
+    claim: str | None = None
+    """Engine-cache PersistentVolumeClaim holding the entry."""
+    path: str | None = None
+    """Directory of the entry inside the claim."""
+    job: str | None = None
+    """Build Job of this cacheKey, while there is one."""
+    source: EngineSource | None = None
+    """CacheHit (found in the engine index, no Job) or Built (by the Job); empty until ready."""
+
+
+class Endpoints(_Schema):
+    """In-cluster addresses of the Triton server."""
+
+    http: str | None = None
+    """HTTP/REST (KServe v2 protocol, generate endpoints)."""
+    grpc: str | None = None
+    """gRPC (KServe v2 protocol, streaming)."""
+    metrics: str | None = None
+    """Prometheus metrics of the server."""
+
+
 class MultimodalDeploymentStatus(_Schema):
     """Observed state, written by the operator."""
 
@@ -495,14 +676,22 @@ class MultimodalDeploymentStatus(_Schema):
     """Pending, Building, Deploying, Ready, Degraded or Failed."""
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
     """Validated, EngineReady, ModelRepositoryReady, Available and the summary Ready."""
-    cache_key: str | None = None
-    """Digest of every input that changes the engine bytes."""
     derived: DerivedLimits | None = None
     """Build limits and sizes computed from the spec."""
+    engine: EngineStatus | None = None
+    """The engine being served or built."""
+    model_repository: str | None = None
+    """ConfigMap holding the rendered model repository the pods use."""
+    endpoints: Endpoints | None = None
+    """Where to send requests."""
     replicas: int | None = None
     """Serving pods wanted."""
+    updated_replicas: int | None = None
+    """Serving pods running the current model repository and engine."""
     ready_replicas: int | None = None
     """Serving pods ready."""
+    selector: str | None = None
+    """Label selector of the serving pods (for the scale subresource and autoscalers)."""
 
 
 class MultimodalDeployment(_Schema):

@@ -7,6 +7,7 @@ names the field path and the rule. Pure: imports pydantic, celpy and the api mod
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -46,6 +47,8 @@ def _path(loc: Iterable[int | str]) -> str:
     return text
 
 
+# Names pydantic gives the members of an `int | str` union in error locations.
+_UNION_MEMBERS = frozenset({"int", "str", "constrained-str"})
 _PYDANTIC_PHRASES = (("Input should be", "must be"), ("Value error, ", ""), ("String should", "must"))
 
 
@@ -64,7 +67,11 @@ def _schema_problems(error: ValidationError, prefix: str) -> list[Problem]:
     problems = []
     for item in error.errors():
         # Unions report one error per member; the member name in the location only adds noise.
-        loc = [part for part in item["loc"] if not (isinstance(part, str) and part.startswith("function-"))]
+        loc = [
+            part
+            for part in item["loc"]
+            if not (isinstance(part, str) and (part.startswith("function-") or part in _UNION_MEMBERS))
+        ]
         path = _path([prefix, *loc]) if prefix else _path(loc)
         problems.append(Problem(path, _pydantic_message(item)))
     return problems
@@ -105,6 +112,12 @@ def _cel_problems(value: Any, schema: Mapping[str, Any], path: str) -> list[Prob
         for index, item in enumerate(value):
             problems += _cel_problems(item, schema["items"], f"{path}[{index}]")
     return problems
+
+
+def _valid_name(name: str) -> bool:
+    return (
+        len(name) <= v1alpha1.MAX_NAME_LENGTH and re.fullmatch(v1alpha1.DNS_LABEL_PATTERN, name) is not None
+    )
 
 
 def check_spec(
@@ -150,6 +163,8 @@ def check_resource(
     metadata = document.get("metadata") or {}
     if not isinstance(metadata, Mapping) or not metadata.get("name"):
         problems.append(Problem("metadata.name", "required field is missing"))
+    elif not _valid_name(str(metadata["name"])):
+        problems.append(Problem("metadata.name", crdgen.NAME_RULE["message"]))
     spec_document = document.get("spec")
     if not isinstance(spec_document, Mapping):
         return None, [*problems, Problem("spec", "required field is missing")]

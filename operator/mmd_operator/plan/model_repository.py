@@ -55,6 +55,36 @@ _LAYOUT_TEMPLATES: Mapping[tuple[RepositoryLayout, str], str] = {
 }
 
 
+# Where each model's Python code sits in a tensorrtllm_backend `all_models` tree (the serving image's
+# model code directory); a model without an entry has none (the ensemble; tensorrt_llm runs in C++).
+_MODEL_CODE: Mapping[str, str] = {
+    "preprocessing": "inflight_batcher_llm/preprocessing",
+    "postprocessing": "inflight_batcher_llm/postprocessing",
+    "tensorrt_llm_bls": "inflight_batcher_llm/tensorrt_llm_bls",
+    "multimodal_encoders": "multimodal/multimodal_encoders",
+    "whisper_bls": "whisper/whisper_bls",
+}
+# The InternLM-XComposer2 fork's preprocessing, which runs the ViT itself.
+_LAYOUT_MODEL_CODE: Mapping[tuple[RepositoryLayout, str], str] = {
+    (RepositoryLayout.XCOMPOSER2, "preprocessing"): "internlm_xcomposer2/preprocessing",
+}
+# Files of the engine cache entry a model loads from its own version directory.
+_ENTRY_FILES: Mapping[str, tuple[str, ...]] = {
+    "whisper_bls": (f"{LAYOUT.assets}/multilingual.tiktoken", f"{LAYOUT.assets}/mel_filters.npz"),
+}
+
+
+@dataclass(frozen=True)
+class ModelAssembly:
+    """How a serving pod assembles one model directory besides its rendered config."""
+
+    model: str
+    # Directory (relative to the model code directory) whose `1/` holds the model's code, if any.
+    code: str | None
+    # Files of the cache entry (relative to it) copied into `<model>/1/`.
+    entry_files: tuple[str, ...] = ()
+
+
 class RenderError(Exception):
     """A rendered file still contains a placeholder; it would fail to load or load wrongly."""
 
@@ -84,9 +114,10 @@ _ENVIRONMENT = _environment()
 
 @dataclass(frozen=True)
 class ModelRepository:
-    """The rendered repository: model directory name to `config.pbtxt` text."""
+    """The rendered repository: model directory name to `config.pbtxt` text, and how to assemble it."""
 
     configs: Mapping[str, str]
+    assembly: tuple[ModelAssembly, ...] = ()
 
     def files(self) -> dict[str, str]:
         """Relative file paths to contents, with an empty version directory marker per model."""
@@ -184,4 +215,12 @@ def render_repository(settings: Settings, *, cache_key: str) -> ModelRepository:
         text = _BLANK_LINES.sub("\n\n", _ENVIRONMENT.get_template(template_name).render(context))
         _check_no_placeholders(model, text)
         configs[model] = text
-    return ModelRepository(configs=configs)
+    assembly = tuple(
+        ModelAssembly(
+            model=model,
+            code=_LAYOUT_MODEL_CODE.get((layout, model), _MODEL_CODE.get(model)),
+            entry_files=_ENTRY_FILES.get(model, ()),
+        )
+        for model in configs
+    )
+    return ModelRepository(configs=configs, assembly=assembly)

@@ -1,9 +1,10 @@
 """`LocalCluster`: bring the local control plane up, report its status, tear it down.
 
 All runtime state lives in one directory (default `.local/cluster/` in the checkout):
-`state.json` (ports, pids), `pki/` (credentials), `kubeconfig`, `kwok.yaml`, `etcd/` (data) and
-`logs/<component>.log`. `up` is idempotent: a healthy cluster is left running; a partly dead one is
-stopped and started afresh. `down` stops every recorded process group and waits until they are gone.
+`state.json` (ports, pids), `pki/` (credentials), `kubeconfig`, `kwok.yaml`, `audit-policy.yaml`,
+`etcd/` (data), `logs/<component>.log` and `logs/audit.log` (the API server's write requests). `up` is
+idempotent: a healthy cluster is left running; a partly dead one is stopped and started afresh. `down`
+stops every recorded process group and waits until they are gone.
 
 Imports: the standard library, PyYAML, the kubernetes client and the modules of this package.
 """
@@ -26,9 +27,10 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from mmd_operator.cli.localcluster import processes
+from mmd_operator.cli.localcluster.audit import audit_flags, write_audit_policy
 from mmd_operator.cli.localcluster.binaries import Binaries, ensure_binaries
 from mmd_operator.cli.localcluster.layout import Layout
-from mmd_operator.cli.localcluster.objects import NodePool, gpu_node, storage_class
+from mmd_operator.cli.localcluster.objects import GPU_MODELS, NodePool, gpu_node, storage_class
 from mmd_operator.cli.localcluster.pki import Credentials, generate_credentials, write_kubeconfig
 from mmd_operator.cli.localcluster.processes import ProcessRecord
 from mmd_operator.cli.localcluster.stages import write_kwok_config
@@ -159,6 +161,15 @@ class LocalCluster:
         return self.state_dir / "logs"
 
     @property
+    def audit_log(self) -> Path:
+        """Return the API server's audit log of write requests (JSON lines; see `audit`)."""
+        return self.logs_dir / "audit.log"
+
+    @property
+    def _audit_policy(self) -> Path:
+        return self.state_dir / "audit-policy.yaml"
+
+    @property
     def credentials(self) -> Credentials:
         """Return the credential files of this cluster."""
         return Credentials(self.state_dir / "pki")
@@ -247,7 +258,15 @@ class LocalCluster:
         self.say(f"==> starting a local control plane in {self.state_dir} ({binaries.versions.describe()})")
         credentials = generate_credentials(self.credentials.directory)
         write_kubeconfig(self.kubeconfig, self.server_url(state), credentials)
-        write_kwok_config(self.state_dir / "kwok.yaml", binaries.kwok_stages_dir)
+        # The fake engine builder reports the GPU of the pool the cluster starts with.
+        gpu = GPU_MODELS[state.pool.gpu_model]
+        write_kwok_config(
+            self.state_dir / "kwok.yaml",
+            binaries.kwok_stages_dir,
+            gpu_name=gpu.product,
+            compute_capability=f"{gpu.compute_major}.{gpu.compute_minor}",
+        )
+        write_audit_policy(self._audit_policy)
         self._save_state(state)
         try:
             for component in COMPONENTS:
@@ -328,6 +347,7 @@ class LocalCluster:
                 "--allow-privileged=true",
                 "--enable-priority-and-fairness=false",
                 "--profiling=false",
+                *audit_flags(self._audit_policy, self.audit_log),
             ]
         if component == "kube-controller-manager":
             return [

@@ -4,9 +4,17 @@ Starts from kwok's own stage files of the pinned version (copied into the binary
 nodes become Ready and renew their leases; scheduled pods become Running and Ready; pods owned by a
 Job succeed; deleted pods disappear. On top of that:
 
+- The engine builder. A pod labelled as an engine-build pod (`app.kubernetes.io/component:
+  engine-build` and a `serving.multimodal.dev/cache-key` label) and without a fault label becomes
+  Running and Ready like any pod, then, after `localcluster.mmd.dev/build-duration` (a Go duration on
+  the pod, default 2 s), ends the way the real builder reports success: every container exits 0
+  (Completed) with a `BuildSucceeded` JSON line as its termination message, whose cache_key is the pod's
+  cache-key label, whose GPU count is the container's `nvidia.com/gpu` limit (1 without one) and whose
+  GPU is the model of the cluster's node pool; the pod Succeeds. kwok's own `pod-complete` skips these
+  pods, so the two stages never race.
 - Scripted outcomes (fault injection, mostly). A pod labelled `localcluster.mmd.dev/fault` is left
-  alone by the normal stages and instead: `fail` - its containers exit (code from the annotation
-  `localcluster.mmd.dev/fault-exit-code`, default 1; termination message from
+  alone by the normal stages (and by the engine-builder stage) and instead: `fail` - its containers exit
+  (code from the annotation `localcluster.mmd.dev/fault-exit-code`, default 1; termination message from
   `localcluster.mmd.dev/fault-message`) and the pod phase becomes Failed; `crashloop` - Running, never
   Ready, containers in CrashLoopBackOff; `never-ready` - Running with running containers that never
   become Ready; `succeed` - its containers exit 0 with the termination message from the same annotation
@@ -16,7 +24,8 @@ Job succeed; deleted pods disappear. On top of that:
   creates a hostPath PV pre-bound to the claim, and the PV controller binds the two (real binding, real
   phases). A Released PV of the class is deleted, as a provisioner with reclaimPolicy Delete does.
 
-Imports: the standard library and PyYAML.
+Imports: the standard library, PyYAML, the engine builder's result format and version pins, and the
+operator's label keys.
 """
 
 from __future__ import annotations
@@ -26,10 +35,21 @@ from typing import Any
 
 import yaml
 
+from engine_builder import versions
+from engine_builder.result_format import BuildSucceeded, Gpu, Versions
+from mmd_operator.desired import labels
+
 FAULT_LABEL = "localcluster.mmd.dev/fault"
 FAULT_MESSAGE_ANNOTATION = "localcluster.mmd.dev/fault-message"
 FAULT_EXIT_CODE_ANNOTATION = "localcluster.mmd.dev/fault-exit-code"
 FAULTS = ("fail", "crashloop", "never-ready", "succeed")
+
+# How long the fake engine build runs after its pod is Running (a Go duration, e.g. "5s").
+BUILD_DURATION_ANNOTATION = "localcluster.mmd.dev/build-duration"
+DEFAULT_BUILD_DURATION_SECONDS = 2
+# What the fake builder reports when the stages are written without a node pool's GPU (as on A100 nodes).
+DEFAULT_BUILD_GPU_NAME = "NVIDIA-A100-SXM4-80GB"
+DEFAULT_BUILD_COMPUTE_CAPABILITY = "8.0"
 
 STORAGE_CLASS = "local"
 PROVISIONER = "localcluster.mmd.dev/kwok-volume"
@@ -44,6 +64,8 @@ UPSTREAM_STAGE_FILES = (
 )
 # The upstream pod stages that must ignore pods carrying a fault label.
 _STAGES_SKIPPING_FAULTY_PODS = ("pod-ready", "pod-complete")
+# The upstream stage that would finish a Job's build pod at once, before the engine-builder stage's delay.
+_STAGES_SKIPPING_BUILD_PODS = ("pod-complete",)
 
 _HOST_AND_POD_IPS = """
 {{ $hostIPs := NodeIPsWith .spec.nodeName }}
@@ -95,10 +117,26 @@ conditions:
 """
 
 
-def _finished_template(*, phase: str, exit_code: str, reason: str, ready_reason: str, message: str) -> str:
-    """Status of a pod whose containers terminated; `exit_code` and `message` are template expressions."""
+def _finished_template(
+    *,
+    phase: str,
+    exit_code: str,
+    reason: str,
+    ready_reason: str,
+    message: str,
+    values: str = _FAULT_VALUES,
+    container_values: str = "",
+    started_at: str = "$now",
+    first_transition: bool = True,
+) -> str:
+    """Status of a pod whose containers terminated.
+
+    `exit_code`, `message` and `started_at` are template expressions over the variables that `values`
+    (once) and `container_values` (per container, with the container as `.`) define. A pod that goes
+    straight from Pending to finished (`first_transition`) also gets its IPs and start time.
+    """
     return (
-        _FAULT_VALUES
+        values
         + f"""
 conditions:
 - lastTransitionTime: {{{{ $now | Quote }}}}
@@ -114,6 +152,7 @@ conditions:
   type: ContainersReady
 containerStatuses:
 {{{{ range .spec.containers }}}}
+{container_values}
 - image: {{{{ .image | Quote }}}}
   name: {{{{ .name | Quote }}}}
   ready: false
@@ -124,12 +163,12 @@ containerStatuses:
       exitCode: {{{{ {exit_code} }}}}
       reason: {reason}
       message: {{{{ {message} | Quote }}}}
-      startedAt: {{{{ $now | Quote }}}}
+      startedAt: {{{{ {started_at} | Quote }}}}
       finishedAt: {{{{ $now | Quote }}}}
 {{{{ end }}}}
 phase: {phase}
 """
-        + _HOST_AND_POD_IPS
+        + (_HOST_AND_POD_IPS if first_transition else "")
     )
 
 
@@ -199,6 +238,73 @@ _FAULT_TEMPLATES = {
     "never-ready": _NEVER_READY_TEMPLATE,
     "succeed": _SUCCEED_TEMPLATE,
 }
+
+
+# Sentinels that `_build_success_format` swaps for printf verbs: the JSON line itself comes from the
+# result model, so the stage can only ever report what `parse_termination_message` accepts.
+_KEY_SENTINEL = "@cache-key@"
+_COUNT_SENTINEL = 770_077
+_SECONDS_SENTINEL = 880_088.0
+
+
+def _build_success_format(gpu_name: str, compute_capability: str) -> str:
+    """Return a Go printf format of the builder's success line.
+
+    Its verbs are the cache key (%s, a JSON string), the GPU count (%d) and the seconds (%d).
+    """
+    line = BuildSucceeded(
+        cache_key=_KEY_SENTINEL,
+        cache_hit=False,
+        # What the serving image of the pinned release ships (Triton 25.05).
+        versions=Versions(tensorrt_llm=versions.TRTLLM_VERSION, tensorrt="10.10.0.31", cuda="12.9.0.043"),
+        gpu=Gpu(name=gpu_name, compute_capability=compute_capability, count=_COUNT_SENTINEL),
+        total_bytes=14_000_000_000,
+        sizes={"encoder": 500_000_000, "llm": 13_500_000_000},
+        seconds=_SECONDS_SENTINEL,
+    ).model_dump_json()
+    if "`" in line:  # the format becomes a Go raw string literal
+        raise ValueError(f"a backquote in the builder's success line: {line}")
+    line = line.replace("%", "%%")
+    for sentinel, verb in (
+        (f'"{_KEY_SENTINEL}"', "%s"),
+        (f'"count":{_COUNT_SENTINEL}', '"count":%d'),
+        (f'"seconds":{_SECONDS_SENTINEL}', '"seconds":%d.0'),
+    ):
+        if line.count(sentinel) != 1:
+            raise ValueError(f"{sentinel} is not once in the builder's success line: {line}")
+        line = line.replace(sentinel, verb)
+    return line
+
+
+def _builder_template(gpu_name: str, compute_capability: str) -> str:
+    # Seconds since kwok's pod-ready stage set startTime: the build's run time, as the builder measures.
+    values = f"""
+{{{{ $now := Now }}}}
+{{{{ $cacheKey := index .metadata.labels "{labels.CACHE_KEY}" }}}}
+{{{{ $started := or .status.startTime $now }}}}
+{{{{ $seconds := max 0 (sub (now | unixEpoch) (toDate "2006-01-02T15:04:05Z07:00" $started | unixEpoch)) }}}}
+"""
+    line = _build_success_format(gpu_name, compute_capability)
+    # Limits are quantity strings in the stored pod ("2"); a container without one still has a GPU.
+    container_values = f"""
+{{{{ $gpus := 1 }}}}
+{{{{ with .resources }}}}{{{{ with .limits }}}}{{{{ with index . "nvidia.com/gpu" }}}}
+{{{{ $gpus = atoi . }}}}
+{{{{ end }}}}{{{{ end }}}}{{{{ end }}}}
+{{{{ $message := printf `{line}` ($cacheKey | toJson) $gpus $seconds }}}}
+"""
+    return _finished_template(
+        phase="Succeeded",
+        exit_code="0",
+        reason="Completed",
+        ready_reason="PodCompleted",
+        message="$message",
+        values=values,
+        container_values=container_values,
+        started_at="$started",
+        first_transition=False,
+    )
+
 
 _PROVISIONED_PV = f"""
 apiVersion: v1
@@ -282,21 +388,70 @@ def _volume_stages() -> list[dict[str, Any]]:
     return [provision, delete_released]
 
 
-def stage_documents(upstream_dir: Path) -> list[dict[str, Any]]:
-    """Return every Stage: kwok's own (adjusted to skip faulty pods), faults, volumes."""
+def _is_build_pod_cel() -> str:
+    return (
+        "has(self.metadata.labels) && "
+        f"'{labels.COMPONENT}' in self.metadata.labels && "
+        f"self.metadata.labels['{labels.COMPONENT}'] == '{labels.ENGINE_BUILD}' && "
+        f"'{labels.CACHE_KEY}' in self.metadata.labels"
+    )
+
+
+def _builder_stage(gpu_name: str, compute_capability: str) -> dict[str, Any]:
+    selector = {
+        "matchExpressions": [
+            {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+            # After kwok's pod-ready stage: a build is seen running before it ends.
+            {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+            {"key": f'.metadata.labels["{FAULT_LABEL}"]', "operator": "DoesNotExist"},
+            {"cel": {"expression": _is_build_pod_cel()}},
+        ]
+    }
+    # A missing or unparsable annotation falls back to durationMilliseconds.
+    delay = {
+        "durationMilliseconds": DEFAULT_BUILD_DURATION_SECONDS * 1000,
+        "durationFrom": {"jq": {"expression": f'.metadata.annotations["{BUILD_DURATION_ANNOTATION}"]'}},
+    }
+    return _stage(
+        "pod-engine-build-succeed",
+        "Pod",
+        selector,
+        {"delay": delay, "next": {"statusTemplate": _builder_template(gpu_name, compute_capability)}},
+    )
+
+
+def stage_documents(
+    upstream_dir: Path,
+    *,
+    gpu_name: str = DEFAULT_BUILD_GPU_NAME,
+    compute_capability: str = DEFAULT_BUILD_COMPUTE_CAPABILITY,
+) -> list[dict[str, Any]]:
+    """Return every Stage: kwok's own (adjusted to skip faulty and build pods), builder, faults, volumes.
+
+    `gpu_name` and `compute_capability` are what the fake engine builder reports (the node pool's GPU).
+    """
     documents: list[dict[str, Any]] = []
     for relative in UPSTREAM_STAGE_FILES:
         stage: dict[str, Any] = yaml.safe_load((upstream_dir / relative).read_text())
+        expressions: list[dict[str, Any]] = stage["spec"]["selector"]["matchExpressions"]
         if stage["metadata"]["name"] in _STAGES_SKIPPING_FAULTY_PODS:
-            stage["spec"]["selector"]["matchExpressions"].append(
-                {"key": f'.metadata.labels["{FAULT_LABEL}"]', "operator": "DoesNotExist"}
-            )
+            expressions.append({"key": f'.metadata.labels["{FAULT_LABEL}"]', "operator": "DoesNotExist"})
+        if stage["metadata"]["name"] in _STAGES_SKIPPING_BUILD_PODS:
+            expressions.append({"cel": {"expression": f"!({_is_build_pod_cel()})"}})
         documents.append(stage)
+    documents.append(_builder_stage(gpu_name, compute_capability))
     documents += [_fault_stage(fault) for fault in FAULTS]
     documents += _volume_stages()
     return documents
 
 
-def write_kwok_config(path: Path, upstream_dir: Path) -> None:
+def write_kwok_config(
+    path: Path,
+    upstream_dir: Path,
+    *,
+    gpu_name: str = DEFAULT_BUILD_GPU_NAME,
+    compute_capability: str = DEFAULT_BUILD_COMPUTE_CAPABILITY,
+) -> None:
     """Write the multi-document kwok configuration (for `kwok --config`)."""
-    path.write_text(yaml.safe_dump_all(stage_documents(upstream_dir), sort_keys=False))
+    documents = stage_documents(upstream_dir, gpu_name=gpu_name, compute_capability=compute_capability)
+    path.write_text(yaml.safe_dump_all(documents, sort_keys=False))

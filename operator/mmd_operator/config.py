@@ -1,0 +1,96 @@
+"""The operator's own settings: defaults for what a resource leaves out, and how the operator runs.
+
+One frozen value, read once at start-up from the environment (`MMD_*` variables, which the Helm chart
+and the operator image set) and passed down explicitly; nothing reads it as a global. Pure: imports
+only the pinned versions.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+
+from engine_builder import versions
+
+DEFAULT_CLAIM = "mmd-engine-cache"
+
+
+class ConfigError(ValueError):
+    """A setting has a value the operator cannot use."""
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """Operator-wide defaults and run settings."""
+
+    # Engine cache claims the operator creates, unless a resource says otherwise.
+    engine_cache_claim: str = DEFAULT_CLAIM
+    engine_cache_size: str = "200Gi"
+    engine_cache_storage_class: str | None = None
+    engine_cache_access_mode: str = "ReadWriteMany"
+    # Where the serving image keeps the Triton Python model code.
+    model_code_path: str = versions.MODEL_CODE_DIR
+    # Server-side apply field manager and the HTTP user agent of every request the operator makes.
+    field_manager: str = "mmd-operator"
+    # How often every resource is looked at again even without an event (nothing is written unless
+    # something changed), and how long to wait before looking again at something that may fix itself.
+    resync_seconds: float = 600.0
+    retry_seconds: float = 30.0
+    # Resources reconciled at once.
+    workers: int = 8
+    # Namespaces to watch; empty means all.
+    namespaces: tuple[str, ...] = ()
+    metrics_port: int = 8080
+    health_port: int = 8081
+    log_level: str = "INFO"
+    log_format: str = "text"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
+        """Settings from `MMD_<FIELD NAME>` variables (`MMD_WORKERS=16`, `MMD_NAMESPACES=a,b`).
+
+        Raises:
+            ConfigError: naming the variable whose value cannot be used.
+        """
+        env = os.environ if env is None else env
+        values: dict[str, object] = {}
+        for spec in fields(cls):
+            variable = f"MMD_{spec.name.upper()}"
+            raw = env.get(variable)
+            if raw is None or raw == "":
+                continue
+            default = getattr(cls(), spec.name)
+            try:
+                if isinstance(default, bool):
+                    values[spec.name] = raw.lower() in ("1", "true", "yes")
+                elif isinstance(default, int):
+                    values[spec.name] = int(raw)
+                elif isinstance(default, float):
+                    values[spec.name] = float(raw)
+                elif isinstance(default, tuple):
+                    values[spec.name] = tuple(part.strip() for part in raw.split(",") if part.strip())
+                else:
+                    values[spec.name] = raw
+            except ValueError:
+                raise ConfigError(f"{variable}={raw!r} is not a valid {type(default).__name__}") from None
+        return cls().with_changes(**values)
+
+    def with_changes(self, **changes: object) -> OperatorConfig:
+        """A copy with `changes`, checked.
+
+        Raises:
+            ConfigError: when a value is out of range.
+        """
+        config = replace(self, **changes)  # type: ignore[arg-type]
+        if config.workers < 1:
+            raise ConfigError("workers must be at least 1")
+        if config.resync_seconds < 1 or config.retry_seconds < 1:
+            raise ConfigError("resync_seconds and retry_seconds must be at least 1")
+        if config.engine_cache_access_mode not in ("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"):
+            raise ConfigError(
+                f"engine_cache_access_mode {config.engine_cache_access_mode!r} is not an access mode"
+            )
+        if config.log_format not in ("text", "json"):
+            raise ConfigError("log_format must be text or json")
+        return config

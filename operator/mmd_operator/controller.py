@@ -1,0 +1,221 @@
+"""Turns watch events into reconciles: a deduplicating work queue, a bounded pool of workers, a resync.
+
+Every event (a resource or one of its children changed) becomes the key of the resource(s) it concerns;
+a key waits in the queue at most once, a resource is never reconciled by two workers at once, and an
+event that arrives during its reconcile runs it once more afterwards. Failed reconciles come back with
+exponential backoff; a reconcile can ask to be looked at again later (a pod's startup budget, a missing
+Secret). A periodic resync queues every resource; with nothing changed it writes nothing. Before the first
+reconcile every watched kind is listed once into the cache, so decisions never rest on a cache that has
+not heard of existing children yet. asyncio; no kopf (the handlers feed it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from mmd_operator.config import OperatorConfig
+from mmd_operator.desired import labels
+from mmd_operator.kube import cache as cached
+from mmd_operator.kube.client import KubeClient
+from mmd_operator.reconcile import Reconciler
+
+_log = logging.getLogger(__name__)
+Key = tuple[str, str]
+MAX_BACKOFF = 60.0
+# What the operator lists and watches, and the label selector each is narrowed to (None: everything,
+# since the engine-cache claims users name are not the operator's).
+WATCHED: tuple[tuple[cached.Kind, str | None], ...] = (
+    (cached.RESOURCES, None),
+    (cached.JOBS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
+    (cached.PODS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
+    (cached.DEPLOYMENTS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
+    (cached.SERVICES, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
+    (cached.CONFIGMAPS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
+    (cached.CLAIMS, None),
+)
+
+
+class WorkQueue:
+    """Keys to reconcile, each at most once in the queue and at most once in progress."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[Key] = asyncio.Queue()
+        self._queued: set[Key] = set()
+        self._active: set[Key] = set()
+        self._again: set[Key] = set()
+        self._timers: dict[Key, asyncio.TimerHandle] = {}
+
+    def add(self, key: Key) -> None:
+        """Queue `key` (or, while it is being reconciled, run it once more afterwards)."""
+        if key in self._active:
+            self._again.add(key)
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+
+    def add_after(self, key: Key, delay: float) -> None:
+        """Queue `key` after `delay` seconds (the earliest of several such requests wins)."""
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay
+        timer = self._timers.get(key)
+        if timer is not None and not timer.cancelled() and timer.when() <= when:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._timers[key] = loop.call_at(when, self._fire, key)
+
+    def _fire(self, key: Key) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    async def get(self) -> Key:
+        """The next key to reconcile; it is in progress until `done`."""
+        key = await self._queue.get()
+        self._queued.discard(key)
+        self._active.add(key)
+        return key
+
+    def done(self, key: Key) -> None:
+        """`key`'s reconcile ended."""
+        self._active.discard(key)
+        if key in self._again:
+            self._again.discard(key)
+            self.add(key)
+
+    def __len__(self) -> int:
+        return len(self._queued)
+
+    def cancel_timers(self) -> None:
+        """Drop every delayed add (at shutdown)."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+
+class Controller:
+    """The cache, the reconciler and the workers of one operator process."""
+
+    def __init__(self, client: KubeClient, config: OperatorConfig) -> None:
+        self.client = client
+        self.config = config
+        self.store = cached.Cache()
+        self.reconciler = Reconciler(client, self.store, config)
+        self.queue = WorkQueue()
+        self._failures: dict[Key, int] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="reconcile")
+        self.ready = asyncio.Event()
+
+    # -- start and stop ----------------------------------------------------------------------
+
+    def prime(self) -> None:
+        """List every watched kind once (blocking; run in a thread)."""
+        started = time.perf_counter()
+        namespaces: Iterable[str | None] = self.config.namespaces or (None,)
+        for kind, selector in WATCHED:
+            for namespace in namespaces:
+                items = self.client.list(kind.api_version, kind.kind, namespace, label_selector=selector)
+                self.store.replace_all(kind, items, namespace)
+        _log.info(
+            "Listed what the operator watches in %.2f s: %s", time.perf_counter() - started, self.store.size()
+        )
+
+    async def start(self) -> None:
+        """Prime the cache, queue every resource, and start the workers and the resync."""
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.prime)
+        for key in self.store.keys(cached.RESOURCES):
+            self.queue.add(key)
+        self._tasks = [
+            asyncio.create_task(self._work(), name=f"worker-{n}") for n in range(self.config.workers)
+        ]
+        self._tasks.append(asyncio.create_task(self._resync(), name="resync"))
+        self.ready.set()
+
+    async def stop(self) -> None:
+        """Stop the workers (a reconcile in progress finishes in its thread) and release the client."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.queue.cancel_timers()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        self.client.close()
+
+    # -- events ------------------------------------------------------------------------------
+
+    def on_resource(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """A MultimodalDeployment was listed, added, changed or deleted."""
+        metadata = body.get("metadata", {})
+        key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+        if event_type == "DELETED":
+            self.store.drop(cached.RESOURCES, *key)
+            self.reconciler.forget(*key)
+            return
+        self.store.put(cached.RESOURCES, body)
+        self.queue.add(key)
+
+    def on_child(self, kind: cached.Kind, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """A child (or an engine-cache claim) changed: reconcile every resource it concerns."""
+        metadata = body.get("metadata", {})
+        namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+        if event_type == "DELETED":
+            self.store.drop(kind, namespace, name)
+        else:
+            self.store.put(kind, body)
+        for key in self._concerned(kind, namespace, name, body):
+            self.queue.add(key)
+
+    def _concerned(self, kind: cached.Kind, namespace: str, name: str, body: Mapping[str, Any]) -> set[Key]:
+        metadata = body.get("metadata", {})
+        object_labels = metadata.get("labels") or {}
+        names: set[str] = {
+            ref["name"]
+            for ref in metadata.get("ownerReferences") or []
+            if ref.get("kind") == "MultimodalDeployment"
+        }
+        if instance := object_labels.get(labels.INSTANCE):
+            names.add(instance)
+        if cache_key := object_labels.get(labels.CACHE_KEY):
+            names.update(self.reconciler.users_of_cache_key(namespace, cache_key))
+        if claim := object_labels.get(labels.ENGINE_CACHE_CLAIM):
+            names.update(self.reconciler.users_of_claim(namespace, claim))
+        if kind is cached.CLAIMS:
+            names.update(self.reconciler.users_of_claim(namespace, name))
+        return {(namespace, resource) for resource in names}
+
+    # -- workers -----------------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            key = await self.queue.get()
+            try:
+                outcome = await loop.run_in_executor(self._executor, self.reconciler.reconcile, *key)
+            except Exception as error:
+                failures = self._failures.get(key, 0) + 1
+                self._failures[key] = failures
+                delay = min(MAX_BACKOFF, 0.5 * 2 ** (failures - 1))
+                _log.warning(
+                    "Reconcile of %s/%s failed (attempt %d, again in %.1f s): %s",
+                    *key,
+                    failures,
+                    delay,
+                    error,
+                )
+                self.queue.add_after(key, delay)
+            else:
+                self._failures.pop(key, None)
+                if outcome.requeue_after is not None:
+                    self.queue.add_after(key, outcome.requeue_after)
+            finally:
+                self.queue.done(key)
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.resync_seconds)
+            for key in self.store.keys(cached.RESOURCES):
+                self.queue.add(key)

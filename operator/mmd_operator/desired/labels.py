@@ -1,0 +1,45 @@
+"""Label and annotation keys on everything the operator creates, defined once.
+
+Recommended `app.kubernetes.io/*` labels name what an object is; our own keys under the API group carry
+what the operator needs to find its children again (which resource, which cacheKey) and what it last
+applied. Pure constants and small helpers; imports nothing.
+"""
+
+from __future__ import annotations
+
+PREFIX = "serving.multimodal.dev"
+
+NAME = "app.kubernetes.io/name"
+INSTANCE = "app.kubernetes.io/instance"
+COMPONENT = "app.kubernetes.io/component"
+PART_OF = "app.kubernetes.io/part-of"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+
+APP_NAME = "multimodal-deployment"
+OPERATOR = "mmd-operator"
+
+# Components: what an object does for a MultimodalDeployment.
+ENGINE_CACHE = "engine-cache"
+ENGINE_INDEX = "engine-index"
+ENGINE_BUILD = "engine-build"
+MODEL_REPOSITORY = "model-repository"
+SERVING = "serving"
+
+# The cacheKey a build Job (and its pods) produces; shared by every resource with that key.
+CACHE_KEY = f"{PREFIX}/cache-key"
+# The engine-cache claim a build writes into or an index describes.
+ENGINE_CACHE_CLAIM = f"{PREFIX}/engine-cache"
+# Digest of the manifest the operator last applied to an object: equal digest, nothing to write.
+APPLIED_HASH = f"{PREFIX}/applied-hash"
+# The rendered repository a serving pod assembled (a new one rolls the pods).
+REPOSITORY = f"{PREFIX}/model-repository"
+
+
+def common(component: str) -> dict[str, str]:
+    """Labels every object of `component` carries."""
+    return {NAME: APP_NAME, COMPONENT: component, MANAGED_BY: OPERATOR}
+
+
+def for_instance(instance: str, component: str) -> dict[str, str]:
+    """Labels of an object that belongs to one MultimodalDeployment."""
+    return {**common(component), INSTANCE: instance, PART_OF: instance}

@@ -1,0 +1,34 @@
+"""Deterministic names of everything the operator creates, so a restarted operator finds it again.
+
+Pure; imports nothing of ours but the digests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from mmd_operator.config import DEFAULT_CLAIM
+
+REPOSITORY_DIGEST_LENGTH = 10
+
+
+def build_job(cache_key: str, claim: str) -> str:
+    """The build Job of `cache_key` in `claim`: one per cacheKey and engine-cache claim."""
+    if claim == DEFAULT_CLAIM:
+        return f"build-{cache_key}"
+    return f"build-{cache_key}-{hashlib.sha256(claim.encode()).hexdigest()[:8]}"
+
+
+def engine_index(claim: str) -> str:
+    """The ConfigMap recording the finished engines of `claim`."""
+    return f"{claim}-index"
+
+
+def repository(instance: str, digest: str) -> str:
+    """The immutable ConfigMap of one rendered model repository of `instance`."""
+    return f"{instance}-repo-{digest[:REPOSITORY_DIGEST_LENGTH]}"
+
+
+def serving(instance: str) -> str:
+    """The Deployment and the Service of `instance`."""
+    return instance

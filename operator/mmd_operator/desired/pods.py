@@ -1,0 +1,75 @@
+"""Pieces every pod the operator creates shares: owner references, user pod settings, GPU resources.
+
+Pure; imports the api models and the label keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mmd_operator.api.v1alpha1 import API_VERSION, KIND, MultimodalDeployment, PodSettings
+from mmd_operator.facts import OwnerRef
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def owner_reference(owner: OwnerRef, *, controller: bool) -> dict[str, Any]:
+    """An ownerReference to a MultimodalDeployment.
+
+    A controller reference makes the child this resource's alone; a shared child (a build Job, an
+    engine-cache claim) gets a plain reference from each user, so deleting one user never takes it.
+    """
+    reference: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": owner.name,
+        "uid": owner.uid,
+    }
+    if controller:
+        reference["controller"] = True
+    return reference
+
+
+def owner_of(resource: MultimodalDeployment) -> OwnerRef:
+    """The resource as an owner."""
+    return OwnerRef(name=str(resource.metadata["name"]), uid=str(resource.metadata.get("uid", "")))
+
+
+def pod_metadata(
+    settings: PodSettings, labels: dict[str, str], annotations: dict[str, str]
+) -> dict[str, Any]:
+    """Pod template metadata: the user's labels and annotations, with the operator's on top."""
+    metadata: dict[str, Any] = {"labels": {**settings.labels, **labels}}
+    merged = {**settings.annotations, **annotations}
+    if merged:
+        metadata["annotations"] = merged
+    return metadata
+
+
+def scheduling(settings: PodSettings) -> dict[str, Any]:
+    """The pod spec fields of `settings` that decide where and as whom a pod runs."""
+    spec: dict[str, Any] = {}
+    if settings.node_selector:
+        spec["nodeSelector"] = dict(settings.node_selector)
+    if settings.tolerations:
+        spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in settings.tolerations]
+    if settings.affinity:
+        spec["affinity"] = dict(settings.affinity)
+    if settings.priority_class_name:
+        spec["priorityClassName"] = settings.priority_class_name
+    if settings.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": secret.name} for secret in settings.image_pull_secrets]
+    if settings.service_account_name:
+        spec["serviceAccountName"] = settings.service_account_name
+    return spec
+
+
+def resources(settings: PodSettings, gpus: int) -> dict[str, Any]:
+    """Container resources: the user's, and `gpus` GPUs (requests equal limits for extended resources)."""
+    requests = {name: str(value) for name, value in settings.resources.requests.items()}
+    limits = {name: str(value) for name, value in settings.resources.limits.items()}
+    limits[GPU_RESOURCE] = str(gpus)
+    result: dict[str, Any] = {"limits": limits}
+    if requests:
+        result["requests"] = requests
+    return result

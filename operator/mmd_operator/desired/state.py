@@ -1,0 +1,240 @@
+"""What should exist for one MultimodalDeployment, decided from its plan and what was observed.
+
+`desired_state` is the operator's whole decision, pure: the manifests to apply (each stamped with the
+digest of its content), the shared children this resource must join or leave as an owner, the objects to
+delete, a build result to record in the engine index, and the findings its status is made of.
+
+The rules, in the order the code follows them:
+
+- The engine-cache claim is created when it does not exist; a claim the operator created with retention
+  Delete has every user as an owner, so it goes with the last of them.
+- A cacheKey in the engine index needs no Job. Otherwise the Job of the cacheKey is created once
+  (nothing is created while a Secret or a source claim the spec names is missing); every user joins it
+  as an owner, and leaves it when its spec moves to another cacheKey (the last one out deletes it). A
+  build that failed is built again only after the spec changed since the failure was reported.
+- The repository ConfigMap is applied unless it is over the ConfigMap size limit. Superseded ones are
+  deleted once neither the Deployment nor any pod uses them.
+- The Deployment is applied only once the engine is ready: until then a running Deployment keeps
+  serving the old engine, untouched. The Service is applied from the start.
+
+Pure: imports the api models, the plan, the config, the facts and the status analyses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine_builder.result_format import BuildSucceeded
+from mmd_operator.api.v1alpha1 import Endpoints, MultimodalDeployment, MultimodalDeploymentStatus
+from mmd_operator.config import OperatorConfig
+from mmd_operator.desired import engine_build, hashing, labels, names, pods, serving
+from mmd_operator.facts import Meta, Observed
+from mmd_operator.plan.resource_plan import ResourcePlan
+from mmd_operator.status import Findings, RepositoryState
+from mmd_operator.status.engine import engine_state
+from mmd_operator.status.serving import serving_state
+
+
+@dataclass(frozen=True, order=True)
+class ObjectKey:
+    """An object in the resource's namespace."""
+
+    api_version: str
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Desired:
+    """The operator's decision for one resource."""
+
+    apply: tuple[dict[str, Any], ...] = ()
+    join: tuple[ObjectKey, ...] = ()
+    leave: tuple[ObjectKey, ...] = ()
+    delete: tuple[ObjectKey, ...] = ()
+    record: BuildSucceeded | None = None
+    findings: Findings = field(default_factory=lambda: Findings(generation=0))
+
+    def manifest(self, kind: str) -> dict[str, Any] | None:
+        """The manifest of `kind` to apply, if any."""
+        return next((m for m in self.apply if m["kind"] == kind), None)
+
+
+def _key(manifest: dict[str, Any]) -> ObjectKey:
+    return ObjectKey(manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"])
+
+
+def _applied(meta: Meta | None, manifest: dict[str, Any]) -> bool:
+    """Whether the live object carries the digest of `manifest`: the operator already applied it."""
+    return meta is not None and meta.annotation(labels.APPLIED_HASH) == hashing.applied_hash(manifest)
+
+
+def selector_string(instance: str) -> str:
+    """The serving pods' label selector, in the string form of the scale subresource."""
+    return ",".join(f"{key}={value}" for key, value in sorted(serving.selector(instance).items()))
+
+
+def desired_state(
+    resource: MultimodalDeployment,
+    plan: ResourcePlan,
+    observed: Observed,
+    *,
+    config: OperatorConfig,
+    previous: MultimodalDeploymentStatus | None = None,
+) -> Desired:
+    """Decide what should exist for `resource`, whose checked plan is `plan`."""
+    instance = str(resource.metadata["name"])
+    namespace = str(resource.metadata.get("namespace", "default"))
+    generation = int(resource.metadata.get("generation", 1))
+    owner = pods.owner_of(resource)
+    claim = engine_build.claim_name(resource, config)
+    key = plan.cache_key
+    apply: list[dict[str, Any]] = []
+    join: list[ObjectKey] = []
+    leave: list[ObjectKey] = []
+    delete: list[ObjectKey] = []
+
+    claim_key = ObjectKey("v1", "PersistentVolumeClaim", claim)
+    if observed.claim is None:
+        apply.append(
+            hashing.stamped(
+                engine_build.engine_cache_claim(resource, namespace=namespace, config=config, owner=owner)
+            )
+        )
+    elif (
+        observed.claim.managed
+        and observed.claim.meta.annotation(engine_build.CLAIM_RETENTION) == "Delete"
+        and not observed.claim.meta.owned_by(owner.uid)
+    ):
+        join.append(claim_key)
+    leave += [ObjectKey("v1", "PersistentVolumeClaim", stale.meta.name) for stale in observed.stale_claims]
+
+    engine = engine_state(key, observed, previous, generation)
+    job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
+    job_leaving = observed.job is not None and observed.job.meta.deleting
+    job_key = ObjectKey("batch/v1", "Job", names.build_job(key, claim))
+    if job is not None and engine.retry:
+        delete.append(job_key)
+    elif job is not None and not job.meta.owned_by(owner.uid):
+        join.append(job_key)
+    elif job is None and not job_leaving and not engine.ready and not observed.missing:
+        apply.append(
+            hashing.stamped(
+                engine_build.build_job(resource, plan, namespace=namespace, claim=claim, owner=owner)
+            )
+        )
+    leave += [ObjectKey("batch/v1", "Job", stale.meta.name) for stale in observed.stale_jobs]
+
+    data = serving.repository_data(plan)
+    size = serving.repository_size(data)
+    configmap = hashing.stamped(
+        serving.repository_configmap(resource, plan, namespace=namespace, owner=owner)
+    )
+    repository_name = configmap["metadata"]["name"]
+    too_large = size > serving.CONFIGMAP_DATA_LIMIT
+    live_repositories = {meta.name: meta for meta in observed.repositories}
+    if not too_large:
+        apply.append(configmap)
+    repository = RepositoryState(
+        name=repository_name,
+        size=size,
+        too_large=too_large,
+        applied=_applied(live_repositories.get(repository_name), configmap),
+    )
+
+    deployment_manifest = None
+    if engine.ready and not too_large:
+        deployment_manifest = hashing.stamped(
+            serving.deployment(
+                resource,
+                plan,
+                namespace=namespace,
+                claim=claim,
+                repository=repository_name,
+                config=config,
+                owner=owner,
+            )
+        )
+        apply.append(deployment_manifest)
+    apply.append(hashing.stamped(serving.service(resource, namespace=namespace, owner=owner)))
+
+    in_use = {repository_name}
+    if observed.deployment is not None and observed.deployment.repository:
+        in_use.add(observed.deployment.repository)
+    in_use |= {pod.repository for pod in observed.serving_pods if pod.repository}
+    delete += [
+        ObjectKey("v1", "ConfigMap", meta.name)
+        for meta in observed.repositories
+        if meta.name not in in_use and meta.owned_by(owner.uid) and not meta.deleting
+    ]
+
+    live_deployment = observed.deployment
+    applied = (
+        deployment_manifest is not None
+        and live_deployment is not None
+        and _applied(live_deployment.meta, deployment_manifest)
+    )
+    serving_status = serving_state(
+        live_deployment,
+        observed.serving_pods,
+        desired=resource.spec.serving.replicas,
+        applied=applied,
+        engine_ready=engine.ready,
+        now=observed.now,
+        startup_budget=float(resource.spec.serving.probes.startup_timeout_seconds),
+    )
+    findings = Findings(
+        generation=generation,
+        cache_key=key,
+        claim=claim,
+        job=job.meta.name if job is not None else None,
+        derived=plan.limits,
+        engine=engine,
+        repository=repository,
+        serving=serving_status,
+        endpoints=Endpoints(**serving.endpoints(instance, namespace)),
+        selector=selector_string(instance),
+    )
+    return Desired(
+        apply=tuple(apply),
+        join=tuple(sorted(set(join))),
+        leave=tuple(sorted(set(leave))),
+        delete=tuple(sorted(set(delete))),
+        record=engine.record,
+        findings=findings,
+    )
+
+
+def manifests(
+    resource: MultimodalDeployment, plan: ResourcePlan, *, config: OperatorConfig
+) -> list[dict[str, Any]]:
+    """Every object a first apply of `resource` leads to, as if its engine were already built.
+
+    What `mmctl render` writes to `manifests/`: the claim, the build Job, the repository ConfigMap, the
+    Deployment and the Service, exactly as the operator applies them.
+    """
+    owner_uid = str(resource.metadata.get("uid", "")) or "<uid of the MultimodalDeployment>"
+    resource = resource.model_copy(
+        update={"metadata": {"namespace": "default", **resource.metadata, "uid": owner_uid}}
+    )
+    namespace = str(resource.metadata["namespace"])
+    owner = pods.owner_of(resource)
+    claim = engine_build.claim_name(resource, config)
+    configmap = serving.repository_configmap(resource, plan, namespace=namespace, owner=owner)
+    objects = [
+        engine_build.engine_cache_claim(resource, namespace=namespace, config=config, owner=owner),
+        engine_build.build_job(resource, plan, namespace=namespace, claim=claim, owner=owner),
+        configmap,
+        serving.deployment(
+            resource,
+            plan,
+            namespace=namespace,
+            claim=claim,
+            repository=configmap["metadata"]["name"],
+            config=config,
+            owner=owner,
+        ),
+        serving.service(resource, namespace=namespace, owner=owner),
+    ]
+    return [hashing.stamped(manifest) for manifest in objects]

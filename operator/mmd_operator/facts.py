@@ -1,0 +1,160 @@
+"""What the operator observed about a MultimodalDeployment's world, as small frozen values.
+
+The kube adapter reduces live objects (Jobs, pods, Deployments, claims, the engine index) to these facts;
+the pure layers (`desired`, `status`) decide from them alone. Keeping them small keeps the operator's
+cache small at a thousand resources, and keeping them plain makes every decision testable without a
+cluster. Pure: imports only the builder's result format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from engine_builder.result_format import BuildSucceeded
+
+
+@dataclass(frozen=True, order=True)
+class OwnerRef:
+    """A MultimodalDeployment as an owner of (or user of) a child object."""
+
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class Meta:
+    """The metadata of a child that decisions read."""
+
+    name: str
+    uid: str = ""
+    resource_version: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+    owners: tuple[OwnerRef, ...] = ()
+    created: datetime | None = None
+    deleting: bool = False
+
+    def label(self, key: str) -> str | None:
+        """The value of label `key`, if set."""
+        return dict(self.labels).get(key)
+
+    def annotation(self, key: str) -> str | None:
+        """The value of annotation `key`, if set."""
+        return dict(self.annotations).get(key)
+
+    def owned_by(self, uid: str) -> bool:
+        """Whether the resource with `uid` is one of this object's owners."""
+        return any(owner.uid == uid for owner in self.owners)
+
+
+class PodPhase(StrEnum):
+    """A pod's phase, as Kubernetes reports it."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """One pod of a build Job or of a serving Deployment."""
+
+    meta: Meta
+    phase: PodPhase
+    ready: bool = False
+    # The scheduler's reason and message when it cannot place the pod (PodScheduled=False).
+    unschedulable: str | None = None
+    # A container waiting in CrashLoopBackOff (or failing to start), with what it last said.
+    crash_loop: str | None = None
+    restarts: int = 0
+    started: datetime | None = None
+    # The termination message of a finished container, and its exit code.
+    termination_message: str | None = None
+    exit_code: int | None = None
+    # The model repository ConfigMap the pod mounts (serving pods).
+    repository: str | None = None
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """A build Job."""
+
+    meta: Meta
+    active: int = 0
+    succeeded: bool = False
+    failed: bool = False
+    # The Job controller's reason and message when it gave up (BackoffLimitExceeded, DeadlineExceeded).
+    failure: str | None = None
+    started: datetime | None = None
+    finished: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ClaimFacts:
+    """The engine-cache PersistentVolumeClaim."""
+
+    meta: Meta
+    phase: str = "Pending"
+    # Whether the operator created it (then it manages its owners); a user's claim is only read.
+    managed: bool = False
+
+
+@dataclass(frozen=True)
+class DeploymentFacts:
+    """The serving Deployment, as its controller last reported it."""
+
+    meta: Meta
+    generation: int = 0
+    observed_generation: int = 0
+    replicas: int = 0
+    status_replicas: int = 0
+    updated_replicas: int = 0
+    ready_replicas: int = 0
+    available_replicas: int = 0
+    # The Progressing condition's reason when the controller gave up (ProgressDeadlineExceeded).
+    progress_failure: str | None = None
+    repository: str | None = None
+
+
+class Missing(StrEnum):
+    """A reference in the spec that points at nothing."""
+
+    SECRET = "SecretNotFound"
+    SECRET_KEY = "SecretKeyNotFound"
+    SOURCE_CLAIM = "SourceClaimNotFound"
+
+
+@dataclass(frozen=True)
+class MissingReference:
+    """What is missing, where the spec names it, and how to say it."""
+
+    kind: Missing
+    field: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything one reconcile of one resource observed.
+
+    `engine` is the engine index's entry for the resource's cacheKey; `job` and `build_pods` are the
+    build of that cacheKey in the resource's claim; `stale_jobs` and `stale_claims` are children the
+    resource owns that its current spec no longer uses.
+    """
+
+    now: datetime
+    claim: ClaimFacts | None = None
+    engine: BuildSucceeded | None = None
+    job: JobFacts | None = None
+    build_pods: tuple[PodFacts, ...] = ()
+    missing: tuple[MissingReference, ...] = ()
+    repositories: tuple[Meta, ...] = ()
+    deployment: DeploymentFacts | None = None
+    serving_pods: tuple[PodFacts, ...] = ()
+    stale_jobs: tuple[JobFacts, ...] = ()
+    stale_claims: tuple[ClaimFacts, ...] = ()

@@ -1,0 +1,109 @@
+"""The kopf handlers: thin, and write-free. One of the two modules that import kopf.
+
+kopf watches MultimodalDeployments and the children the operator labels (Jobs and pods of builds, the
+serving Deployment and its pods, Services, ConfigMaps) plus engine-cache claims, and hands every event to
+the controller, which queues the resources concerned and reconciles them. Only `on.event` handlers are
+used: they see creations, changes, deletions and, at start-up, every existing object (the resume), and
+unlike kopf's change-detecting handlers they store nothing in the objects, so the operator writes only
+what it means to. The resync is the controller's timer. The children's watches are narrowed server-side
+to the operator's label.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from mmd_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
+from mmd_operator.config import OperatorConfig
+from mmd_operator.controller import WATCHED, Controller
+from mmd_operator.kube import cache as cached
+from mmd_operator.kube.client import KubeClient
+
+_log = logging.getLogger(__name__)
+# Set by `startup`; the event handlers below only run after it.
+_controller: Controller | None = None
+_PLURALS = {
+    cached.JOBS.kind: ("batch", "v1", "jobs"),
+    cached.PODS.kind: ("", "v1", "pods"),
+    cached.DEPLOYMENTS.kind: ("apps", "v1", "deployments"),
+    cached.SERVICES.kind: ("", "v1", "services"),
+    cached.CONFIGMAPS.kind: ("", "v1", "configmaps"),
+    cached.CLAIMS.kind: ("", "v1", "persistentvolumeclaims"),
+}
+
+
+def controller() -> Controller:
+    """The running controller."""
+    if _controller is None:
+        raise RuntimeError("the operator has not started")
+    return _controller
+
+
+def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
+    """Kopf settings for a write-free, server-side-filtered operator."""
+    settings.posting.enabled = False  # events are the operator's own, about phase changes only
+    settings.peering.standalone = True
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+    settings.execution.max_workers = 4
+    for kind, selector in WATCHED:
+        if selector is not None and kind.kind in _PLURALS:
+            group, version, plural = _PLURALS[kind.kind]
+            key = (group, version, plural) if group else (version, plural)
+            settings.watching.label_selectors[key] = selector
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Configure kopf, then start the controller (it lists everything once before reconciling)."""
+    global _controller
+    config: OperatorConfig = memo.get("config") or OperatorConfig.from_env()
+    configure(settings, config)
+    _controller = Controller(KubeClient.from_environment(field_manager=config.field_manager), config)
+    await _controller.start()
+    _log.info("Operator started: %d workers, resync every %.0f s", config.workers, config.resync_seconds)
+
+
+@kopf.on.cleanup()
+async def cleanup(**_: Any) -> None:
+    """Stop the workers and release the API client."""
+    if _controller is not None:
+        await _controller.stop()
+
+
+@kopf.on.probe(id="reconcile_queue")
+def queue_length(**_: Any) -> int:
+    """For the liveness endpoint: how many resources wait to be reconciled."""
+    return len(controller().queue)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def resource_event(event: kopf.RawEvent, **_: Any) -> None:
+    """A MultimodalDeployment was created, changed, deleted or seen at start-up."""
+    controller().on_resource(event.get("type"), event["object"])
+
+
+def _child_handler(kind: cached.Kind) -> None:
+    group, version, plural = _PLURALS[kind.kind]
+    resource = (group, version, plural) if group else (version, plural)
+
+    async def child_event(event: kopf.RawEvent, **_: Any) -> None:
+        controller().on_child(kind, event.get("type"), event["object"])
+
+    child_event.__doc__ = f"A {kind.kind} the operator watches changed."
+    kopf.on.event(*resource, id=f"{plural}_event")(child_event)
+
+
+for _kind in (
+    cached.JOBS,
+    cached.PODS,
+    cached.DEPLOYMENTS,
+    cached.SERVICES,
+    cached.CONFIGMAPS,
+    cached.CLAIMS,
+):
+    _child_handler(_kind)

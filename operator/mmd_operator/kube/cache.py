@@ -1,0 +1,198 @@
+"""The operator's local copy of the objects it watches, kept current by watch events and its own writes.
+
+Reconciles read children from here, never by listing the API server per resource. Watch events (from
+kopf's streams) and the answers of the operator's own writes both update it, so a write is visible to
+the next reconcile at once. It holds facts, not whole objects, indexed by what lookups ask: a resource's
+children by instance label, a build's Job and pods by cacheKey and Job name, anything by owner. Thread
+safe: watch handlers run on the event loop, reconciles in worker threads. Imports the fact converters.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mmd_operator.desired import labels
+from mmd_operator.facts import ClaimFacts, DeploymentFacts, JobFacts, Meta, PodFacts
+from mmd_operator.kube import objects
+from mmd_operator.kube.engine_index import EngineIndex
+
+Key = tuple[str, str]  # namespace, name
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind the cache holds: its API coordinates and how an object becomes a fact."""
+
+    api_version: str
+    kind: str
+    convert: Callable[[Mapping[str, Any]], Any]
+
+
+def _slim_resource(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A MultimodalDeployment without its managed fields (the bulk of its metadata)."""
+    body = dict(obj)
+    metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    body["metadata"] = metadata
+    return body
+
+
+def _configmap(obj: Mapping[str, Any]) -> Meta | EngineIndex:
+    facts = objects.meta(obj)
+    if facts.label(labels.COMPONENT) == labels.ENGINE_INDEX:
+        return EngineIndex.from_configmap_data(obj.get("data"))
+    return facts
+
+
+RESOURCES = Kind("serving.multimodal.dev/v1alpha1", "MultimodalDeployment", _slim_resource)
+JOBS = Kind("batch/v1", "Job", objects.job)
+PODS = Kind("v1", "Pod", objects.pod)
+DEPLOYMENTS = Kind("apps/v1", "Deployment", objects.deployment)
+CONFIGMAPS = Kind("v1", "ConfigMap", _configmap)
+SERVICES = Kind("v1", "Service", objects.meta)
+CLAIMS = Kind("v1", "PersistentVolumeClaim", objects.claim)
+KINDS = (RESOURCES, JOBS, PODS, DEPLOYMENTS, CONFIGMAPS, SERVICES, CLAIMS)
+
+
+def _labels_of(value: Any) -> Mapping[str, str]:
+    facts = getattr(value, "meta", value)
+    return dict(facts.labels) if isinstance(facts, Meta) else {}
+
+
+class Cache:
+    """Facts of watched objects, by kind and (namespace, name), with secondary indexes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._objects: dict[str, dict[Key, Any]] = defaultdict(dict)
+        self._by_instance: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+        self._by_cache_key: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+        self._by_job: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self._synced: set[str] = set()
+
+    def put(self, kind: Kind, obj: Mapping[str, Any]) -> Key:
+        """Store (or replace) the fact of `obj`."""
+        metadata = obj.get("metadata") or {}
+        key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+        value = kind.convert(obj)
+        with self._lock:
+            self._unindex(kind.kind, key)
+            self._objects[kind.kind][key] = value
+            self._index(kind.kind, key, _labels_of(value) or (metadata.get("labels") or {}))
+        return key
+
+    def drop(self, kind: Kind, namespace: str, name: str) -> None:
+        """Forget an object that was deleted."""
+        with self._lock:
+            self._unindex(kind.kind, (namespace, name))
+            self._objects[kind.kind].pop((namespace, name), None)
+
+    def replace_all(
+        self, kind: Kind, items: Sequence[Mapping[str, Any]], namespace: str | None = None
+    ) -> None:
+        """Replace everything of `kind` (in `namespace`) with a fresh listing."""
+        with self._lock:
+            for key in [k for k in self._objects[kind.kind] if namespace is None or k[0] == namespace]:
+                self.drop(kind, *key)
+            for item in items:
+                self.put(kind, item)
+            self._synced.add(kind.kind)
+
+    def synced(self, kind: Kind) -> bool:
+        """Whether `kind` has been listed once (its absences can be trusted)."""
+        return kind.kind in self._synced
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Any:
+        """The fact of one object, or None."""
+        with self._lock:
+            return self._objects[kind.kind].get((namespace, name))
+
+    def all(self, kind: Kind, namespace: str | None = None) -> list[Any]:
+        """Every fact of `kind` (in `namespace`)."""
+        with self._lock:
+            return [
+                v for (ns, _), v in self._objects[kind.kind].items() if namespace is None or ns == namespace
+            ]
+
+    def keys(self, kind: Kind) -> list[Key]:
+        """Every (namespace, name) of `kind`."""
+        with self._lock:
+            return list(self._objects[kind.kind])
+
+    def of_instance(self, kind: Kind, namespace: str, instance: str) -> list[Any]:
+        """Children of `kind` labelled as belonging to `instance`."""
+        with self._lock:
+            names = self._by_instance.get((kind.kind, namespace, instance), set())
+            return [self._objects[kind.kind][(namespace, n)] for n in sorted(names)]
+
+    def of_cache_key(self, kind: Kind, namespace: str, cache_key: str) -> list[Any]:
+        """Objects of `kind` labelled with `cache_key`."""
+        with self._lock:
+            names = self._by_cache_key.get((kind.kind, namespace, cache_key), set())
+            return [self._objects[kind.kind][(namespace, n)] for n in sorted(names)]
+
+    def pods_of_job(self, namespace: str, job: str) -> list[PodFacts]:
+        """The pods a Job created."""
+        with self._lock:
+            names = self._by_job.get((namespace, job), set())
+            return [self._objects[PODS.kind][(namespace, n)] for n in sorted(names)]
+
+    def owned_by(self, kind: Kind, namespace: str, uid: str) -> list[Any]:
+        """Objects of `kind` in `namespace` with `uid` among their owners."""
+        with self._lock:
+            return [
+                value
+                for (ns, _), value in self._objects[kind.kind].items()
+                if ns == namespace
+                and isinstance(getattr(value, "meta", None), Meta)
+                and value.meta.owned_by(uid)
+            ]
+
+    def size(self) -> dict[str, int]:
+        """Objects held, by kind."""
+        with self._lock:
+            return {kind: len(values) for kind, values in self._objects.items()}
+
+    def _index(self, kind: str, key: Key, object_labels: Mapping[str, str]) -> None:
+        namespace, name = key
+        if instance := object_labels.get(labels.INSTANCE):
+            self._by_instance[(kind, namespace, instance)].add(name)
+        if cache_key := object_labels.get(labels.CACHE_KEY):
+            self._by_cache_key[(kind, namespace, cache_key)].add(name)
+        if kind == PODS.kind and (job := object_labels.get(objects.JOB_NAME_LABEL)):
+            self._by_job[(namespace, job)].add(name)
+
+    def _unindex(self, kind: str, key: Key) -> None:
+        old = self._objects[kind].get(key)
+        if old is None:
+            return
+        namespace, name = key
+        old_labels = _labels_of(old) or (
+            old.get("metadata", {}).get("labels") or {} if isinstance(old, dict) else {}
+        )
+        for index, label in ((self._by_instance, labels.INSTANCE), (self._by_cache_key, labels.CACHE_KEY)):
+            value = old_labels.get(label)
+            if value:
+                index[(kind, namespace, value)].discard(name)
+        if kind == PODS.kind and (job := old_labels.get(objects.JOB_NAME_LABEL)):
+            self._by_job[(namespace, job)].discard(name)
+
+
+__all__ = [
+    "CLAIMS",
+    "CONFIGMAPS",
+    "DEPLOYMENTS",
+    "JOBS",
+    "KINDS",
+    "PODS",
+    "RESOURCES",
+    "SERVICES",
+    "Cache",
+    "ClaimFacts",
+    "DeploymentFacts",
+    "JobFacts",
+    "Kind",
+]

@@ -1,0 +1,265 @@
+"""The operator's requests to the API server: server-side apply, precondition patches, deletes, events.
+
+A thin layer over the kubernetes client's REST transport (its authentication, TLS and connection pool)
+that speaks plain dicts, so what the pure layers build is sent as it is and what comes back is stored as
+it is. Every request carries the operator's user agent and every write its one field manager. Imports the
+kubernetes client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from mmd_operator import __version__
+from mmd_operator.api.v1alpha1 import API_VERSION, KIND, PLURAL
+
+USER_AGENT = f"mmd-operator/{__version__}"
+REQUEST_TIMEOUT = 30.0
+_log = logging.getLogger(__name__)
+
+# Where each kind the operator touches lives in the API.
+_RESOURCES: Mapping[tuple[str, str], str] = {
+    ("v1", "ConfigMap"): "configmaps",
+    ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
+    ("v1", "Service"): "services",
+    ("v1", "Pod"): "pods",
+    ("v1", "Secret"): "secrets",
+    ("v1", "Event"): "events",
+    ("batch/v1", "Job"): "jobs",
+    ("apps/v1", "Deployment"): "deployments",
+    (API_VERSION, KIND): PLURAL,
+}
+
+
+class ApiError(Exception):
+    """The API server refused a request; `status` is its HTTP code."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def not_found(self) -> bool:
+        """404: the object does not exist."""
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        """409: a precondition failed, or the object exists."""
+        return self.status == 409
+
+
+def path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
+    """The URL path of a kind (and object) in a namespace."""
+    resource = _RESOURCES[(api_version, kind)]
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    scoped = f"{base}/namespaces/{namespace}/{resource}" if namespace else f"{base}/{resource}"
+    return f"{scoped}/{name}" if name else scoped
+
+
+@dataclass
+class RequestCounter:
+    """Requests sent, by verb: reads and writes per reconcile are reported from this."""
+
+    reads: int = 0
+    writes: int = 0
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def count(self, method: str) -> None:
+        """Count one request."""
+        with self._lock:
+            if method == "GET":
+                self.reads += 1
+            else:
+                self.writes += 1
+
+
+class KubeClient:
+    """Plain-dict requests to one API server, under one field manager."""
+
+    def __init__(self, api_client: k8s.ApiClient, *, field_manager: str) -> None:
+        api_client.user_agent = USER_AGENT
+        self._api = api_client
+        self.field_manager = field_manager
+        self.requests = RequestCounter()
+
+    @classmethod
+    def from_environment(cls, *, field_manager: str) -> KubeClient:
+        """A client for the in-cluster service account, else the current kubeconfig context."""
+        configuration = k8s.Configuration()
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except k8s_config.ConfigException:
+            k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        return cls(k8s.ApiClient(configuration), field_manager=field_manager)
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self._api.close()  # type: ignore[no-untyped-call]
+
+    def request(
+        self,
+        method: str,
+        url_path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """Send one request (a dict body is sent as JSON) and return the decoded JSON answer.
+
+        Raises:
+            ApiError: with the API server's status, reason and message.
+        """
+        self.requests.count(method)
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        target = url_path + (f"?{urlencode(query)}" if query else "")
+        _, url, headers, serialized, _ = self._api.param_serialize(
+            method=method,
+            resource_path=target,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._api.call_api(
+                method, url, header_params=headers, body=serialized, _request_timeout=REQUEST_TIMEOUT
+            )
+            response.read()  # type: ignore[no-untyped-call]
+        except ApiException as error:
+            raise _api_error(error) from None
+        if response.status >= 400:
+            raise _api_error(ApiException(http_resp=response))
+        data = response.data
+        return json.loads(data) if data else {}
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+        try:
+            return self.request("GET", path(api_version, kind, namespace, name))
+        except ApiError as error:
+            if error.not_found:
+                return None
+            raise
+
+    def list(
+        self, api_version: str, kind: str, namespace: str | None = None, *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every object of a kind (in `namespace`, or everywhere), optionally by label."""
+        query = {"labelSelector": label_selector} if label_selector else None
+        listing = self.request("GET", path(api_version, kind, namespace), query=query)
+        items: list[dict[str, Any]] = listing.get("items", [])
+        for item in items:  # lists leave these out of their items
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        return items
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def apply(self, manifest: Mapping[str, Any], *, subresource: str = "") -> dict[str, Any]:
+        """Server-side apply `manifest` under the field manager, taking over conflicting fields."""
+        metadata = manifest["metadata"]
+        target = path(manifest["apiVersion"], manifest["kind"], metadata.get("namespace"), metadata["name"])
+        return self.request(
+            "PATCH",
+            target + (f"/{subresource}" if subresource else ""),
+            query={"fieldManager": self.field_manager, "force": "true"},
+            body=dict(manifest),
+            content_type="application/apply-patch+yaml",
+        )
+
+    def merge_patch(
+        self, api_version: str, kind: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A JSON merge patch; with `metadata.resourceVersion` in it, only if nobody changed the object."""
+        return self.request(
+            "PATCH",
+            path(api_version, kind, namespace, name),
+            query={"fieldManager": self.field_manager},
+            body=dict(patch),
+            content_type="application/merge-patch+json",
+        )
+
+    def delete(
+        self, api_version: str, kind: str, namespace: str, name: str, *, uid: str | None = None
+    ) -> bool:
+        """Delete an object and what it owns in the background; False when it was already gone."""
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self.request("DELETE", path(api_version, kind, namespace, name), body=body)
+        except ApiError as error:
+            if error.not_found:
+                return False
+            raise
+        return True
+
+    def post_event(
+        self, involved: Mapping[str, Any], *, type: str, reason: str, message: str, component: str
+    ) -> None:
+        """Record a core/v1 Event about `involved` (a MultimodalDeployment)."""
+        metadata = involved["metadata"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{metadata['name']}.{uuid.uuid4().hex[:16]}",
+                "namespace": metadata["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": involved["apiVersion"],
+                "kind": involved["kind"],
+                "name": metadata["name"],
+                "namespace": metadata["namespace"],
+                "uid": metadata.get("uid"),
+                "resourceVersion": metadata.get("resourceVersion"),
+            },
+            "type": type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": component},
+            "reportingComponent": component,
+            "reportingInstance": component,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.request("POST", path("v1", "Event", metadata["namespace"]), body=event)
+        except ApiError as error:
+            # An event is a courtesy; losing one must not fail a reconcile.
+            _log.warning("Could not post event %s on %s: %s", reason, metadata["name"], error)
+
+
+def _api_error(error: ApiException) -> ApiError:
+    status = int(error.status or 0)
+    reason, message = str(error.reason or ""), ""
+    try:
+        body = json.loads(error.body or "{}")
+        reason = body.get("reason") or reason
+        message = body.get("message") or ""
+    except ValueError:
+        message = str(error.body or "")[:500]
+    return ApiError(status, reason, message)

@@ -1,0 +1,165 @@
+"""Live objects, as the API server sends them, reduced to the operator's small facts.
+
+Only what decisions read is kept (a ConfigMap's data, a pod's spec and most of its status are dropped),
+so a thousand resources' worth of children stay cheap to hold. Pure functions of plain dicts; imports
+the facts, the label keys and the engine index format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from mmd_operator.api.v1alpha1 import API_VERSION, KIND
+from mmd_operator.desired import labels
+from mmd_operator.facts import ClaimFacts, DeploymentFacts, JobFacts, Meta, OwnerRef, PodFacts, PodPhase
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+def timestamp(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp as the API server writes it."""
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def meta(obj: Mapping[str, Any]) -> Meta:
+    """The metadata decisions read."""
+    metadata = obj.get("metadata", {})
+    owners = tuple(
+        OwnerRef(name=str(ref.get("name", "")), uid=str(ref.get("uid", "")))
+        for ref in metadata.get("ownerReferences") or []
+        if ref.get("kind") == KIND and ref.get("apiVersion") == API_VERSION
+    )
+    annotations = metadata.get("annotations") or {}
+    kept = {key: value for key, value in annotations.items() if key.startswith(labels.PREFIX)}
+    return Meta(
+        name=str(metadata.get("name", "")),
+        uid=str(metadata.get("uid", "")),
+        resource_version=str(metadata.get("resourceVersion", "")),
+        labels=tuple(sorted((metadata.get("labels") or {}).items())),
+        annotations=tuple(sorted(kept.items())),
+        owners=owners,
+        created=timestamp(metadata.get("creationTimestamp")),
+        deleting=bool(metadata.get("deletionTimestamp")),
+    )
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
+
+
+def _container_trouble(statuses: list[Mapping[str, Any]]) -> str | None:
+    for container in statuses:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason in (
+            "CrashLoopBackOff",
+            "CreateContainerConfigError",
+            "ImagePullBackOff",
+            "ErrImagePull",
+            "RunContainerError",
+        ):
+            last = ((container.get("lastState") or {}).get("terminated")) or {}
+            said = last.get("message") or last.get("reason") or ""
+            code = f", exit code {last['exitCode']}" if "exitCode" in last else ""
+            detail = f"; it last said: {said.strip()}" if said else ""
+            why = str(waiting.get("message", "")).strip()
+            return f"container {container.get('name')} is in {reason} ({why}{code}){detail}"
+    return None
+
+
+def pod(obj: Mapping[str, Any]) -> PodFacts:
+    """A build or serving pod."""
+    status = obj.get("status") or {}
+    spec = obj.get("spec") or {}
+    containers = status.get("containerStatuses") or []
+    scheduled = _condition(status, "PodScheduled")
+    unschedulable = None
+    if (
+        scheduled is not None
+        and scheduled.get("status") == "False"
+        and scheduled.get("reason") == "Unschedulable"
+    ):
+        unschedulable = str(scheduled.get("message") or "Unschedulable")
+    ready = _condition(status, "Ready")
+    terminated = next(
+        (c["state"]["terminated"] for c in containers if (c.get("state") or {}).get("terminated")), None
+    )
+    repository = next(
+        (
+            v["configMap"]["name"]
+            for v in spec.get("volumes") or []
+            if v.get("name") == "repository-config" and v.get("configMap")
+        ),
+        None,
+    )
+    return PodFacts(
+        meta=meta(obj),
+        phase=PodPhase(status.get("phase", "Pending"))
+        if status.get("phase") in PodPhase._value2member_map_
+        else PodPhase.UNKNOWN,
+        ready=ready is not None and ready.get("status") == "True",
+        unschedulable=unschedulable,
+        crash_loop=_container_trouble(containers),
+        restarts=sum(int(c.get("restartCount", 0)) for c in containers),
+        started=timestamp(status.get("startTime")),
+        termination_message=terminated.get("message") if terminated else None,
+        exit_code=int(terminated["exitCode"]) if terminated and "exitCode" in terminated else None,
+        repository=repository,
+        node=spec.get("nodeName"),
+    )
+
+
+def job(obj: Mapping[str, Any]) -> JobFacts:
+    """A build Job."""
+    status = obj.get("status") or {}
+    complete = _condition(status, "Complete")
+    failed = _condition(status, "Failed")
+    failure = None
+    if failed is not None and failed.get("status") == "True":
+        failure = f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".strip(": ")
+    return JobFacts(
+        meta=meta(obj),
+        active=int(status.get("active", 0) or 0),
+        succeeded=complete is not None and complete.get("status") == "True",
+        failed=failure is not None,
+        failure=failure,
+        started=timestamp(status.get("startTime")),
+        finished=timestamp(status.get("completionTime")),
+    )
+
+
+def deployment(obj: Mapping[str, Any]) -> DeploymentFacts:
+    """The serving Deployment."""
+    status = obj.get("status") or {}
+    spec = obj.get("spec") or {}
+    progressing = _condition(status, "Progressing")
+    progress_failure = None
+    if progressing is not None and progressing.get("reason") == "ProgressDeadlineExceeded":
+        progress_failure = str(progressing.get("message") or "ProgressDeadlineExceeded")
+    template = (spec.get("template") or {}).get("metadata") or {}
+    return DeploymentFacts(
+        meta=meta(obj),
+        generation=int(obj.get("metadata", {}).get("generation", 0)),
+        observed_generation=int(status.get("observedGeneration", 0)),
+        replicas=int(spec.get("replicas", 1)),
+        status_replicas=int(status.get("replicas", 0)),
+        updated_replicas=int(status.get("updatedReplicas", 0)),
+        ready_replicas=int(status.get("readyReplicas", 0)),
+        available_replicas=int(status.get("availableReplicas", 0)),
+        progress_failure=progress_failure,
+        repository=(template.get("annotations") or {}).get(labels.REPOSITORY),
+    )
+
+
+def claim(obj: Mapping[str, Any]) -> ClaimFacts:
+    """An engine-cache claim."""
+    facts = meta(obj)
+    return ClaimFacts(
+        meta=facts,
+        phase=str((obj.get("status") or {}).get("phase", "Pending")),
+        managed=facts.label(labels.MANAGED_BY) == labels.OPERATOR,
+    )

@@ -1,0 +1,110 @@
+"""Everything one reconcile needs to know about a resource's world, read from the cache.
+
+Children come from the watch-fed cache. The API server is asked directly only for what the operator
+does not watch and only while it matters: whether the Hugging Face token Secret (and its key) and the
+model source claims exist, before a build Job is created. A Secret's value is never read into memory
+beyond the API response, and never logged. Imports the cache, the client and the facts.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from mmd_operator.api.v1alpha1 import MultimodalDeployment
+from mmd_operator.desired import labels, names
+from mmd_operator.facts import ClaimFacts, JobFacts, Meta, Missing, MissingReference, Observed, PodFacts
+from mmd_operator.kube import cache as cached
+from mmd_operator.kube.client import KubeClient
+from mmd_operator.kube.engine_index import EngineIndex
+
+
+def _missing_references(
+    client: KubeClient, resource: MultimodalDeployment, namespace: str
+) -> list[MissingReference]:
+    """Secrets and claims the spec names for the build that do not exist."""
+    spec = resource.spec
+    missing: list[MissingReference] = []
+    hub = spec.model.source.huggingface
+    token = hub.token_secret_ref if hub is not None else None
+    if token is not None:
+        secret = client.get("v1", "Secret", namespace, token.name)
+        field = "spec.model.source.huggingface.tokenSecretRef"
+        if secret is None:
+            missing.append(
+                MissingReference(
+                    Missing.SECRET, field, f"Secret {token.name} not found in namespace {namespace}"
+                )
+            )
+        elif token.key not in (secret.get("data") or {}) and token.key not in (
+            secret.get("stringData") or {}
+        ):
+            missing.append(
+                MissingReference(Missing.SECRET_KEY, field, f"Secret {token.name} has no key {token.key}")
+            )
+    sources = [("spec.model.source.pvc.claimName", spec.model.source.pvc)]
+    if spec.model.lora is not None:
+        sources.append(("spec.model.lora.source.pvc.claimName", spec.model.lora.source.pvc))
+    for field, source in sources:
+        if (
+            source is not None
+            and client.get("v1", "PersistentVolumeClaim", namespace, source.claim_name) is None
+        ):
+            missing.append(
+                MissingReference(
+                    Missing.SOURCE_CLAIM,
+                    field,
+                    f"PersistentVolumeClaim {source.claim_name} not found in namespace {namespace}",
+                )
+            )
+    return missing
+
+
+def observe(
+    store: cached.Cache,
+    client: KubeClient,
+    resource: MultimodalDeployment,
+    *,
+    cache_key: str,
+    claim: str,
+    now: datetime,
+) -> Observed:
+    """The facts of `resource`, whose current plan has `cache_key` and uses `claim`."""
+    instance = str(resource.metadata["name"])
+    namespace = str(resource.metadata["namespace"])
+    uid = str(resource.metadata.get("uid", ""))
+    claim_facts: ClaimFacts | None = store.get(cached.CLAIMS, namespace, claim)
+    index = store.get(cached.CONFIGMAPS, namespace, names.engine_index(claim))
+    engine = index.get(cache_key) if isinstance(index, EngineIndex) else None
+    job_name = names.build_job(cache_key, claim)
+    job: JobFacts | None = store.get(cached.JOBS, namespace, job_name)
+    build_pods: tuple[PodFacts, ...] = (
+        tuple(store.pods_of_job(namespace, job_name)) if job is not None else ()
+    )
+    missing: list[MissingReference] = []
+    if engine is None and job is None:
+        missing = _missing_references(client, resource, namespace)
+    repositories = tuple(
+        value
+        for value in store.of_instance(cached.CONFIGMAPS, namespace, instance)
+        if isinstance(value, Meta) and value.label(labels.COMPONENT) == labels.MODEL_REPOSITORY
+    )
+    serving_pods = tuple(
+        pod
+        for pod in store.of_instance(cached.PODS, namespace, instance)
+        if pod.meta.label(labels.COMPONENT) == labels.SERVING
+    )
+    stale_jobs = tuple(j for j in store.owned_by(cached.JOBS, namespace, uid) if j.meta.name != job_name)
+    stale_claims = tuple(c for c in store.owned_by(cached.CLAIMS, namespace, uid) if c.meta.name != claim)
+    return Observed(
+        now=now,
+        claim=claim_facts,
+        engine=engine,
+        job=job,
+        build_pods=build_pods,
+        missing=tuple(missing),
+        repositories=repositories,
+        deployment=store.get(cached.DEPLOYMENTS, namespace, names.serving(instance)),
+        serving_pods=serving_pods,
+        stale_jobs=stale_jobs,
+        stale_claims=stale_claims,
+    )

@@ -1,0 +1,151 @@
+"""Carry out a decision: apply what changed, join or leave shared children, delete, record, report.
+
+Nothing is written when nothing changed: a manifest is applied only when the digest it carries differs
+from the one on the cached object (the operator's last apply), and the status only when it differs
+from the one the resource shows. Shared children (a build Job, an engine-cache claim) get their owner
+list changed with a merge patch that carries the resourceVersion it was computed from, so concurrent
+reconciles of different users never lose each other's references; the last user out deletes the child.
+Every answer goes back into the cache, so the next reconcile sees the operator's own writes. Imports the
+client, the cache and the pure decision types.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mmd_operator.api.v1alpha1 import API_VERSION, KIND
+from mmd_operator.desired import hashing, labels, pods
+from mmd_operator.desired.state import ObjectKey
+from mmd_operator.facts import OwnerRef
+from mmd_operator.kube import cache as cached
+from mmd_operator.kube.client import ApiError, KubeClient
+
+_log = logging.getLogger(__name__)
+_KINDS = {(kind.api_version, kind.kind): kind for kind in cached.KINDS}
+_CONFLICT_RETRIES = 3
+
+
+@dataclass
+class WriteCount:
+    """What one reconcile wrote."""
+
+    applied: list[str] = field(default_factory=list)
+    owners: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        """Objects written."""
+        return len(self.applied) + len(self.owners) + len(self.deleted)
+
+
+def _cached_hash(store: cached.Cache, kind: cached.Kind, namespace: str, name: str) -> str | None:
+    value = store.get(kind, namespace, name)
+    if value is None:
+        return None
+    meta = getattr(value, "meta", value)
+    annotation = getattr(meta, "annotation", None)
+    return annotation(labels.APPLIED_HASH) if annotation is not None else None
+
+
+class Writer:
+    """Writes for one namespace's resources, through one client, into one cache."""
+
+    def __init__(self, client: KubeClient, store: cached.Cache) -> None:
+        self.client = client
+        self.store = store
+
+    def apply(self, manifest: Mapping[str, Any], count: WriteCount) -> None:
+        """Apply `manifest` unless the cached object already carries its digest."""
+        kind = _KINDS[(manifest["apiVersion"], manifest["kind"])]
+        namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        if _cached_hash(self.store, kind, namespace, name) == hashing.applied_hash(manifest):
+            return
+        try:
+            live = self.client.apply(manifest)
+        except ApiError as error:
+            if error.status == 422 and manifest["kind"] == "Job":
+                # An existing Job of this cacheKey made from another user's pod settings: its template
+                # is immutable and it builds the same engine, so join it instead.
+                existing = self.client.get("batch/v1", "Job", namespace, name)
+                if existing is None:
+                    raise
+                self.store.put(kind, existing)
+                return
+            raise
+        self.store.put(kind, live)
+        count.applied.append(f"{manifest['kind']}/{name}")
+
+    def join(self, namespace: str, key: ObjectKey, owner: OwnerRef, count: WriteCount) -> None:
+        """Add `owner` to the owners of a shared child."""
+        self._change_owners(namespace, key, owner, joining=True, count=count)
+
+    def leave(self, namespace: str, key: ObjectKey, owner: OwnerRef, count: WriteCount) -> None:
+        """Remove `owner` from a shared child's owners; delete the child if nobody is left."""
+        self._change_owners(namespace, key, owner, joining=False, count=count)
+
+    def _change_owners(
+        self, namespace: str, key: ObjectKey, owner: OwnerRef, *, joining: bool, count: WriteCount
+    ) -> None:
+        kind = _KINDS[(key.api_version, key.kind)]
+        for _ in range(_CONFLICT_RETRIES):
+            live = self.client.get(key.api_version, key.kind, namespace, key.name)
+            if live is None:
+                self.store.drop(kind, namespace, key.name)
+                return
+            metadata = live["metadata"]
+            references = list(metadata.get("ownerReferences") or [])
+            ours = [r for r in references if r.get("uid") == owner.uid]
+            if joining == bool(ours):
+                self.store.put(kind, live)
+                return
+            if joining:
+                references.append(pods.owner_reference(owner, controller=False))
+            else:
+                references = [r for r in references if r.get("uid") != owner.uid]
+                users = [
+                    r for r in references if r.get("kind") == KIND and r.get("apiVersion") == API_VERSION
+                ]
+                if not users:
+                    self.client.delete(
+                        key.api_version, key.kind, namespace, key.name, uid=metadata.get("uid")
+                    )
+                    self.store.drop(kind, namespace, key.name)
+                    count.deleted.append(f"{key.kind}/{key.name}")
+                    return
+            patch = {
+                "metadata": {"resourceVersion": metadata["resourceVersion"], "ownerReferences": references}
+            }
+            try:
+                updated = self.client.merge_patch(key.api_version, key.kind, namespace, key.name, patch)
+            except ApiError as error:
+                if error.conflict:
+                    continue  # somebody else changed it: read it again and redo the change
+                raise
+            self.store.put(kind, updated)
+            count.owners.append(f"{key.kind}/{key.name}")
+            return
+        raise ApiError(409, "Conflict", f"{key.kind}/{key.name} kept changing while its owners were updated")
+
+    def delete(self, namespace: str, key: ObjectKey, count: WriteCount) -> None:
+        """Delete one object (and, in the background, what it owns)."""
+        kind = _KINDS[(key.api_version, key.kind)]
+        if self.client.delete(key.api_version, key.kind, namespace, key.name):
+            count.deleted.append(f"{key.kind}/{key.name}")
+        self.store.drop(kind, namespace, key.name)
+
+    def status(self, resource: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+        """Apply the status subresource; returns the resource as the API server now has it."""
+        metadata = resource["metadata"]
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": metadata["name"], "namespace": metadata["namespace"]},
+            "status": status,
+        }
+        updated = self.client.apply(body, subresource="status")
+        self.store.put(cached.RESOURCES, updated)
+        return updated

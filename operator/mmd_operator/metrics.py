@@ -1,0 +1,44 @@
+"""The operator's Prometheus metrics, defined once; served on `/metrics` by `main`.
+
+- `mmd_reconciles_total{outcome}`: changed (something was written), unchanged, error;
+- `mmd_reconcile_duration_seconds`: one reconcile, from cache read to last write;
+- `mmd_builds_total{outcome}` and `mmd_build_duration_seconds`: engine builds as their Jobs finish;
+- `mmd_resources{phase}`: resources per phase;
+- `mmd_engine_cache_lookups_total{result}`: a resource's cacheKey found in the engine index (hit) or not.
+
+Imports prometheus_client.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from mmd_operator.api.v1alpha1 import Phase
+
+RECONCILES = Counter("mmd_reconciles", "Reconciles of MultimodalDeployments, by outcome", ["outcome"])
+RECONCILE_SECONDS = Histogram(
+    "mmd_reconcile_duration_seconds",
+    "Time one reconcile takes",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+BUILDS = Counter("mmd_builds", "Engine builds that finished, by outcome", ["outcome"])
+BUILD_SECONDS = Histogram(
+    "mmd_build_duration_seconds",
+    "Time from a build Job's start to its end",
+    buckets=(10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400),
+)
+RESOURCES = Gauge("mmd_resources", "MultimodalDeployments by phase", ["phase"])
+ENGINE_CACHE = Counter(
+    "mmd_engine_cache_lookups", "cacheKeys found in the engine index (hit) or not (miss)", ["result"]
+)
+
+
+def set_phases(phases: Mapping[Any, Phase | None]) -> None:
+    """Publish how many resources are in each phase."""
+    tally = Tally(str(phase) for phase in phases.values() if phase is not None)
+    for phase in Phase:
+        RESOURCES.labels(phase=str(phase)).set(tally.get(str(phase), 0))

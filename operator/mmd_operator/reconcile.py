@@ -1,0 +1,256 @@
+"""One reconcile of one MultimodalDeployment: observe, plan, decide, write, report. No kopf here.
+
+Level-based and idempotent: whatever triggered it (the resource changed, a child changed, a periodic
+resync), a reconcile reads the resource and its children from the cache, derives the checked plan
+(memoised per spec), decides with the pure `desired` and `status` layers, and writes only what differs.
+A spec the API server admitted but the plan refuses is reported InvalidSpec with every field path, and
+nothing is created for it. Imports everything below it: api, plan, desired, status, kube, metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from mmd_operator import metrics
+from mmd_operator.api.v1alpha1 import MultimodalDeployment, MultimodalDeploymentStatus, Phase
+from mmd_operator.api.validation import InvalidSpecError
+from mmd_operator.config import OperatorConfig
+from mmd_operator.desired import engine_build, hashing, pods
+from mmd_operator.desired.state import desired_state
+from mmd_operator.kube import cache as cached
+from mmd_operator.kube.client import ApiError, KubeClient
+from mmd_operator.kube.engine_index import record_build
+from mmd_operator.kube.observe import observe
+from mmd_operator.kube.writes import WriteCount, Writer
+from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
+from mmd_operator.status import Findings, Report, report
+
+_log = logging.getLogger(__name__)
+PLAN_CACHE_SIZE = 2048
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a reconcile did, and when to look at the resource again without an event."""
+
+    phase: Phase | None
+    writes: int
+    requeue_after: float | None = None
+
+
+class Reconciler:
+    """Reconciles resources one at a time per resource; safe to call from several worker threads."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        store: cached.Cache,
+        config: OperatorConfig,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.config = config
+        self.writer = Writer(client, store)
+        self.clock = clock
+        self._plans: OrderedDict[str, tuple[MultimodalDeployment, ResourcePlan] | InvalidSpecError] = (
+            OrderedDict()
+        )
+        self._plans_lock = threading.Lock()
+        # What each resource's current plan uses, so a change of a shared child finds its users.
+        self._users: dict[Key, tuple[str, str]] = {}
+        self._users_lock = threading.Lock()
+        self._phases: dict[Key, Phase | None] = {}
+
+    # -- who uses what ---------------------------------------------------------------------------
+
+    def users_of_cache_key(self, namespace: str, cache_key: str) -> list[str]:
+        """Resources in `namespace` whose current plan has `cache_key`."""
+        with self._users_lock:
+            return [
+                name for (ns, name), (key, _) in self._users.items() if ns == namespace and key == cache_key
+            ]
+
+    def users_of_claim(self, namespace: str, claim: str) -> list[str]:
+        """Resources in `namespace` that build into and serve from `claim`."""
+        with self._users_lock:
+            return [
+                name for (ns, name), (_, used) in self._users.items() if ns == namespace and used == claim
+            ]
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The resource was deleted: its children go with the garbage collector."""
+        with self._users_lock:
+            self._users.pop((namespace, name), None)
+        self._phases.pop((namespace, name), None)
+        metrics.set_phases(self._phases)
+
+    # -- one reconcile ---------------------------------------------------------------------------
+
+    def _plan(self, body: Mapping[str, Any]) -> tuple[MultimodalDeployment, ResourcePlan] | InvalidSpecError:
+        """The checked plan of a resource, memoised by everything it is derived from."""
+        metadata = body.get("metadata", {})
+        fingerprint = hashing.digest(
+            {"name": metadata.get("name"), "uid": metadata.get("uid"), "spec": body.get("spec")}
+        )
+        with self._plans_lock:
+            if fingerprint in self._plans:
+                self._plans.move_to_end(fingerprint)
+                return self._plans[fingerprint]
+        document = {**body, "status": None}
+        result: tuple[MultimodalDeployment, ResourcePlan] | InvalidSpecError
+        try:
+            resource, plan = plan_resource(document)
+            resource = resource.model_copy(update={"metadata": dict(metadata)})
+            result = (resource, plan)
+        except InvalidSpecError as invalid:
+            result = invalid
+        with self._plans_lock:
+            self._plans[fingerprint] = result
+            while len(self._plans) > PLAN_CACHE_SIZE:
+                self._plans.popitem(last=False)
+        return result
+
+    def reconcile(self, namespace: str, name: str) -> Outcome:
+        """Bring one resource's children and status in line with its spec."""
+        started = time.perf_counter()
+        body = self.store.get(cached.RESOURCES, namespace, name)
+        if body is None or body.get("metadata", {}).get("deletionTimestamp"):
+            self.forget(namespace, name)
+            return Outcome(phase=None, writes=0)
+        try:
+            outcome = self._reconcile(body)
+        except Exception:
+            metrics.RECONCILES.labels(outcome="error").inc()
+            raise
+        finally:
+            metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+        metrics.RECONCILES.labels(outcome="changed" if outcome.writes else "unchanged").inc()
+        self._phases[(namespace, name)] = outcome.phase
+        metrics.set_phases(self._phases)
+        return outcome
+
+    def _previous(self, body: Mapping[str, Any]) -> MultimodalDeploymentStatus | None:
+        try:
+            return (
+                MultimodalDeploymentStatus.model_validate(body.get("status") or {})
+                if body.get("status")
+                else None
+            )
+        except ValidationError:
+            return None  # written by another version; recompute from scratch
+
+    def _reconcile(self, body: Mapping[str, Any]) -> Outcome:
+        metadata = body["metadata"]
+        namespace, name = str(metadata["namespace"]), str(metadata["name"])
+        generation = int(metadata.get("generation", 1))
+        previous = self._previous(body)
+        now = self.clock()
+        count = WriteCount()
+        planned = self._plan(body)
+        if isinstance(planned, InvalidSpecError):
+            result = report(
+                Findings(generation=generation, problems=planned.problems), previous=previous, now=now
+            )
+            self._write_status(body, previous, result, count)
+            return Outcome(phase=result.status.phase, writes=count.total)
+
+        resource, plan = planned
+        claim = engine_build.claim_name(resource, self.config)
+        first_look = False
+        with self._users_lock:
+            known = self._users.get((namespace, name))
+            first_look = known is None or known[0] != plan.cache_key
+            self._users[(namespace, name)] = (plan.cache_key, claim)
+        observed = observe(self.store, self.client, resource, cache_key=plan.cache_key, claim=claim, now=now)
+        if first_look and (
+            previous is None or previous.engine is None or previous.engine.cache_key != plan.cache_key
+        ):
+            metrics.ENGINE_CACHE.labels(result="hit" if observed.engine is not None else "miss").inc()
+        decision = desired_state(resource, plan, observed, config=self.config, previous=previous)
+        owner = pods.owner_of(resource)
+
+        for manifest in decision.apply:
+            self.writer.apply(manifest, count)
+        for key in decision.join:
+            self.writer.join(namespace, key, owner, count)
+        for key in decision.leave:
+            self.writer.leave(namespace, key, owner, count)
+        for key in decision.delete:
+            self.writer.delete(namespace, key, count)
+        if decision.record is not None:
+            claim_facts = self.store.get(cached.CLAIMS, namespace, claim)
+            record_build(
+                self.client,
+                namespace=namespace,
+                claim=claim,
+                claim_uid=claim_facts.meta.uid if claim_facts is not None else None,
+                summary=decision.record,
+            )
+            metrics.BUILDS.labels(outcome="succeeded").inc()
+            if observed.job is not None and observed.job.started and observed.job.finished:
+                metrics.BUILD_SECONDS.observe((observed.job.finished - observed.job.started).total_seconds())
+            count.applied.append(f"engine-index/{plan.cache_key}")
+
+        result = report(decision.findings, previous=previous, now=now)
+        engine = decision.findings.engine
+        if engine is not None and engine.reason == "BuildFailed" and not _reported(previous, "BuildFailed"):
+            metrics.BUILDS.labels(outcome="failed").inc()
+        self._write_status(body, previous, result, count)
+        requeue = result.recheck_after
+        if observed.missing or (engine is not None and engine.retry):
+            requeue = min(requeue or self.config.retry_seconds, self.config.retry_seconds)
+        if count.total:
+            _log.info(
+                "Reconciled %s/%s: %s",
+                namespace,
+                name,
+                ", ".join(count.applied + count.owners + count.deleted),
+            )
+        return Outcome(phase=result.status.phase, writes=count.total, requeue_after=requeue)
+
+    def _write_status(
+        self,
+        body: Mapping[str, Any],
+        previous: MultimodalDeploymentStatus | None,
+        result: Report,
+        count: WriteCount,
+    ) -> None:
+        new = result.status.model_dump(by_alias=True, exclude_none=True, mode="json")
+        old = (
+            previous.model_dump(by_alias=True, exclude_none=True, mode="json")
+            if previous is not None
+            else None
+        )
+        if new == old:
+            return
+        updated = self.writer.status(body, new)
+        count.applied.append("status")
+        for event in result.events:
+            self.client.post_event(
+                updated,
+                type=event.type,
+                reason=event.reason,
+                message=event.message,
+                component=self.config.field_manager,
+            )
+
+
+def _reported(previous: MultimodalDeploymentStatus | None, reason: str) -> bool:
+    if previous is None:
+        return False
+    return any(c.type == "EngineReady" and c.reason == reason for c in previous.conditions)
+
+
+__all__ = ["ApiError", "Outcome", "Reconciler"]

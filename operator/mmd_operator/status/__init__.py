@@ -1,0 +1,244 @@
+"""The status a resource shows: phase, conditions with classified reasons, and the events to post.
+
+`report` turns what one reconcile found (the spec's problems or its plan, the engine, the repository,
+the serving pods) into the status subresource and the Kubernetes Events of any phase change or new
+failure. Ready is True only when every condition is, for this generation, with the rollout finished.
+A condition keeps its lastTransitionTime while its status does not change, so an unchanged world gives
+an identical status and the operator writes nothing. Pure: imports the api models, the facts and the
+engine and serving analyses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from mmd_operator.api.v1alpha1 import (
+    Condition,
+    ConditionStatus,
+    DerivedLimits,
+    Endpoints,
+    EngineStatus,
+    MultimodalDeploymentStatus,
+    Phase,
+)
+from mmd_operator.api.validation import Problem
+from mmd_operator.status.engine import ENGINE_READY, EngineState
+from mmd_operator.status.serving import ServingState
+
+VALIDATED = "Validated"
+MODEL_REPOSITORY_READY = "ModelRepositoryReady"
+AVAILABLE = "Available"
+READY = "Ready"
+CONDITION_TYPES = (VALIDATED, ENGINE_READY, MODEL_REPOSITORY_READY, AVAILABLE, READY)
+# A condition message is capped so a status always fits (the CRD allows 32 KiB).
+MESSAGE_LIMIT = 4000
+_FAILED_REASONS = frozenset({"InvalidSpec", "BuildFailed", "RepositoryTooLarge"})
+
+
+@dataclass(frozen=True)
+class RepositoryState:
+    """The rendered model repository ConfigMap."""
+
+    name: str
+    size: int
+    too_large: bool = False
+    applied: bool = False
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post about the resource."""
+
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """The status to write, the events to post, and when to look again without an event."""
+
+    status: MultimodalDeploymentStatus
+    events: tuple[Event, ...]
+    recheck_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What one reconcile found, the input of `report`."""
+
+    generation: int
+    problems: Sequence[Problem] = ()
+    cache_key: str | None = None
+    claim: str | None = None
+    job: str | None = None
+    derived: DerivedLimits | None = None
+    engine: EngineState | None = None
+    repository: RepositoryState | None = None
+    serving: ServingState | None = None
+    endpoints: Endpoints | None = None
+    selector: str | None = None
+
+
+def _clip(message: str) -> str:
+    return message if len(message) <= MESSAGE_LIMIT else message[: MESSAGE_LIMIT - 1] + "…"
+
+
+def _condition(kind: str, ok: bool | None, reason: str, message: str, generation: int) -> Condition:
+    status = (
+        ConditionStatus.UNKNOWN if ok is None else (ConditionStatus.TRUE if ok else ConditionStatus.FALSE)
+    )
+    return Condition(
+        type=kind, status=status, reason=reason, message=_clip(message), observed_generation=generation
+    )
+
+
+def _conditions(findings: Findings) -> list[Condition]:
+    generation = findings.generation
+    if findings.problems:
+        problems = "; ".join(str(problem) for problem in findings.problems)
+        count = len(findings.problems)
+        message = f"the spec breaks {count} rule{'s' if count != 1 else ''}: {problems}"
+        unknown = "not evaluated: the spec is invalid"
+        return [
+            _condition(VALIDATED, False, "InvalidSpec", message, generation),
+            _condition(ENGINE_READY, None, "InvalidSpec", unknown, generation),
+            _condition(MODEL_REPOSITORY_READY, None, "InvalidSpec", unknown, generation),
+            _condition(AVAILABLE, None, "InvalidSpec", unknown, generation),
+            _condition(READY, False, "InvalidSpec", message, generation),
+        ]
+    engine, repository, serving = findings.engine, findings.repository, findings.serving
+    assert engine is not None and repository is not None and serving is not None
+    conditions = [
+        _condition(VALIDATED, True, "Valid", f"engine cacheKey {findings.cache_key}", generation),
+        _condition(ENGINE_READY, engine.ready, engine.reason, engine.message, generation),
+    ]
+    if repository.too_large:
+        repo = _condition(
+            MODEL_REPOSITORY_READY,
+            False,
+            "RepositoryTooLarge",
+            f"the rendered repository takes {repository.size} bytes; a ConfigMap holds at most 1 MiB",
+            generation,
+        )
+    elif repository.applied:
+        repo = _condition(
+            MODEL_REPOSITORY_READY, True, "Rendered", f"ConfigMap {repository.name}", generation
+        )
+    else:
+        repo = _condition(
+            MODEL_REPOSITORY_READY, False, "Rendering", f"applying ConfigMap {repository.name}", generation
+        )
+    conditions.append(repo)
+    conditions.append(_condition(AVAILABLE, serving.available, serving.reason, serving.message, generation))
+    ready_checks = [
+        (engine.ready, engine.reason, engine.message),
+        (repo.status is ConditionStatus.TRUE, repo.reason, repo.message),
+        (serving.rolled_out and serving.available, serving.reason, serving.message),
+    ]
+    failing = next(((reason, message) for ok, reason, message in ready_checks if not ok), None)
+    if failing is None:
+        conditions.append(_condition(READY, True, "Ready", serving.message, generation))
+    else:
+        conditions.append(_condition(READY, False, failing[0], failing[1], generation))
+    return conditions
+
+
+def _phase(findings: Findings, conditions: list[Condition]) -> Phase:
+    ready = next(c for c in conditions if c.type == READY)
+    if findings.problems or ready.reason in _FAILED_REASONS:
+        return Phase.FAILED
+    engine, serving = findings.engine, findings.serving
+    assert engine is not None and serving is not None
+    if engine.failed:
+        return Phase.FAILED
+    if not engine.ready:
+        return Phase.PENDING if engine.waiting_for_claim else Phase.BUILDING
+    if ready.status is ConditionStatus.TRUE:
+        return Phase.READY
+    if serving.trouble:
+        return Phase.DEGRADED
+    return Phase.DEPLOYING
+
+
+def _keep_transition_times(
+    conditions: list[Condition], previous: MultimodalDeploymentStatus | None, now: datetime
+) -> list[Condition]:
+    before = {c.type: c for c in previous.conditions} if previous is not None else {}
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    kept = []
+    for condition in conditions:
+        old = before.get(condition.type)
+        since = stamp
+        if old is not None and old.status == condition.status and old.last_transition_time:
+            since = old.last_transition_time
+        kept.append(condition.model_copy(update={"last_transition_time": since}))
+    return kept
+
+
+def _events(
+    status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
+) -> tuple[Event, ...]:
+    ready = next(c for c in status.conditions if c.type == READY)
+    old_phase = previous.phase if previous is not None else None
+    old_ready = (
+        next((c for c in previous.conditions if c.type == READY), None) if previous is not None else None
+    )
+    warning = status.phase in (Phase.FAILED, Phase.DEGRADED)
+    if status.phase != old_phase:
+        return (Event("Warning" if warning else "Normal", str(status.phase), ready.message),)
+    if (
+        warning
+        and old_ready is not None
+        and (old_ready.reason, old_ready.message) != (ready.reason, ready.message)
+    ):
+        return (Event("Warning", ready.reason, ready.message),)
+    return ()
+
+
+def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, now: datetime) -> Report:
+    """The status and events of `findings`; `previous` is the status the resource shows now."""
+    conditions = _keep_transition_times(_conditions(findings), previous, now)
+    phase = _phase(findings, conditions)
+    serving = findings.serving
+    engine_status = None
+    if findings.cache_key is not None:
+        engine = findings.engine
+        engine_status = EngineStatus(
+            cache_key=findings.cache_key,
+            claim=findings.claim,
+            path=findings.cache_key,
+            job=findings.job,
+            source=engine.source if engine is not None else None,
+        )
+    status = MultimodalDeploymentStatus(
+        observed_generation=findings.generation,
+        phase=phase,
+        conditions=conditions,
+        derived=findings.derived,
+        engine=engine_status,
+        model_repository=findings.repository.name if findings.repository is not None else None,
+        endpoints=findings.endpoints,
+        replicas=serving.desired if serving is not None else None,
+        updated_replicas=serving.updated_replicas if serving is not None else None,
+        ready_replicas=serving.ready_replicas if serving is not None else None,
+        selector=findings.selector,
+    )
+    if findings.problems and previous is not None:
+        # An invalid spec changes nothing that runs: keep showing what does.
+        status = status.model_copy(
+            update={
+                "derived": previous.derived,
+                "engine": previous.engine,
+                "model_repository": previous.model_repository,
+                "endpoints": previous.endpoints,
+                "replicas": previous.replicas,
+                "updated_replicas": previous.updated_replicas,
+                "ready_replicas": previous.ready_replicas,
+                "selector": previous.selector,
+            }
+        )
+    recheck = serving.recheck_after if serving is not None else None
+    return Report(status=status, events=_events(status, previous), recheck_after=recheck)

@@ -1,0 +1,206 @@
+"""Where a resource's engine is: ready (found or built), building, or blocked, and why.
+
+Read from the engine index, the build Job and its pods. A failed build's step and last error line come
+from the builder's own termination message and reach the condition message verbatim. Pure: imports the
+facts and the builder's result format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine_builder.result_format import BuildFailed, BuildSucceeded, parse_termination_message
+from mmd_operator.api.v1alpha1 import ConditionStatus, EngineSource, MultimodalDeploymentStatus
+from mmd_operator.facts import JobFacts, Observed, PodFacts, PodPhase
+
+ENGINE_READY = "EngineReady"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """The engine of one resource's current cacheKey."""
+
+    ready: bool
+    reason: str
+    message: str
+    # Where a ready engine came from.
+    source: EngineSource | None = None
+    # A success the engine index does not hold yet.
+    record: BuildSucceeded | None = None
+    # The build failed for an earlier generation and the spec has changed since: build again.
+    retry: bool = False
+    # Nothing will change until the user acts (a failed build, a missing Secret or claim).
+    failed: bool = False
+    # Waiting on the engine-cache claim to be bound.
+    waiting_for_claim: bool = False
+
+
+def pod_result(pod: PodFacts) -> BuildSucceeded | BuildFailed | None:
+    """What a finished build pod reported, or None while it has not finished."""
+    if pod.phase not in (PodPhase.SUCCEEDED, PodPhase.FAILED):
+        return None
+    result = parse_termination_message(pod.termination_message)
+    if isinstance(result, BuildFailed) and result.exit_code is None and pod.exit_code:
+        result = result.model_copy(update={"exit_code": pod.exit_code})
+    return result
+
+
+def describe_failure(failure: BuildFailed) -> str:
+    """A failed build in one line: the step, its exit code and the builder's reason, verbatim."""
+    if failure.step is None:
+        return failure.reason
+    code = f" (exit code {failure.exit_code})" if failure.exit_code is not None else ""
+    return f"step {failure.step} failed{code}: {failure.reason}"
+
+
+def scheduling_reason(message: str) -> str:
+    """InsufficientGPUs when the scheduler says so, else Unschedulable."""
+    return "InsufficientGPUs" if f"Insufficient {GPU_RESOURCE}" in message else "Unschedulable"
+
+
+def _newest(pods: tuple[PodFacts, ...]) -> list[PodFacts]:
+    return sorted(pods, key=lambda pod: (pod.meta.created is not None, pod.meta.created), reverse=True)
+
+
+def _previous_engine(
+    previous: MultimodalDeploymentStatus | None, cache_key: str
+) -> tuple[str | None, int | None]:
+    """The previous EngineReady reason and generation, when it was about the same cacheKey."""
+    if previous is None or previous.engine is None or previous.engine.cache_key != cache_key:
+        return None, None
+    for condition in previous.conditions:
+        if condition.type == ENGINE_READY:
+            return condition.reason, condition.observed_generation
+    return None, None
+
+
+def _ready(
+    cache_key: str,
+    observed: Observed,
+    previous: MultimodalDeploymentStatus | None,
+    summary: BuildSucceeded,
+    *,
+    record: BuildSucceeded | None = None,
+) -> EngineState:
+    known = previous.engine if previous is not None and previous.engine is not None else None
+    reason, _ = _previous_engine(previous, cache_key)
+    if known is not None and known.cache_key == cache_key and known.source is not None:
+        source = known.source
+    elif reason is not None or record is not None:
+        source = EngineSource.BUILT  # this resource saw it being built
+    else:
+        source = EngineSource.CACHE_HIT
+    built = f"built in {summary.seconds:.0f} s" if summary.seconds else "built"
+    size = f"{summary.total_bytes / 1e9:.1f} GB"
+    where = "found in the engine cache" if source is EngineSource.CACHE_HIT else built
+    return EngineState(
+        ready=True,
+        reason=source.value,
+        message=f"engine {cache_key} {where} ({size}, TensorRT-LLM {summary.versions.tensorrt_llm})",
+        source=source,
+        record=record,
+    )
+
+
+def _job_state(
+    cache_key: str,
+    job: JobFacts,
+    pods: tuple[PodFacts, ...],
+    observed: Observed,
+    previous: MultimodalDeploymentStatus | None,
+    generation: int,
+) -> EngineState:
+    results = [(pod, pod_result(pod)) for pod in _newest(pods)]
+    finished = [(pod, result) for pod, result in results if result is not None]
+    if job.succeeded:
+        last = finished[0][1] if finished else None
+        if isinstance(last, BuildSucceeded) and last.cache_key == cache_key:
+            return _ready(cache_key, observed, previous, last, record=last)
+        if isinstance(last, BuildFailed):
+            message = describe_failure(last)
+        elif isinstance(last, BuildSucceeded):
+            message = f"the build Job {job.meta.name} reported cacheKey {last.cache_key}, not {cache_key}"
+        else:
+            message = f"the build Job {job.meta.name} completed without a result"
+        return _failed(message, cache_key, previous, generation)
+    if job.failed:
+        failures = [result for _, result in finished if isinstance(result, BuildFailed)]
+        if failures:
+            message = describe_failure(failures[0])
+            if job.failure and "BackoffLimitExceeded" not in job.failure:
+                message += f" ({job.failure})"
+        else:
+            message = f"the build Job {job.meta.name} failed: {job.failure or 'no pod reported why'}"
+        return _failed(message, cache_key, previous, generation)
+    earlier = [result for _, result in finished if isinstance(result, BuildFailed)]
+    retrying = ""
+    if earlier:
+        retrying = f" (attempt {len(earlier) + 1}; the last one: {describe_failure(earlier[0])})"
+    running = [pod for pod in _newest(pods) if pod.phase is PodPhase.RUNNING and not pod.meta.deleting]
+    if running:
+        pod = running[0]
+        return EngineState(
+            ready=False,
+            reason="BuildRunning",
+            message=f"building engine {cache_key} in pod {pod.meta.name} on {pod.node or 'a node'}{retrying}",
+        )
+    pending = [pod for pod in _newest(pods) if pod.phase is PodPhase.PENDING and not pod.meta.deleting]
+    for pod in pending:
+        if pod.unschedulable:
+            return EngineState(
+                ready=False,
+                reason=scheduling_reason(pod.unschedulable),
+                message=f"build pod {pod.meta.name} cannot be scheduled: {pod.unschedulable}",
+            )
+    if pending:
+        return EngineState(
+            ready=False,
+            reason="BuildPending",
+            message=f"build pod {pending[0].meta.name} is starting{retrying}",
+        )
+    return EngineState(
+        ready=False, reason="BuildPending", message=f"build Job {job.meta.name} is starting{retrying}"
+    )
+
+
+def _failed(
+    message: str, cache_key: str, previous: MultimodalDeploymentStatus | None, generation: int
+) -> EngineState:
+    reason, seen_at = _previous_engine(previous, cache_key)
+    # A failure this resource reported for an older generation: the spec changed since, so try again.
+    retry = reason == "BuildFailed" and seen_at is not None and seen_at < generation
+    return EngineState(ready=False, reason="BuildFailed", message=message, retry=retry, failed=not retry)
+
+
+def engine_state(
+    cache_key: str,
+    observed: Observed,
+    previous: MultimodalDeploymentStatus | None,
+    generation: int,
+) -> EngineState:
+    """The state of the engine `cache_key` as `observed`; `previous` is the resource's last status."""
+    if observed.engine is not None and observed.engine.cache_key == cache_key:
+        return _ready(cache_key, observed, previous, observed.engine)
+    if observed.job is not None and not observed.job.meta.deleting:
+        return _job_state(cache_key, observed.job, observed.build_pods, observed, previous, generation)
+    if observed.missing:
+        first = observed.missing[0]
+        message = "; ".join(f"{missing.field}: {missing.message}" for missing in observed.missing)
+        return EngineState(ready=False, reason=first.kind.value, message=message, failed=True)
+    if observed.claim is not None and observed.claim.phase != "Bound":
+        return EngineState(
+            ready=False,
+            reason="BuildPending",
+            message=f"waiting for the engine-cache claim {observed.claim.meta.name} to be bound "
+            f"(it is {observed.claim.phase})",
+            waiting_for_claim=True,
+        )
+    return EngineState(
+        ready=False, reason="BuildPending", message=f"creating the build Job of engine {cache_key}"
+    )
+
+
+def condition_status(state: EngineState) -> ConditionStatus:
+    """True when ready, else False."""
+    return ConditionStatus.TRUE if state.ready else ConditionStatus.FALSE

@@ -1,0 +1,103 @@
+"""The API server's audit log records every write request with its user agent, and nothing else."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import watch
+
+from mmd_operator.cli.localcluster.audit import write_requests
+from mmd_operator.cli.localcluster.cluster import LocalCluster
+
+from .conftest import Kube
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def user_agent() -> str:
+    return f"mmd-audit-test/{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def core(local_cluster: LocalCluster, user_agent: str) -> Iterator[Any]:
+    with local_cluster.api_client() as api_client:
+        api_client.user_agent = user_agent
+        yield k8s.CoreV1Api(api_client)
+
+
+def _calls(event: dict[str, Any]) -> tuple[str, str, str | None]:
+    ref = event["objectRef"]
+    return event["verb"], ref["resource"], ref.get("name")
+
+
+def test_write_requests_are_logged_with_verb_and_object_and_reads_are_not(
+    local_cluster: LocalCluster, kube: Kube, namespace: str, core: Any, user_agent: str
+) -> None:
+    started = datetime.now(UTC)
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "settings"}, "data": {"a": "1"}})
+    core.patch_namespaced_config_map("settings", namespace, {"data": {"b": "2"}})
+    current = core.read_namespaced_config_map("settings", namespace)
+    current.data["c"] = "3"
+    core.replace_namespaced_config_map("settings", namespace, current)
+    core.list_namespaced_config_map(namespace)
+    for _ in watch.Watch().stream(core.list_namespaced_config_map, namespace, timeout_seconds=1):
+        pass
+    core.delete_namespaced_config_map("settings", namespace)
+    expected = [
+        ("create", "configmaps", "settings"),
+        ("patch", "configmaps", "settings"),
+        ("update", "configmaps", "settings"),
+        ("delete", "configmaps", "settings"),
+    ]
+
+    # The API server writes the event right after the response, so the last one may lag a little.
+    events = kube.wait_for(
+        "the four writes in the audit log",
+        lambda: (lambda found: found if len(found) >= len(expected) else None)(
+            write_requests(local_cluster.audit_log, user_agent_prefixes=(user_agent,), since=started)
+        ),
+        timeout=15,
+    )
+    assert [_calls(event) for event in events] == expected
+    for event in events:
+        assert event["objectRef"]["namespace"] == namespace
+        assert (event["level"], event["stage"]) == ("Metadata", "ResponseComplete")
+        assert event["userAgent"] == user_agent
+        assert event["responseStatus"]["code"] < 300
+        assert "requestObject" not in event and "responseObject" not in event
+    # Another client's prefix and a later `since` select none of them.
+    assert (
+        write_requests(local_cluster.audit_log, user_agent_prefixes=("mmd-operator/",), since=started) == []
+    )
+    assert (
+        write_requests(local_cluster.audit_log, user_agent_prefixes=(user_agent,), since=datetime.now()) == []
+    )
+
+
+def test_heartbeats_pod_status_and_events_stay_out_of_the_log(local_cluster: LocalCluster) -> None:
+    # By now kwok has renewed leases, updated node and pod status, and the controllers have made events.
+    everything = write_requests(local_cluster.audit_log, user_agent_prefixes=("",))
+    assert everything, "the cluster's own writes (namespaces, pods, ...) are in the log"
+    assert {event["verb"] for event in everything} <= {
+        "create",
+        "update",
+        "patch",
+        "delete",
+        "deletecollection",
+    }
+    refs = [event.get("objectRef", {}) for event in everything]
+    logged = {(ref.get("resource"), ref.get("subresource")) for ref in refs}
+    for noise in (
+        ("nodes", None),
+        ("nodes", "status"),
+        ("pods", "status"),
+        ("leases", None),
+        ("events", None),
+    ):
+        assert noise not in logged
