@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,6 +24,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from mmd_operator.api import crdgen
 from mmd_operator.cli.localcluster.binaries import Binaries, ensure_binaries
 from mmd_operator.cli.localcluster.cluster import LocalCluster
 from mmd_operator.cli.localcluster.layout import Layout
@@ -153,3 +156,164 @@ def tools(local_cluster: LocalCluster, binaries: Binaries, tmp_path_factory: pyt
         "HELM_DATA_HOME": str(home / "helm-data"),
     }
     return Tools(bin_dir=binaries.bin_dir, env=env)
+
+
+# -- the operator ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def crd(api_client: k8s.ApiClient) -> None:
+    """The generated CRD, installed (or replaced) and Established."""
+    extensions = k8s.ApiextensionsV1Api(api_client)
+    body = crdgen.crd()
+    name = body["metadata"]["name"]
+    try:
+        extensions.create_custom_resource_definition(body)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+        current = extensions.read_custom_resource_definition(name)
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        extensions.replace_custom_resource_definition(name, body)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        conditions = extensions.read_custom_resource_definition(name).status.conditions or []
+        if any(c.type == "Established" and c.status == "True" for c in conditions):
+            return
+        time.sleep(0.3)
+    pytest.fail("the CRD never became Established")
+
+
+class OperatorProcess:
+    """`python -m mmd_operator` (what the operator image runs) as a child process of the test session."""
+
+    def __init__(
+        self, kubeconfig: Path, log: Path, *, namespaces: tuple[str, ...] = (), **settings: str
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.log = log
+        self.namespaces = namespaces
+        self.settings = settings
+        self.process: subprocess.Popen[bytes] | None = None
+        self.metrics_port = self.health_port = 0
+
+    def start(self, timeout: float = 60) -> None:
+        from mmd_operator.cli.localcluster.processes import free_port
+
+        self.metrics_port, self.health_port = free_port(), free_port()
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "MMD_METRICS_PORT": str(self.metrics_port),
+            "MMD_HEALTH_PORT": str(self.health_port),
+            # Tests fix and create things within seconds; look again that soon.
+            "MMD_RETRY_SECONDS": "2",
+            "MMD_WORKERS": "4",
+            **self.settings,
+        }
+        args = [sys.executable, "-m", "mmd_operator"]
+        for namespace in self.namespaces:
+            args += ["--namespace", namespace]
+        offset = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"the operator exited with {self.process.returncode}:\n{self.output()[-3000:]}")
+            if "Operator started" in self.log.read_text(errors="replace")[offset:]:
+                return
+            time.sleep(0.1)
+        pytest.fail(f"the operator did not start in {timeout:.0f} s:\n{self.output()[-3000:]}")
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up of any kind, as when a node dies."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@pytest.fixture(scope="session")
+def operator(
+    local_cluster: LocalCluster, crd: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """One operator for the session, watching every namespace; tests that stop it start it again."""
+    process = OperatorProcess(local_cluster.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log")
+    process.start()
+    yield process
+    process.stop()
+
+
+@dataclass
+class Resources:
+    """MultimodalDeployments of one namespace, as a test applies and watches them."""
+
+    kube: Kube
+    custom: Any
+    namespace: str
+
+    def apply(self, document: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply `document` as a user would (field manager `kubectl`)."""
+        document = {**document, "metadata": {**document["metadata"], "namespace": self.namespace}}
+        result: dict[str, Any] = self.custom.patch_namespaced_custom_object(
+            "serving.multimodal.dev",
+            "v1alpha1",
+            self.namespace,
+            "multimodaldeployments",
+            document["metadata"]["name"],
+            document,
+            field_manager="kubectl",
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
+        return result
+
+    def get(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            "serving.multimodal.dev", "v1alpha1", self.namespace, "multimodaldeployments", name
+        )
+        return result
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(
+            "serving.multimodal.dev", "v1alpha1", self.namespace, "multimodaldeployments", name
+        )
+
+    def condition(self, name: str, kind: str) -> dict[str, Any]:
+        conditions = self.get(name).get("status", {}).get("conditions", [])
+        return next((c for c in conditions if c["type"] == kind), {})
+
+    def wait_phase(self, name: str, phase: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Wait until the resource reports `phase` for its current generation."""
+
+        def reached() -> dict[str, Any] | None:
+            body = self.get(name)
+            status = body.get("status") or {}
+            current = status.get("observedGeneration") == body["metadata"]["generation"]
+            return body if current and status.get("phase") == phase else None
+
+        found: dict[str, Any] = self.kube.wait_for(f"{name} to be {phase}", reached, timeout=timeout)
+        return found
+
+
+@pytest.fixture
+def resources(api_client: k8s.ApiClient, kube: Kube, namespace: str) -> Resources:
+    return Resources(kube=kube, custom=k8s.CustomObjectsApi(api_client), namespace=namespace)

@@ -4,7 +4,6 @@ exactly what `mmctl validate` refuses offline, with the same field paths and mes
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from mmd_operator.api import crdgen, v1alpha1
+from mmd_operator.api import v1alpha1
 from mmd_operator.api.validation import InvalidSpecError, check_resource
 from mmd_operator.plan.resource_plan import plan_resource
 from tests.support.invalid_specs import CASES, resource
@@ -46,28 +45,9 @@ for _case in CASES:
     _BY_STAGE[_stage(*_case[1:])].append(_case)
 
 
-@pytest.fixture(scope="module")
-def crd_installed(api_client: k8s.ApiClient) -> Iterator[None]:
-    extensions = k8s.ApiextensionsV1Api(api_client)
-    body = crdgen.crd()
-    name = body["metadata"]["name"]
-    try:
-        extensions.create_custom_resource_definition(body)
-    except ApiException as error:
-        if error.status != 409:
-            raise
-        current = extensions.read_custom_resource_definition(name)
-        body["metadata"]["resourceVersion"] = current.metadata.resource_version
-        extensions.replace_custom_resource_definition(name, body)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        conditions = extensions.read_custom_resource_definition(name).status.conditions or []
-        if any(c.type == "Established" and c.status == "True" for c in conditions):
-            break
-        time.sleep(0.3)
-    else:
-        pytest.fail("the CRD never became Established")
-    yield
+@pytest.fixture
+def crd_installed(crd: None) -> None:
+    """The generated CRD (session fixture `crd`)."""
 
 
 def _create(api_client: k8s.ApiClient, namespace: str, document: dict[str, Any], *, dry_run: bool) -> Any:

@@ -1,4 +1,4 @@
-"""The triton tier's examples: each one's checked plan, optionally with serving overrides."""
+"""The triton tier's examples: each one's checked plan, optionally with serving and engine overrides."""
 
 from __future__ import annotations
 
@@ -14,11 +14,15 @@ from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def load_example(name: str, overrides: Mapping[str, Any] | None = None) -> ResourcePlan:
-    """The plan of examples/<name>.yaml, with `overrides` merged into `spec.serving`."""
+def load_example(
+    name: str, overrides: Mapping[str, Any] | None = None, engine: Mapping[str, Any] | None = None
+) -> ResourcePlan:
+    """The plan of examples/<name>.yaml, with `overrides` merged into `spec.serving`, `engine` into
+    `spec.engine`."""
     document = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
-    if overrides:
+    if overrides or engine:
         document = copy.deepcopy(document)
-        document["spec"].setdefault("serving", {}).update(overrides)
+        document["spec"].setdefault("serving", {}).update(overrides or {})
+        document["spec"].setdefault("engine", {}).update(engine or {})
     _, plan = plan_resource(document)
     return plan

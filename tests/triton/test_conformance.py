@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
+from tritonclient.utils import InferenceServerException
 
 from mmd_operator.cli.triton import media
 from mmd_operator.cli.triton.client import ServerError
@@ -21,6 +22,7 @@ from mmd_operator.cli.triton.localserver import TritonInstall
 from mmd_operator.cli.triton.requests import (
     IMAGE_GEOMETRY,
     RequestError,
+    Sampling,
     Tensor,
     TextRequest,
     audio_request,
@@ -28,9 +30,10 @@ from mmd_operator.cli.triton.requests import (
     text_request,
 )
 from mmd_operator.cli.triton.serving import Served, serve
-from mmd_operator.knowledge import ImageInput, ModelType, RepositoryLayout
+from mmd_operator.knowledge import ImageInput, ModelKnowledge, ModelType, RepositoryLayout
 from mmd_operator.plan.repository_check import check_ensemble, parse_repository
 from tests.triton.conftest import EXAMPLE_NAMES
+from tests.triton.reference import grpc_results
 from tests.triton.serving import load_example
 
 
@@ -68,6 +71,16 @@ def image_request(served: Served, tmp_path: Path, **options: object) -> tuple[li
     return text_request(served.knowledge, request), picture
 
 
+def pixel_values_shape(knowledge: ModelKnowledge) -> str:
+    """How the (double of the) real preprocessing lays out one image's PIXEL_VALUES, as the encoder's
+    trace starts: mllama pads every image to 4 tiles, Qwen2-VL sends flattened patches."""
+    if knowledge.model_type is ModelType.MLLAMA:
+        return "FP16[1,4,3,"
+    if knowledge.model_type is ModelType.QWEN2_VL:
+        return "FP16[1,1,1,"
+    return "FP16[1,1,3,"
+
+
 def assert_image_arrived(served: Served, seen: dict[str, dict[str, str]], picture: Path) -> None:
     knowledge = served.knowledge
     assert seen["type"]["name"] == knowledge.model_type.value
@@ -83,7 +96,7 @@ def assert_image_arrived(served: Served, seen: dict[str, dict[str, str]], pictur
         assert seen["enc"]["IMAGE"].startswith(f"FP16{shape}#")
     else:
         assert seen["pre"]["image_bytes"].startswith("1x")
-        assert seen["enc"]["pixel_values"].startswith("FP16[1,1,3,")
+        assert seen["enc"]["pixel_values"].startswith(pixel_values_shape(knowledge))
     llm = seen["llm"]
     assert llm["request_output_len"] == "8"
     if knowledge.uses_prompt_table:
@@ -163,7 +176,7 @@ def test_http_request(served: Served, tmp_path: Path, image_host: tuple[str, Pat
         request = TextRequest(text="where", images=[f"{base}/{picture.name}"], max_tokens=5)
         seen = digest(served, "http", text_request(knowledge, request))
         assert seen["pre"]["image_url"] == f"http#{codec.short_hash(picture.read_bytes())}:40x30"
-        assert seen["enc"]["pixel_values"].startswith("FP16[1,1,3,")
+        assert seen["enc"]["pixel_values"].startswith(pixel_values_shape(knowledge))
         assert seen["llm"]["request_output_len"] == "5"
         return
     tensors, picture = image_request(served, tmp_path)
@@ -339,15 +352,9 @@ def test_prompt_table_extra_id(served: Served, tmp_path: Path) -> None:
     knowledge = served.knowledge
     if served.whisper:
         return
-    if not knowledge.kv_cache_reuse or knowledge.layout is RepositoryLayout.XCOMPOSER2:
-        tensors_or_error = pytest.raises(RequestError, match="prompt_table_extra_id")
-        if knowledge.layout is RepositoryLayout.XCOMPOSER2:
-            # Accepted by the knowledge table, but its ensemble does not declare the input.
-            tensors, _ = image_request(served, tmp_path, prompt_table_extra_id=42)
-            with served.client("grpc") as client, pytest.raises(ServerError, match="prompt_table_extra_id"):
-                client.check_inputs("ensemble", tensors, knowledge.model_type)
-            return
-        with tensors_or_error:
+    if not knowledge.kv_cache_reuse:
+        # The client refuses it (InternLM-XComposer2 too: its ensemble does not declare the input).
+        with pytest.raises(RequestError, match="prompt_table_extra_id"):
             image_request(served, tmp_path, prompt_table_extra_id=42)
         return
     tensors, _ = image_request(served, tmp_path, prompt_table_extra_id=42)
@@ -394,3 +401,67 @@ def test_text_only_request(served: Served) -> None:
     assert "enc" not in seen  # no image: the encoder only says to skip cross attention
     assert seen["llm"]["skip_cross_attn_blocks"] == "1"
     assert seen["pre"]["text"] == "<¦begin_of_text¦>just text"  # no <|image|> marker without an image
+
+
+def _text_models(served: Served) -> list[str]:
+    """The entry points that answer `text_output`: the ensemble and, where rendered, tensorrt_llm_bls."""
+    return ["ensemble"] + (["tensorrt_llm_bls"] if "tensorrt_llm_bls" in served.configs else [])
+
+
+def test_text_output_is_flat_with_one_string_per_beam(served: Served, tmp_path: Path) -> None:
+    # The real postprocessing answers OUTPUT as a flat array, one string per (batch item x beam), and
+    # tensorrt_llm_bls passes it on as text_output; whisper_bls answers TRANSCRIPTS as [1].
+    if served.whisper:
+        wav = media.speech(tmp_path / "flat.wav", "flat words")
+        tensors = audio_request(served.knowledge, load_audio(str(wav)))
+        results = grpc_results(served, "whisper_bls", tensors, ["TRANSCRIPTS"])
+        for result in results:
+            transcripts = result.as_numpy("TRANSCRIPTS")
+            assert transcripts.shape == (1,) and isinstance(transcripts[0], bytes)
+        assert results[-1].as_numpy("TRANSCRIPTS")[0].decode() == "flat words"
+        return
+    tensors, picture = image_request(served, tmp_path)
+    for model in _text_models(served):
+        texts = []
+        for result in grpc_results(served, model, tensors, ["text_output"]):
+            output = result.as_numpy("text_output")
+            assert output.shape == (1,), (model, output.shape)  # one beam, not [batch, beam]
+            texts += [item.decode() for item in output]  # as the backend's own clients read it
+        assert_image_arrived(served, codec.parse_digest("".join(texts)), picture)
+
+
+def test_a_beam_width_other_than_the_served_one_is_refused(served: Served, tmp_path: Path) -> None:
+    # The executor refuses a request whose beam width differs from tensorrt_llm's max_beam_width (1 in
+    # every example; whisper_bls sends none, which means 1, so every transcription covers Whisper).
+    if served.whisper:
+        assert 'key: "max_beam_width"\n  value { string_value: "1" }' in served.configs["tensorrt_llm"]
+        return
+    width_one, _ = image_request(served, tmp_path, sampling=Sampling(beam_width=1))
+    too_wide, _ = image_request(served, tmp_path, sampling=Sampling(beam_width=2))
+    for model in _text_models(served):
+        (result, *_) = grpc_results(served, model, width_one, ["text_output"])
+        assert codec.parse_digest(result.as_numpy("text_output")[0].decode())["llm"]["beam_width"] == "1"
+        refusal = "Request with beam width 2 differs from the max beam width 1"
+        with pytest.raises(InferenceServerException, match=refusal):
+            grpc_results(served, model, too_wide, ["text_output"])
+
+
+def test_llm_outputs_arrive_only_when_asked_for(served: Served, tmp_path: Path) -> None:
+    # The TensorRT-LLM backend answers log probs and logits only when the request asks for them, and
+    # batch_index / sequence_index only when they tell a batch's items or sequences apart.
+    if served.whisper:
+        return
+    tensors, _ = image_request(served, tmp_path)
+    asked = [*tensors, Tensor("return_log_probs", np.array([[True]]), "BOOL")]
+    extras = ["cum_log_probs", "output_log_probs", "context_logits", "generation_logits"]
+    extras += ["batch_index", "sequence_index"]
+    for model in _text_models(served):
+        with served.client("grpc") as client:
+            declared = {tensor["name"] for tensor in client.model_config(model)["output"]}
+        wanted = ["text_output", *(name for name in extras if name in declared)]
+        (result,) = grpc_results(served, model, tensors, wanted)
+        assert [name for name in wanted if result.as_numpy(name) is not None] == ["text_output"]
+        (result,) = grpc_results(served, model, asked, wanted)
+        assert result.as_numpy("cum_log_probs").shape == (1, 1)  # [1, beams]
+        assert result.as_numpy("output_log_probs").shape[:2] == (1, 1)  # [1, beams, tokens]
+        assert result.as_numpy("context_logits") is None

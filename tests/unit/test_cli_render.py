@@ -21,6 +21,15 @@ def test_render_writes_repository_derived_plan_and_launch(
     out = tmp_path / "out"
     assert main(["render", "-f", str(EXAMPLES / "vila.yaml"), "-o", str(out)]) == 0
     written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    manifests = [name for name in written if name.startswith("manifests/")]
+    assert [name.split("-", 1)[0] for name in manifests] == [
+        "manifests/configmap",
+        "manifests/deployment",
+        "manifests/job",
+        "manifests/persistentvolumeclaim",
+        "manifests/service",
+    ]
+    written = [name for name in written if name not in manifests]
     assert written == [
         "build_plan.json",
         "derived.json",

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from google.protobuf import text_format
 
+from mmd_operator.config import OperatorConfig
+from mmd_operator.desired.state import manifest_files
 from mmd_operator.plan import model_repository
 from mmd_operator.plan.repository_check import check_repository, model_config_class
 from tests.support.examples import EXAMPLE_PATHS as EXAMPLES
@@ -36,9 +38,15 @@ def test_there_is_an_example_per_model_type() -> None:
     assert {"llava-tp2-fp8", "internlm-xcomposer2-lora"} <= stems
 
 
+def rendered_files(example: Path) -> dict[str, str]:
+    """What `mmctl render` writes for `example`: the plan's files and the operator's manifests."""
+    resource, plan = load_and_plan(example)
+    manifests = manifest_files(resource, plan, config=OperatorConfig())
+    return {**plan.files(), **{f"manifests/{name}": text for name, text in manifests.items()}}
+
+
 def test_rendered_files_match_golden(example: Path, request: pytest.FixtureRequest) -> None:
-    _, plan = load_and_plan(example)
-    files = plan.files()
+    files = rendered_files(example)
     golden_dir = GOLDEN / example.stem
     if request.config.getoption("--update-golden"):
         for stale in sorted(golden_dir.rglob("*"), reverse=True) if golden_dir.exists() else []:

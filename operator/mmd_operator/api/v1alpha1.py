@@ -197,7 +197,7 @@ class BuildSpec(_Schema):
 class ProbeSpec(_Schema):
     """Health checks of the serving pods. Loading engines takes minutes; the defaults allow 30."""
 
-    startup_timeout_seconds: int = Field(1800, ge=30, le=86400)
+    startup_timeout_seconds: int = Field(1800, ge=10, le=86400)
     """Longest a pod may take to load every model before it is restarted (startup probe budget)."""
     liveness_timeout_seconds: int = Field(5, ge=2, le=120)
     """Timeout of one liveness or readiness check; more than a second, since a busy server answers late."""

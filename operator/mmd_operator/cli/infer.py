@@ -2,7 +2,8 @@
 
 Thin: the request is built by `triton.requests` from the model type's knowledge and sent by
 `triton.client`. The model type comes from `--model-type` or is read from the server's configs. The text
-goes to stdout (piece by piece when streaming), the latency to stderr. Bad input, an unreachable server,
+goes to stdout (piece by piece when streaming; one `[beam N] ...` line per beam when the server answers
+several beams), the latency to stderr. Bad input, an unreachable server,
 a model that is not ready or an input the type does not take: one line on stderr and exit code 1.
 """
 
@@ -85,25 +86,40 @@ def _infer(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         first: float | None = None
         pieces = 0
-        answer = ""
+        answers: list[str] = []  # one per beam
+        streamed = False
         for response in client.responses(model, tensors, [output]):
             first = first if first is not None else time.perf_counter() - started
-            text = response.text(output)
+            texts = response.texts(output)
             pieces += 1
             if model == "whisper_bls":
-                answer = text  # each streamed transcript is the whole transcript so far
-            elif args.stream:
-                sys.stdout.write(text)
+                answers = texts  # each streamed transcript is the whole transcript so far
+                continue
+            answers += [""] * (len(texts) - len(answers))
+            for beam, text in enumerate(texts):
+                answers[beam] += text
+            if args.stream and len(answers) == 1:
+                sys.stdout.write(texts[0] if texts else "")
                 sys.stdout.flush()
-            else:
-                answer += text
-        print(answer)
+                streamed = True
+        _print_answers(answers, streamed)
         total = time.perf_counter() - started
         latency = f"latency {total * 1000:.1f} ms"
         if pieces > 1:
             latency += f" (first response {first * 1000 if first else 0:.1f} ms, {pieces} responses)"
         print(f"{latency}, {model_type} via {model} over {client.endpoint.protocol}", file=sys.stderr)
     return 0
+
+
+def _print_answers(answers: list[str], streamed: bool) -> None:
+    """The answer, or one `[beam N] ...` line per beam when the server answered several beams."""
+    if len(answers) <= 1:
+        print("" if streamed else "".join(answers))
+        return
+    if streamed:
+        print()
+    for beam, answer in enumerate(answers):
+        print(f"[beam {beam}] {answer}")
 
 
 def register(subparsers: Any) -> None:
@@ -144,7 +160,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--frequency-penalty", type=float)
     parser.add_argument("--length-penalty", type=float)
     parser.add_argument("--seed", type=int)
-    parser.add_argument("--beam-width", type=int)
+    parser.add_argument(
+        "--beam-width",
+        type=int,
+        help="must equal the served beam width (serving.maxBeamWidth, default 1); prints one line per beam",
+    )
     parser.add_argument("--end-id", type=int, help="default: the model type's end token")
     parser.add_argument("--pad-id", type=int, help="default: the model type's pad token")
     parser.add_argument(

@@ -1,7 +1,8 @@
 """`mmctl render` and `mmctl validate`: what the operator would build and serve, computed offline.
 
-`render` writes the model repository, the derived limits, the build plan and the launch command of one
-MultimodalDeployment; `validate` only checks it. Invalid input prints one line per problem (field path
+`render` writes the model repository, the derived limits, the build plan, the launch command and, under
+`manifests/`, every object the operator applies for one MultimodalDeployment (computed by the same
+code); `validate` only checks it. Invalid input prints one line per problem (field path
 and rule), exits non-zero and writes nothing.
 """
 
@@ -17,6 +18,8 @@ import yaml
 
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.api.validation import InvalidSpecError
+from mmd_operator.config import OperatorConfig
+from mmd_operator.desired.state import manifest_files
 from mmd_operator.plan.repository_check import RepositoryError
 from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
 
@@ -63,9 +66,16 @@ def load_and_plan(path: Path) -> tuple[MultimodalDeployment, ResourcePlan]:
     return plan_resource(load_document(path))
 
 
+def rendered_files(resource: MultimodalDeployment, plan: ResourcePlan) -> dict[str, str]:
+    """The plan's files and, under `manifests/`, every object the operator applies for the resource."""
+    objects = manifest_files(resource, plan, config=OperatorConfig())
+    return {**plan.files(), **{f"manifests/{name}": text for name, text in objects.items()}}
+
+
 def write_files(out_dir: Path, files: dict[str, str]) -> None:
-    """Write `files` under `out_dir`, replacing an earlier rendering of the model repository."""
-    shutil.rmtree(out_dir / "model_repository", ignore_errors=True)
+    """Write `files` under `out_dir`, replacing an earlier rendering."""
+    for directory in ("model_repository", "manifests"):
+        shutil.rmtree(out_dir / directory, ignore_errors=True)
     for relative, content in files.items():
         target = out_dir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -101,13 +111,15 @@ def run_render(args: argparse.Namespace) -> int:
     if isinstance(loaded, int):
         return loaded
     resource, plan = loaded
-    write_files(out_dir, plan.files())
+    write_files(out_dir, rendered_files(resource, plan))
     name = resource.metadata.get("name")
     print(f"rendered {name} ({plan.settings.knowledge.model_type}) into {out_dir}")
     print(f"  cacheKey          {plan.cache_key}")
     for model in plan.repository.configs:
         print(f"  model_repository/{model}/config.pbtxt")
     print("  derived.json  build_plan.json  launch.json")
+    for name in sorted(path for path in rendered_files(resource, plan) if path.startswith("manifests/")):
+        print(f"  {name}")
     return 0
 
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from engine_builder.result_format import BuildSucceeded
 from mmd_operator.api.v1alpha1 import Endpoints, MultimodalDeployment, MultimodalDeploymentStatus
 from mmd_operator.config import OperatorConfig
@@ -95,8 +97,13 @@ def desired_state(
     leave: list[ObjectKey] = []
     delete: list[ObjectKey] = []
 
+    engine = engine_state(key, observed, previous, generation)
+    # A Secret or source claim the build needs is missing: create nothing until it appears.
+    blocked = bool(observed.missing) and not engine.ready and observed.job is None
     claim_key = ObjectKey("v1", "PersistentVolumeClaim", claim)
-    if observed.claim is None:
+    if blocked:
+        pass
+    elif observed.claim is None:
         apply.append(
             hashing.stamped(
                 engine_build.engine_cache_claim(resource, namespace=namespace, config=config, owner=owner)
@@ -110,7 +117,6 @@ def desired_state(
         join.append(claim_key)
     leave += [ObjectKey("v1", "PersistentVolumeClaim", stale.meta.name) for stale in observed.stale_claims]
 
-    engine = engine_state(key, observed, previous, generation)
     job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
     job_leaving = observed.job is not None and observed.job.meta.deleting
     job_key = ObjectKey("batch/v1", "Job", names.build_job(key, claim))
@@ -134,13 +140,14 @@ def desired_state(
     repository_name = configmap["metadata"]["name"]
     too_large = size > serving.CONFIGMAP_DATA_LIMIT
     live_repositories = {meta.name: meta for meta in observed.repositories}
-    if not too_large:
+    if not too_large and not blocked:
         apply.append(configmap)
     repository = RepositoryState(
         name=repository_name,
         size=size,
         too_large=too_large,
         applied=_applied(live_repositories.get(repository_name), configmap),
+        held=engine.message if blocked else None,
     )
 
     deployment_manifest = None
@@ -157,7 +164,8 @@ def desired_state(
             )
         )
         apply.append(deployment_manifest)
-    apply.append(hashing.stamped(serving.service(resource, namespace=namespace, owner=owner)))
+    if not blocked:
+        apply.append(hashing.stamped(serving.service(resource, namespace=namespace, owner=owner)))
 
     in_use = {repository_name}
     if observed.deployment is not None and observed.deployment.repository:
@@ -238,3 +246,15 @@ def manifests(
         serving.service(resource, namespace=namespace, owner=owner),
     ]
     return [hashing.stamped(manifest) for manifest in objects]
+
+
+def manifest_files(
+    resource: MultimodalDeployment, plan: ResourcePlan, *, config: OperatorConfig
+) -> dict[str, str]:
+    """`manifests(...)` as YAML files named `<kind>-<name>.yaml`, for `mmctl render`."""
+    return {
+        f"{manifest['kind'].lower()}-{manifest['metadata']['name']}.yaml": yaml.safe_dump(
+            manifest, sort_keys=False, width=110
+        )
+        for manifest in manifests(resource, plan, config=config)
+    }

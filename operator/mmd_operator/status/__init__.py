@@ -45,6 +45,8 @@ class RepositoryState:
     size: int
     too_large: bool = False
     applied: bool = False
+    # Why it is not created yet (the build is blocked on a missing reference), if so.
+    held: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,14 @@ def _conditions(findings: Findings) -> list[Condition]:
             False,
             "RepositoryTooLarge",
             f"the rendered repository takes {repository.size} bytes; a ConfigMap holds at most 1 MiB",
+            generation,
+        )
+    elif repository.held is not None:
+        repo = _condition(
+            MODEL_REPOSITORY_READY,
+            False,
+            engine.reason,
+            f"ConfigMap {repository.name} is created once the engine can be built: {repository.held}",
             generation,
         )
     elif repository.applied:
@@ -209,7 +219,7 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
         engine_status = EngineStatus(
             cache_key=findings.cache_key,
             claim=findings.claim,
-            path=findings.cache_key,
+            path=f"/{findings.cache_key}",
             job=findings.job,
             source=engine.source if engine is not None else None,
         )

@@ -50,12 +50,13 @@ def _pod_trouble(pods: list[PodFacts], now: datetime, startup_budget: float) -> 
         if pod.phase is not PodPhase.RUNNING or pod.ready or pod.started is None:
             continue
         waited = (now - pod.started).total_seconds()
-        if waited > startup_budget or pod.restarts > 0:
-            restarts = f" and restarted {pod.restarts} times" if pod.restarts else ""
+        # The message names no elapsed time: an unchanged world must give an unchanged status.
+        if pod.restarts > 0:
+            return "PodsNotReady", f"pod {pod.meta.name} is not ready and has restarted {pod.restarts} times"
+        if waited > startup_budget:
             return (
                 "PodsNotReady",
-                f"pod {pod.meta.name} is not ready {waited:.0f} s after it started{restarts} "
-                f"(startup budget {startup_budget:.0f} s)",
+                f"pod {pod.meta.name} is still not ready after its startup budget of {startup_budget:.0f} s",
             )
     return None
 

@@ -62,17 +62,25 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class Response:
-    """One response: output name to array."""
+    """One response: output name to array.
+
+    String outputs arrive flat, as the serving image's models send them: `text_output` holds one string
+    per beam (batch items x beams), whisper_bls's `TRANSCRIPTS` one transcript.
+    """
 
     outputs: dict[str, np.ndarray]
 
-    def text(self, name: str) -> str:
-        """The first string of output `name` ('' when absent)."""
+    def texts(self, name: str) -> list[str]:
+        """Every string of output `name`, in order (one per beam for `text_output`; [] when absent)."""
         values = self.outputs.get(name)
-        if values is None or values.size == 0:
-            return ""
-        first = values.reshape(-1)[0]
-        return first.decode("utf-8", "replace") if isinstance(first, bytes) else str(first)
+        if values is None:
+            return []
+        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values.reshape(-1)]
+
+    def text(self, name: str) -> str:
+        """The first string of output `name` ('' when absent): the answer when there is one beam."""
+        texts = self.texts(name)
+        return texts[0] if texts else ""
 
 
 def _message(error: Exception) -> str:
@@ -331,6 +339,9 @@ def _generate_response(payload: dict[str, Any]) -> Response:
             continue
         if isinstance(value, str):
             outputs[name] = np.array([value.encode("utf-8")], dtype=np.object_)
+        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            # A string output with several elements (one per beam) arrives as a JSON list.
+            outputs[name] = np.array([v.encode("utf-8") for v in value], dtype=np.object_)
         else:
             outputs[name] = np.asarray(value)
     return Response(outputs)

@@ -70,6 +70,9 @@ def _knowledge(knowledge: ModelKnowledge, preprocessing: ModelConfig | None) -> 
         "encoder_decoder": knowledge.encoder_decoder,
         "text_only_requests": knowledge.text_only_requests,
         "mrope": knowledge.model_type is ModelType.QWEN2_VL,
+        # The real multimodal_encoders answers OUT_PROMPT_VOCAB_SIZE for every type but these two.
+        "encoder_answers_vocab_size": knowledge.model_type
+        not in (ModelType.LLAVA_ONEVISION, ModelType.QWEN2_VL),
         "whisper": knowledge.layout is RepositoryLayout.WHISPER,
         "preprocessing_extra_outputs": [
             name for name in _PREPROCESSING_EXTRAS.get(knowledge.model_type, ()) if name in declared

@@ -6,17 +6,22 @@ this file and `codec.py` beside it as the package `triton_doubles`. Imports nump
 library, `triton_python_backend_utils` and the codec.
 
 Each double checks at load time that the config Triton loaded is exactly the contract it was generated
-from, produces only what that contract declares, and reports what reached it:
+from, and answers with the tensors the real model of the pinned release (tensorrtllm_backend v0.19.0)
+sends: the same names, dtypes, ranks and layouts (flat or nested), present in the same cases, which is
+not always what the config declares. Small sizes stand in for the real ones (a 4x4 "image", a 256-id
+vocabulary). What reached each model is reported in the generated text:
 
 - `preprocessing` encodes a trace of its inputs (text, images fetched from URLs, raw bytes, video, ids) as
   the prompt's token ids, inserting one fake prompt-table id per image slot, like the real one;
 - `multimodal_encoders` encodes a trace of the tensors it got as the prompt table (FP16) or, for mllama,
   as encoder features (BF16); it refuses a request without an image except for mllama, like the real one;
 - `tensorrt_llm` (run as `backend: "python"`) generates `type|pre:...|enc:...|llm:...`, naming every
-  optional input that arrived; it streams one response per segment when asked, keeps a LoRA cache, reads
-  Whisper's tones from encoder features, and, in leader mode, never finishes loading on ranks other than 0;
-- `postprocessing` detokenizes; `tensorrt_llm_bls` and `whisper_bls` drive the other models through real
-  BLS calls (`pb_utils.InferenceRequest`), the first following the ensemble's own wiring.
+  optional input that arrived, once per beam; it answers one response per batch item (per segment when
+  streaming), refuses the beam widths the executor refuses, keeps a LoRA cache, reads Whisper's tones
+  from encoder features, and, in leader mode, never finishes loading on ranks other than 0;
+- `postprocessing` detokenizes into one flat string per (batch item x beam); `tensorrt_llm_bls` and
+  `whisper_bls` drive the other models through real BLS calls (`pb_utils.InferenceRequest`), the first
+  following the ensemble's own wiring and passing postprocessing's strings on unchanged.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ import os
 import re
 import sys
 import threading
+import time
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -49,6 +56,12 @@ _NUMPY = {
 }
 _SPECIAL = re.compile(r"<\|[^|>]*\|>")
 IMAGE_SOURCES = ("image_input", "image_bytes_input", "image_url_input", "video_bytes_input")
+# The tiles mllama's processor pads every image to, and Qwen2-VL's flattened patch (3 x 2 x 14 x 14).
+MLLAMA_TILES = 4
+QWEN2_VL_GRID = (1, 2, 2)
+QWEN2_VL_PATCH = 1176
+# Width of the fake encoder features and prompt tables.
+HIDDEN = 8
 
 
 class DoubleError(Exception):
@@ -86,6 +99,11 @@ def check_loaded_config(spec: dict[str, Any], model_config: dict[str, Any]) -> N
         )
 
 
+def _is_true(value: str | None) -> bool:
+    """A boolean model parameter as the real models read one (unset and `${...}` mean false)."""
+    return (value or "").strip().lower() in ("true", "yes", "1", "t")
+
+
 class Model:
     """Common plumbing: contract-typed outputs, inputs by name, responses for either transaction policy."""
 
@@ -98,6 +116,7 @@ class Model:
     # --- tensors ---------------------------------------------------------------------------------
 
     def inputs(self, request: Any) -> dict[str, Any]:
+        """The declared inputs that arrived with `request`, by name."""
         found = {}
         for name in self.contract["input"]:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
@@ -106,23 +125,35 @@ class Model:
         return found
 
     def dtype(self, name: str, kind: str = "input") -> str:
+        """The declared data type (`TYPE_...`) of an input or output."""
         return str(self.contract[kind][name]["data_type"])
 
     def array(self, tensor: Any, name: str) -> np.ndarray:
+        """The values of input `tensor` (BF16 read as float32)."""
         if self.dtype(name) == "TYPE_BF16":
             return codec.bf16_from_capsule(tensor.to_dlpack())
         return np.asarray(tensor.as_numpy())
 
+    def scalar(self, inputs: dict[str, Any], name: str, row: int, default: float) -> float:
+        """Batch item `row`'s value of a one-value-per-item input, or `default` when it is absent."""
+        if name not in inputs:
+            return default
+        values = self.array(inputs[name], name).reshape(-1)
+        return float(values[row] if values.size > row else values[0])
+
     def output(self, name: str, values: Any) -> Any:
+        """Output `name` holding `values` in its declared data type."""
         dtype = self.dtype(name, "output")
         if dtype == "TYPE_BF16":
             return pb_utils.Tensor.from_dlpack(name, codec.bf16_capsule(np.asarray(values, np.float32)))
         return pb_utils.Tensor(name, np.asarray(values, dtype=_NUMPY[dtype]))
 
     def declares(self, name: str) -> bool:
+        """Whether the contract declares output `name`."""
         return name in self.contract["output"]
 
     def describe(self, name: str, values: np.ndarray, with_hash: bool = False) -> str:
+        """`TYPE[shape]` of an input (and a hash of its bytes), for traces."""
         kind = self.dtype(name).removeprefix("TYPE_")
         text = f"{kind}{list(values.shape)}".replace(" ", "")
         if with_hash:
@@ -132,6 +163,7 @@ class Model:
     # --- responses -------------------------------------------------------------------------------
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
+        """Answer every request; a failure becomes that request's error response."""
         responses = []
         for request in requests:
             try:
@@ -152,9 +184,11 @@ class Model:
         return None if self.decoupled else responses
 
     def run(self, request: Any) -> Any:
+        """The one response of a request to a model without decoupled mode."""
         return pb_utils.InferenceResponse(output_tensors=self.compute(self.inputs(request)))
 
     def run_decoupled(self, request: Any) -> None:
+        """Send the responses of a request to a decoupled model, the last one flagged final."""
         sender = request.get_response_sender()
         sender.send(
             pb_utils.InferenceResponse(output_tensors=self.compute(self.inputs(request))),
@@ -162,6 +196,7 @@ class Model:
         )
 
     def compute(self, inputs: dict[str, Any]) -> list[Any]:
+        """The output tensors of one request (models with exactly one response per request)."""
         raise NotImplementedError
 
 
@@ -190,9 +225,14 @@ def _pad(rows: list[list[int]], fill: int = 0) -> np.ndarray:
 
 
 class Preprocessing(Model):
-    """Tokenizes (byte tokenizer) and, for server-side image types, loads images like the real one."""
+    """Tokenizes (byte tokenizer) and, for server-side image types, loads images like the real one.
+
+    Like the real one it always answers the decoder ids, both word lists and the embedding bias (empty
+    when the request has none), and the vision tensors only for a request that carries an image or video.
+    """
 
     def compute(self, inputs: dict[str, Any]) -> list[Any]:
+        """Token ids with a trace of the request, and the vision tensors of its images."""
         knowledge = self.spec["knowledge"]
         query = self.array(inputs["QUERY"], "QUERY")
         batch = query.shape[0]
@@ -220,9 +260,11 @@ class Preprocessing(Model):
                     items.append(f"image_url={scheme}#{codec.short_hash(data)}:{width}x{height}")
                     images += 1
             video = "VIDEO_BYTES" in inputs
+            frames = 0
             if video:
-                frames = self.array(inputs["VIDEO_BYTES"], "VIDEO_BYTES")[row]
-                items.append(f"video={'x'.join(map(str, frames.shape))}#{codec.short_hash(frames.tobytes())}")
+                clip = self.array(inputs["VIDEO_BYTES"], "VIDEO_BYTES")[row]
+                frames = clip.shape[0]
+                items.append(f"video={'x'.join(map(str, clip.shape))}#{codec.short_hash(clip.tobytes())}")
                 images = 1
             if "IMAGE" in inputs:  # InternLM-XComposer2: this model runs the ViT itself
                 images = 1
@@ -251,7 +293,7 @@ class Preprocessing(Model):
                 )
                 extra_rows.append([extra if i >= codec.VOCAB_SIZE else 0 for i in ids])
             if images and "PIXEL_VALUES" in self.contract["output"] and "IMAGE" not in inputs:
-                outputs.setdefault("PIXEL_VALUES", []).append(np.full((images, 3, 4, 4), row + 1, np.float16))
+                outputs.setdefault("PIXEL_VALUES", []).append(self.pixel_values(images, frames, row + 1))
             if video and self.declares("IS_VIDEO_INPUT"):
                 outputs.setdefault("IS_VIDEO_INPUT", []).append([True])
             if images:
@@ -262,32 +304,42 @@ class Preprocessing(Model):
                 trace = codec.encode_text(f"enc:IMAGE={self.describe('IMAGE', image[None], with_hash=True)}")
                 outputs.setdefault("prompt_embedding_table", []).append(_table(trace))
                 outputs.setdefault("prompt_vocab_size", []).append([codec.VOCAB_SIZE])
-        ids_array = _pad(all_ids)
+        end_ids = (
+            self.array(inputs["END_ID"], "END_ID")
+            if "END_ID" in inputs
+            else np.full((batch, 1), knowledge["end_id"])
+        )
+        pad_ids = (
+            self.array(inputs["PAD_ID"], "PAD_ID")
+            if "PAD_ID" in inputs
+            else np.full((batch, 1), knowledge["pad_id"])
+        )
+        # The real one pads a batch with the tokenizer's pad token.
         result = [
-            self.output("INPUT_ID", ids_array),
+            self.output("INPUT_ID", _pad(all_ids, fill=int(knowledge["pad_id"]))),
             self.output("REQUEST_INPUT_LEN", [[len(ids)] for ids in all_ids]),
             self.output("REQUEST_OUTPUT_LEN", self.array(inputs["REQUEST_OUTPUT_LEN"], "REQUEST_OUTPUT_LEN")),
+            self.output("OUT_END_ID", np.asarray(end_ids).reshape(batch, 1)),
+            self.output("OUT_PAD_ID", np.asarray(pad_ids).reshape(batch, 1)),
         ]
-        for name, given, default in (
-            ("OUT_END_ID", "END_ID", knowledge["end_id"]),
-            ("OUT_PAD_ID", "PAD_ID", knowledge["pad_id"]),
-        ):
-            values = self.array(inputs[given], given) if given in inputs else np.full((batch, 1), default)
-            result.append(self.output(name, values))
+        if self.declares("DECODER_INPUT_ID"):
+            # Without DECODER_QUERY the real one sends one pad id per batch item as the decoder prompt.
+            if "DECODER_QUERY" in inputs:
+                decoder = self.array(inputs["DECODER_QUERY"], "DECODER_QUERY")
+                decoder_ids = [codec.encode_text(" ".join(_strings(decoder[row]))) for row in range(batch)]
+            else:
+                decoder_ids = [[int(pad)] for pad in np.asarray(pad_ids).reshape(-1)]
+            result.append(self.output("DECODER_INPUT_ID", _pad(decoder_ids, fill=int(knowledge["pad_id"]))))
+            if self.declares("REQUEST_DECODER_INPUT_LEN"):
+                result.append(self.output("REQUEST_DECODER_INPUT_LEN", [[len(ids)] for ids in decoder_ids]))
         for name, given in (("BAD_WORDS_IDS", "BAD_WORDS_DICT"), ("STOP_WORDS_IDS", "STOP_WORDS_DICT")):
-            if given in inputs and self.declares(name):
-                result.append(
-                    self.output(
-                        name,
-                        [_words_ids(_strings(self.array(inputs[given], given)[r])) for r in range(batch)],
-                    )
-                )
-        if "EMBEDDING_BIAS_WEIGHTS" in inputs and self.declares("EMBEDDING_BIAS"):
-            result.append(
-                self.output(
-                    "EMBEDDING_BIAS", self.array(inputs["EMBEDDING_BIAS_WEIGHTS"], "EMBEDDING_BIAS_WEIGHTS")
-                )
-            )
+            if self.declares(name):
+                words = None
+                if given in inputs:
+                    words = [_strings(self.array(inputs[given], given)[r]) for r in range(batch)]
+                result.append(self.output(name, _words_ids(words, batch)))
+        if self.declares("EMBEDDING_BIAS"):
+            result.append(self.output("EMBEDDING_BIAS", self.embedding_bias(inputs, batch)))
         if extra_rows and self.declares("OUT_PROMPT_TABLE_EXTRA_IDS"):
             result.append(self.output("OUT_PROMPT_TABLE_EXTRA_IDS", _pad(extra_rows)))
         if "prompt_embedding_table" in outputs:
@@ -299,24 +351,72 @@ class Preprocessing(Model):
                 result.append(self.output(name, np.stack([np.asarray(r) for r in rows])))
         return result
 
+    def pixel_values(self, images: int, frames: int, fill: int) -> np.ndarray:
+        """One batch item's PIXEL_VALUES (all `fill`), laid out as the model type's real processor does.
 
-def _words_ids(words: list[str]) -> list[list[int]]:
-    """Words as the [2, n] ids + offsets layout of TensorRT-LLM's stop/bad words lists."""
-    ids, offsets = [], []
-    for word in words:
-        ids += codec.encode_text(word)
-        offsets.append(len(ids))
-    width = max(len(ids), len(offsets), 1)
-    return [ids + [0] * (width - len(ids)), offsets + [-1] * (width - len(offsets))]
+        mllama: [images x tiles, 3, H, W] (every image padded to 4 tiles); Qwen2-VL: [1, 1, patches,
+        1176] (flattened patches); LLaVA-OneVision: [patches, 3, H, W], or [frames, 3, H, W] for video.
+        """
+        model_type = self.spec["model_type"]
+        if model_type == "mllama":
+            shape: tuple[int, ...] = (images * MLLAMA_TILES, 3, 4, 4)
+        elif model_type == "qwen2_vl":
+            shape = (1, 1, int(np.prod(QWEN2_VL_GRID)), QWEN2_VL_PATCH)
+        else:
+            shape = (frames or images, 3, 4, 4)
+        return np.full(shape, fill, np.float16)
+
+    def embedding_bias(self, inputs: dict[str, Any], batch: int) -> np.ndarray:
+        """[batch, vocab]: each word's weight on its token ids; [batch, 0] without words and weights."""
+        if "EMBEDDING_BIAS_WORDS" not in inputs or "EMBEDDING_BIAS_WEIGHTS" not in inputs:
+            return np.empty((batch, 0), np.float32)
+        words = self.array(inputs["EMBEDDING_BIAS_WORDS"], "EMBEDDING_BIAS_WORDS")
+        weights = self.array(inputs["EMBEDDING_BIAS_WEIGHTS"], "EMBEDDING_BIAS_WEIGHTS")
+        bias = np.zeros((batch, codec.VOCAB_SIZE), np.float32)
+        for row in range(batch):
+            row_words, row_weights = _strings(words[row]), weights[row].reshape(-1)
+            if len(row_words) != len(row_weights):
+                raise DoubleError("Embedding bias words must have same dimension as embedding bias weights")
+            for word, weight in zip(row_words, row_weights, strict=True):
+                for token in codec.encode_text(word):
+                    bias[row, token] += float(weight)
+        return bias
+
+
+def _words_ids(word_lists: list[list[str]] | None, batch: int) -> np.ndarray:
+    """Word lists as TensorRT-LLM's [batch, 2, n] layout: token ids, then end offsets padded with -1.
+
+    Empty when the request has no words ([batch, 2, 0]); words without tokens are skipped.
+    """
+    if word_lists is None:
+        return np.empty((batch, 2, 0), np.int32)
+    flat, offsets = [], []
+    for words in word_lists:
+        ids: list[int] = []
+        ends: list[int] = []
+        for word in words:
+            tokens = codec.encode_text(word)
+            if tokens:
+                ids += tokens
+                ends.append(len(ids))
+        flat.append(ids)
+        offsets.append(ends)
+    width = max([1, *(len(ids) for ids in flat)])
+    rows = [
+        [ids + [0] * (width - len(ids)), ends + [-1] * (width - len(ends))]
+        for ids, ends in zip(flat, offsets, strict=True)
+    ]
+    return np.array(rows, np.int32)
 
 
 def _extra_output(name: str, images: int, length: int) -> np.ndarray:
-    """Model-type specific vision tensors of the real preprocessing, with plausible shapes."""
+    """Model-type specific vision tensors of the real preprocessing (one batch item), plausible shapes."""
+    if name == "IMAGE_GRID_THW":
+        return np.array(QWEN2_VL_GRID, np.int64)
     shapes = {
         "ASPECT_RATIO_IDS": (images,),
-        "ASPECT_RATIO_MASK": (images, 4),
-        "CROSS_ATTENTION_MASK": (length, images, 4),
-        "IMAGE_GRID_THW": (3,),
+        "ASPECT_RATIO_MASK": (images, MLLAMA_TILES),
+        "CROSS_ATTENTION_MASK": (length, images, MLLAMA_TILES),
         "ATTENTION_MASK": (length,),
         "IMAGE_SIZES": (2,),
         "VISION_INPUT_ID": (length,),
@@ -324,7 +424,7 @@ def _extra_output(name: str, images: int, length: int) -> np.ndarray:
     return np.ones(shapes[name], dtype=np.int64)
 
 
-def _table(trace: list[int], hidden: int = 8) -> np.ndarray:
+def _table(trace: list[int], hidden: int = HIDDEN) -> np.ndarray:
     """A prompt table [rows, hidden] whose first column spells `trace` (exact in FP16 and BF16)."""
     table = np.zeros((len(trace), hidden), dtype=np.float32)
     table[:, 0] = trace
@@ -341,18 +441,21 @@ def _read_table(table: np.ndarray) -> str:
 
 
 class MultimodalEncoders(Model):
-    """The vision engine's stand-in: traces its inputs into the prompt table or encoder features."""
+    """The vision engine's stand-in: traces its inputs into the prompt table or encoder features.
+
+    Answers what the real one answers per model type: mllama the encoder features, their length, the
+    cross-attention mask and the skip flag (also without an image); LLaVA-OneVision the prompt table only;
+    Qwen2-VL the prompt table and the M-RoPE tensors; the other types the prompt table and its size.
+    """
 
     def compute(self, inputs: dict[str, Any]) -> list[Any]:
+        """The encoder's outputs for one request."""
         knowledge = self.spec["knowledge"]
         source = next((name for name in ("IMAGE", "pixel_values") if name in inputs), None)
-        batch = None
         if source is None:
             if not knowledge["text_only_requests"]:
                 raise DoubleError("There is no preprocessed image tensor to encode")
-            # Text-only mllama: the real encoder only tells the LLM to skip cross attention.
-            max_tokens = self.array(inputs["max_tokens"], "max_tokens")
-            return [self.output("SKIP_CROSS_ATTN_BLOCKS", np.ones((max_tokens.shape[0], 1), bool))]
+            return self.without_image(inputs)
         images = self.array(inputs[source], source)
         batch = images.shape[0]
         traces = []
@@ -368,26 +471,46 @@ class MultimodalEncoders(Model):
                     )
             traces.append(_table(codec.encode_text("enc:" + ",".join(items))))
         table = _stack_tables(traces)
-        result = []
+        rows = table.shape[1]
         if knowledge["encoder_decoder"]:
-            rows = table.shape[1]
-            result += [
+            text = 0
+            if "cross_attention_mask" in inputs:
+                text = self.array(inputs["cross_attention_mask"], "cross_attention_mask").shape[1]
+            return [
                 self.output("ENCODER_INPUT_FEATURES", table),
-                self.output("ENCODER_OUTPUT_LENGTHS", np.full((batch,), rows)),
-                self.output("CROSS_ATTENTION_MASK", np.ones((batch, 1, rows), bool)),
+                self.output("ENCODER_OUTPUT_LENGTHS", np.full((batch, 1), rows)),
+                # The prompt's rows, then one per token to generate, against every feature row.
+                self.output(
+                    "CROSS_ATTENTION_MASK", np.ones((batch, text + self.max_tokens(inputs), rows), bool)
+                ),
                 self.output("SKIP_CROSS_ATTN_BLOCKS", np.zeros((batch, 1), bool)),
             ]
-        else:
-            result += [
-                self.output("OUT_PROMPT_EMBEDDING_TABLE", table),
-                self.output("OUT_PROMPT_VOCAB_SIZE", np.full((batch, 1), codec.VOCAB_SIZE)),
-            ]
+        result = [self.output("OUT_PROMPT_EMBEDDING_TABLE", table)]
         if knowledge["mrope"]:
             result += [
                 self.output("MROPE_ROTARY_COS_SIN", np.zeros((batch, 4))),
                 self.output("MROPE_POSITION_DELTAS", np.zeros((batch, 1))),
             ]
+        if knowledge["encoder_answers_vocab_size"]:
+            # The number of prompt-table rows one image fills (not a vocabulary size).
+            result.append(self.output("OUT_PROMPT_VOCAB_SIZE", np.full((batch, 1), rows)))
         return result
+
+    def max_tokens(self, inputs: dict[str, Any]) -> int:
+        """The request's max_tokens (0 when absent), which sizes mllama's cross-attention mask."""
+        return int(self.scalar(inputs, "max_tokens", 0, 0))
+
+    def without_image(self, inputs: dict[str, Any]) -> list[Any]:
+        """Text-only mllama: zero features for one batch item, and the flag to skip cross attention."""
+        max_tokens = self.max_tokens(inputs)
+        # The real one answers batch 1 here: a zero [1, 1, 4, 1, hidden] embedding, flattened to 4 rows,
+        # and a [1, max_tokens, 1, 4] mask flattened to one column plus one row per token to generate.
+        return [
+            self.output("ENCODER_INPUT_FEATURES", np.zeros((1, MLLAMA_TILES, HIDDEN))),
+            self.output("ENCODER_OUTPUT_LENGTHS", np.full((1, 1), MLLAMA_TILES)),
+            self.output("CROSS_ATTENTION_MASK", np.zeros((1, max_tokens * (MLLAMA_TILES + 1), 1), bool)),
+            self.output("SKIP_CROSS_ATTN_BLOCKS", np.ones((1, 1), bool)),
+        ]
 
 
 def _mpi_rank() -> int:
@@ -399,10 +522,40 @@ def _mpi_rank() -> int:
 
 
 _SUMMARISED = {"input_ids", "input_lengths", "prompt_embedding_table", "encoder_input_features"}
+# Outputs the TensorRT-LLM backend answers only when the request sets return_perf_metrics, each [1, 1].
+PERF_OUTPUTS = (
+    "kv_cache_alloc_new_blocks",
+    "kv_cache_reused_blocks",
+    "kv_cache_alloc_total_blocks",
+    "arrival_time_ns",
+    "first_scheduled_time_ns",
+    "first_token_time_ns",
+    "last_token_time_ns",
+    "acceptance_rate",
+    "total_accepted_draft_tokens",
+    "total_draft_tokens",
+)
+
+
+def _tagged(chunks: list[str], item: str, whisper: bool) -> list[str]:
+    """`chunks` of a digest with `item` added to the llm segment.
+
+    Whisper's llm segment rides in the first chunk's special token; everyone else's is the last chunk.
+    """
+    at = 0 if whisper else len(chunks) - 1
+    text = chunks[at]
+    end = text.find("|>") if whisper else -1
+    text = text[:end] + "," + item + text[end:] if end >= 0 else text + "," + item
+    return [*chunks[:at], text, *chunks[at + 1 :]]
 
 
 class TensorrtLlm(Model):
-    """The TensorRT-LLM backend's stand-in: generates a digest of what arrived, in leader mode."""
+    """The TensorRT-LLM backend's stand-in: generates a digest of what arrived, in leader mode.
+
+    Answers like the C++ backend: one response per batch item (and per sequence), `output_ids`
+    [1, beams, length] padded with -1 and `sequence_length` [1, beams]; log probs, logits, perf metrics,
+    `batch_index` and `sequence_index` only when the request asks for them or they tell items apart.
+    """
 
     def __init__(self, spec: dict[str, Any]) -> None:
         super().__init__(spec)
@@ -411,16 +564,23 @@ class TensorrtLlm(Model):
         self.lock = threading.Lock()
 
     def block_unless_leader(self) -> None:
+        """In leader mode, never return from loading on ranks other than 0."""
         if self.rank != 0:
             # Leader mode: ranks other than 0 join the leader's MPI world and never return from loading,
             # so they never open their ports. They end when mpirun ends them.
             print(f"tensorrt_llm double: rank {self.rank} waits for the leader", flush=True)
             threading.Event().wait()
 
-    def digest(self, inputs: dict[str, Any], row: int) -> tuple[list[str], bool]:
+    @property
+    def max_beam_width(self) -> int:
+        """The served beam width: the `max_beam_width` parameter (the backend's default is 1)."""
+        value = str(self.params.get("max_beam_width") or "").strip()
+        return int(value) if value.isdigit() else 1
+
+    def digest(self, inputs: dict[str, Any], row: int) -> list[str]:
+        """The pieces of batch item `row`'s generated text (one response each when streaming)."""
         knowledge = self.spec["knowledge"]
         segments = [self.spec["model_type"]]
-        streaming = False
         if "input_ids" in inputs:
             ids = self.array(inputs["input_ids"], "input_ids")[row].reshape(-1)
             length = int(self.array(inputs["input_lengths"], "input_lengths").reshape(-1)[row])
@@ -444,7 +604,7 @@ class TensorrtLlm(Model):
                 items.append(
                     f"{name}={';'.join(str(v) for v in sorted(set(values.reshape(-1).tolist()) - {0}))}"
                 )
-            elif name == "decoder_input_ids":
+            elif name == "decoder_input_ids" and knowledge["encoder_decoder"]:
                 # Special tokens spelled without their brackets: the whole digest may sit inside one.
                 prompt = codec.decode_ids(values.reshape(-1))
                 items.append(
@@ -455,7 +615,6 @@ class TensorrtLlm(Model):
                 items.append(
                     f"{name}={int(value) if self.dtype(name) != 'TYPE_FP32' else round(float(value), 4)}"
                 )
-                streaming = streaming or (name == "streaming" and bool(value))
             else:
                 items.append(f"{name}={self.describe(name, values[None])}")
         for name in ("prompt_embedding_table", "encoder_input_features"):
@@ -471,11 +630,12 @@ class TensorrtLlm(Model):
                 raise DoubleError("the decoder prompt must start with <|startoftranscript|>")
             words = codec.read_tones(features.astype(np.float32), features.shape[-1])
             # Whisper's own trace rides in a special token: whisper_bls strips those, like the real one.
-            return [f"<|llm:{','.join(items)}|>", *[w + " " for w in words.split(" ")]], streaming
+            return [f"<|llm:{','.join(items)}|>", *[w + " " for w in words.split(" ")]]
         segments.append("llm:" + ",".join(items))
-        return [segment + "|" for segment in segments[:-1]] + segments[-1:], streaming
+        return [segment + "|" for segment in segments[:-1]] + segments[-1:]
 
     def lora(self, inputs: dict[str, Any], row: int) -> list[str]:
+        """The LoRA trace items of batch item `row`, loading or looking up its adapter like the backend."""
         if "lora_task_id" not in inputs:
             return []
         task = int(self.array(inputs["lora_task_id"], "lora_task_id").reshape(-1)[row])
@@ -490,59 +650,135 @@ class TensorrtLlm(Model):
                 )
             return [f"lora=cached#{self.lora_cache[task]}"]
 
+    def check(self, inputs: dict[str, Any], batch: int) -> None:
+        """Refuse what the backend and the executor refuse.
+
+        That is streaming without decoupled mode, streaming with beam search, and a beam width (none
+        sent: 1) other than the served `max_beam_width`.
+        """
+        for row in range(batch):
+            streaming = bool(self.scalar(inputs, "streaming", row, 0))
+            if streaming and not self.decoupled:
+                raise DoubleError("Streaming is only supported if model is deployed using decoupled mode.")
+            width = int(self.scalar(inputs, "beam_width", row, 1))
+            if streaming and width != 1:
+                raise DoubleError("Streaming mode is only supported with beam width of 1.")
+            if width != self.max_beam_width:
+                raise DoubleError(
+                    f"Request with beam width {width} differs from the max beam width {self.max_beam_width}"
+                )
+
     def responses(self, inputs: dict[str, Any]) -> list[list[Any]]:
-        """The output tensors of every response, in order (one unless streaming)."""
+        """The output tensors of every response, in order: per batch item, per sequence, per segment."""
         batch = self.array(inputs["request_output_len"], "request_output_len").shape[0]
-        per_row = [self.digest(inputs, row) for row in range(batch)]
-        streaming = any(s for _, s in per_row)
-        chunks_per_row = [pieces if streaming else ["".join(pieces)] for pieces, _ in per_row]
-        count = max(len(chunks) for chunks in chunks_per_row)
+        self.check(inputs, batch)
+        whisper = bool(self.spec["knowledge"]["whisper"])
+        # (batch item, sequence_index or None, the text of every beam of every response)
+        answers: list[tuple[int, int | None, list[list[str]]]] = []
+        for row in range(batch):
+            pieces = self.digest(inputs, row)
+            width = int(self.scalar(inputs, "beam_width", row, 1))
+            sequences = int(self.scalar(inputs, "num_return_sequences", row, 1))
+            streaming = bool(self.scalar(inputs, "streaming", row, 0))
+            if width == 1 and sequences > 1:
+                # Sampling: every returned sequence is its own stream of responses, with sequence_index.
+                for index in range(sequences):
+                    tagged = _tagged(pieces, f"sequence={index}", whisper)
+                    chunks = [[p] for p in tagged] if streaming else [["".join(tagged)]]
+                    answers.append((row, index, chunks))
+            elif streaming:
+                # Streaming (beam width 1): each response carries the new tokens only.
+                answers.append((row, None, [[piece] for piece in pieces]))
+            else:
+                # Beam search answers every beam (at most num_return_sequences), each its own text.
+                beams = min(width, sequences) if sequences > 1 else width
+                texts = ["".join(_tagged(pieces, f"beam={k}", whisper)) for k in range(beams)]
+                answers.append(
+                    (row, 0 if sequences > 1 else None, [texts if width > 1 else ["".join(pieces)]])
+                )
+        if not self.decoupled and (batch > 1 or len(answers) > 1):
+            raise DoubleError(
+                "the TensorRT-LLM backend answers every batch item and returned sequence with its own "
+                "response, which only a decoupled model can send"
+            )
         responses = []
-        for index in range(count):
-            tokens = [codec.encode_text(c[index]) if index < len(c) else [] for c in chunks_per_row]
-            ids = _pad(tokens)[:, None, :]
-            length = ids.shape[-1]
-            tensors = {
-                "output_ids": ids,
-                "sequence_length": np.array([[len(t)] for t in tokens]),
-                "cum_log_probs": np.zeros((batch, 1)),
-                "output_log_probs": np.zeros((batch, 1, length)),
-                "context_logits": np.zeros((batch, 1, 1)),
-                "generation_logits": np.zeros((batch, 1, 1, 1)),
-                "batch_index": np.zeros((batch, 1)),
-                "sequence_index": np.zeros((batch, 1)),
-            }
-            responses.append([self.output(n, v) for n, v in tensors.items() if self.declares(n)])
+        for row, sequence, chunks in answers:
+            for index, texts in enumerate(chunks):
+                responses.append(self.result(inputs, row, batch, sequence, texts, first=index == 0))
         return responses
 
+    def result(
+        self,
+        inputs: dict[str, Any],
+        row: int,
+        batch: int,
+        sequence: int | None,
+        texts: list[str],
+        first: bool,
+    ) -> list[Any]:
+        """One response's tensors for batch item `row`: one text per beam."""
+        tokens = [codec.encode_text(text) for text in texts]
+        beams, longest = len(tokens), max(len(t) for t in tokens)
+        ids = np.full((1, beams, longest), -1, np.int64)
+        for beam, beam_tokens in enumerate(tokens):
+            ids[0, beam, : len(beam_tokens)] = beam_tokens
+        tensors: dict[str, Any] = {
+            "output_ids": ids,
+            "sequence_length": np.array([[len(t) for t in tokens]]),
+        }
+        if self.scalar(inputs, "return_log_probs", row, 0):
+            tensors["cum_log_probs"] = np.zeros((1, beams))
+            tensors["output_log_probs"] = np.zeros((1, beams, longest))
+        if self.scalar(inputs, "return_context_logits", row, 0) and first:
+            prompt = int(self.scalar(inputs, "input_lengths", row, 1))
+            tensors["context_logits"] = np.zeros((1, prompt, codec.VOCAB_SIZE))
+        if self.scalar(inputs, "return_generation_logits", row, 0):
+            tensors["generation_logits"] = np.zeros((1, beams, longest, codec.VOCAB_SIZE))
+        if batch > 1:
+            tensors["batch_index"] = np.array([[row]])
+        if sequence is not None:
+            tensors["sequence_index"] = np.array([[sequence]])
+        if self.scalar(inputs, "return_perf_metrics", row, 0):
+            now = time.time_ns()
+            for name in PERF_OUTPUTS:
+                tensors[name] = np.array([[now if name.endswith("_ns") else 0]])
+        return [self.output(name, values) for name, values in tensors.items() if self.declares(name)]
+
     def run(self, request: Any) -> Any:
-        # Without decoupled mode only one response is possible.
-        pieces = self.responses(self.inputs(request))
-        if len(pieces) == 1:
-            return pb_utils.InferenceResponse(output_tensors=pieces[0])
-        raise DoubleError("streaming requires decoupled mode (model_transaction_policy.decoupled)")
+        """The one response a model without decoupled mode can send."""
+        (tensors,) = self.responses(self.inputs(request))
+        return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def run_decoupled(self, request: Any) -> None:
+        """Every response of the request, the last one flagged final like the backend's."""
         sender = request.get_response_sender()
-        for tensors in self.responses(self.inputs(request)):
-            sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
-        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        responses = self.responses(self.inputs(request))
+        for index, tensors in enumerate(responses):
+            final = index == len(responses) - 1
+            sender.send(
+                pb_utils.InferenceResponse(output_tensors=tensors),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0,
+            )
 
 
 class Postprocessing(Model):
-    """Detokenizes with the byte tokenizer, skipping special and fake ids."""
+    """Detokenizes with the byte tokenizer, skipping special and fake ids.
+
+    OUTPUT is flat like the real one's: one string per (batch item x beam), in that order.
+    """
 
     def compute(self, inputs: dict[str, Any]) -> list[Any]:
+        """The text of every beam of every batch item."""
         tokens = self.array(inputs["TOKENS_BATCH"], "TOKENS_BATCH")
         lengths = self.array(inputs["SEQUENCE_LENGTH"], "SEQUENCE_LENGTH")
         texts = [
-            [
-                codec.decode_ids(tokens[b, beam, : int(lengths[b, beam])]).encode()
-                for beam in range(tokens.shape[1])
-            ]
+            codec.decode_ids(tokens[b, beam, : int(lengths[b, beam])]).encode()
             for b in range(tokens.shape[0])
+            for beam in range(tokens.shape[1])
         ]
-        return [self.output("OUTPUT", np.array(texts, dtype=object))]
+        output = np.empty(len(texts), dtype=object)
+        output[:] = texts
+        return [self.output("OUTPUT", output)]
 
 
 def _forward(tensor: Any, name: str, dtype: str, target: dict[str, Any], batch: int) -> Any:
@@ -560,7 +796,7 @@ class Bls(Model):
     """Drives models through BLS; subclasses decide what to call."""
 
     def call(self, model: str, tensors: list[Any], outputs: list[str]) -> list[Any]:
-        """Call `model` and return its responses (several when it is decoupled)."""
+        """Call `model` and return its responses that carry tensors (several when it is decoupled)."""
         target = self.spec["targets"][model]
         request = pb_utils.InferenceRequest(model_name=model, inputs=tensors, requested_output_names=outputs)
         # A decoupled model answers with a stream of responses, which BLS must iterate.
@@ -571,31 +807,34 @@ class Bls(Model):
         return [r for r in responses if r.output_tensors()]
 
     def run(self, request: Any) -> Any:
-        texts: list[bytes] = []
-        extra: dict[str, Any] = {}
-        for tensors in self.generate(self.inputs(request)):
-            for tensor in tensors:
-                if tensor.name() == self.spec["text_output"]:
-                    texts.append(b"".join(tensor.as_numpy().reshape(-1).tolist()))
-                else:
-                    extra[tensor.name()] = tensor
-        text = self.output(self.spec["text_output"], np.array([[b"".join(texts)]], dtype=object))
-        return pb_utils.InferenceResponse(output_tensors=[text, *extra.values()])
+        """The one response of a model without decoupled mode: what `generate` yields, unchanged."""
+        answers = list(self.generate(self.inputs(request)))
+        if len(answers) != 1:
+            raise DoubleError(f"{len(answers)} responses for one request to a model without decoupled mode")
+        return pb_utils.InferenceResponse(output_tensors=answers[0])
 
     def run_decoupled(self, request: Any) -> None:
+        """Send what `generate` yields as it comes, then the final flag."""
         sender = request.get_response_sender()
         for tensors in self.generate(self.inputs(request)):
             sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
-    def generate(self, inputs: dict[str, Any]) -> Any:
+    def generate(self, inputs: dict[str, Any]) -> Iterator[list[Any]]:
+        """The output tensors of every response to one request."""
         raise NotImplementedError
 
 
 class TensorrtLlmBls(Bls):
-    """tensorrt_llm_bls: the ensemble's steps, called one by one through BLS, plus the BLS-only inputs."""
+    """tensorrt_llm_bls: the ensemble's steps, called one by one through BLS, plus the BLS-only inputs.
 
-    def generate(self, inputs: dict[str, Any]) -> Any:
+    Each tensorrt_llm response becomes one response whose `text_output` is postprocessing's OUTPUT as it
+    came (flat, one string per beam), with the tensorrt_llm outputs that response carried, like the real
+    one's; with `accumulate_tokens` a streaming response carries the text of all tokens so far.
+    """
+
+    def generate(self, inputs: dict[str, Any]) -> Iterator[list[Any]]:
+        """Preprocess, encode any image, generate, and postprocess each generated response."""
         batch = np.asarray(inputs["text_input"].as_numpy()).shape[0]
         tensors: dict[str, tuple[Any, str]] = {n: (t, self.dtype(n)) for n, t in inputs.items()}
         multimodal = any(name in inputs for name in IMAGE_SOURCES)
@@ -611,50 +850,72 @@ class TensorrtLlmBls(Bls):
                     request[model_tensor] = _forward(
                         tensor, model_tensor, dtype, target["input"][model_tensor], batch
                     )
-            if model == "tensorrt_llm":
-                # BLS-only inputs reach tensorrt_llm under their own names (LoRA, prompt tables, ...).
-                for name, tensor in inputs.items():
-                    if name in target["input"] and name not in request:
-                        request[name] = _forward(tensor, name, self.dtype(name), target["input"][name], batch)
-            responses = self.call(model, list(request.values()), list(step["outputs"]))
             if model != "tensorrt_llm":
+                responses = self.call(model, list(request.values()), list(step["outputs"]))
                 for model_tensor, name in step["outputs"].items():
                     found = pb_utils.get_output_tensor_by_name(responses[0], model_tensor)
                     if found is not None:
                         tensors[name] = (found, target["output"][model_tensor]["data_type"])
                 continue
-            post = self.spec["steps"][-1]
-            for response in responses:
-                produced = {}
-                for model_tensor, name in step["outputs"].items():
-                    found = pb_utils.get_output_tensor_by_name(response, model_tensor)
-                    if found is not None:
-                        produced[name] = found
-                post_inputs = [
-                    pb_utils.Tensor(model_tensor, produced[source].as_numpy())
-                    for model_tensor, source in post["inputs"].items()
-                ]
-                text = self.call(post["model"], post_inputs, ["OUTPUT"])[0]
-                out = [
-                    pb_utils.Tensor(
-                        "text_output", pb_utils.get_output_tensor_by_name(text, "OUTPUT").as_numpy()
-                    )
-                ]
-                out += [
-                    pb_utils.Tensor(name, tensor.as_numpy())
-                    for name, tensor in produced.items()
-                    if name in self.contract["output"] and name != "text_output"
-                ]
-                yield out
+            # BLS-only inputs reach tensorrt_llm under their own names (LoRA, prompt tables, ...); the real
+            # one does not pass num_return_sequences on, and always says whether to return logits.
+            for name, tensor in inputs.items():
+                if name in target["input"] and name not in request and name != "num_return_sequences":
+                    request[name] = _forward(tensor, name, self.dtype(name), target["input"][name], batch)
+            for name in ("return_context_logits", "return_generation_logits"):
+                request.setdefault(name, pb_utils.Tensor(name, np.zeros((batch, 1), bool)))
+            wanted = [
+                name
+                for name in target["output"]
+                if name in ("output_ids", "sequence_length") or name in self.contract["output"]
+            ]
+            yield from self.postprocess(self.call(model, list(request.values()), wanted))
             return
+
+    def postprocess(self, responses: list[Any]) -> Iterator[list[Any]]:
+        """Each tensorrt_llm response as this model's response, its tokens detokenized by postprocessing."""
+        accumulate = self.decoupled and _is_true(self.params.get("accumulate_tokens"))
+        accumulated: dict[int, np.ndarray] = {}
+        for response in responses:
+            ids = pb_utils.get_output_tensor_by_name(response, "output_ids").as_numpy()
+            lengths = pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy()
+            carried = {t.name(): t for t in response.output_tensors()}
+            if accumulate:
+                if ids.shape[1] != 1:
+                    raise DoubleError("Accumulation of tokens is only implemented for beam width = 1")
+                index = 0
+                if "batch_index" in carried:
+                    index = int(carried["batch_index"].as_numpy().reshape(-1)[0])
+                if index in accumulated:
+                    ids = np.concatenate((accumulated[index], ids), axis=2)
+                accumulated[index] = ids
+                lengths = np.array([[ids.shape[2]]], np.int32)
+            post = [
+                pb_utils.Tensor("TOKENS_BATCH", ids.astype(np.int32)),
+                pb_utils.Tensor("SEQUENCE_LENGTH", np.asarray(lengths, np.int32)),
+            ]
+            text = self.call("postprocessing", post, ["OUTPUT"])[0]
+            out = [
+                pb_utils.Tensor("text_output", pb_utils.get_output_tensor_by_name(text, "OUTPUT").as_numpy())
+            ]
+            out += [
+                pb_utils.Tensor(name, tensor.as_numpy())
+                for name, tensor in carried.items()
+                if name in self.contract["output"] and name != "text_output"
+            ]
+            yield out
 
 
 class WhisperBls(Bls):
-    """whisper_bls: audio to band features, then tensorrt_llm with Whisper's prompt; strips special tokens."""
+    """whisper_bls: audio to band features, then tensorrt_llm with Whisper's prompt; strips special tokens.
+
+    TRANSCRIPTS is a one-element array holding the transcript (so far, when streaming), like the real one's.
+    """
 
     DEFAULT_PREFIX = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
 
-    def generate(self, inputs: dict[str, Any]) -> Any:
+    def generate(self, inputs: dict[str, Any]) -> Iterator[list[Any]]:
+        """Transcribe one utterance: one response, or (decoupled) one per tensorrt_llm answer with tokens."""
         wav = self.array(inputs["WAV"], "WAV")
         if wav.shape[0] != 1:
             raise DoubleError("whisper_bls takes one utterance per request")
@@ -688,20 +949,17 @@ class WhisperBls(Bls):
             count = int(
                 pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy().reshape(-1)[0]
             )
+            if count == 0:
+                continue  # the real one skips responses without tokens
             text += codec.decode_ids(ids.reshape(-1)[:count])
-            transcript = _SPECIAL.sub("", text).strip()
             if self.decoupled:  # streaming: the transcript so far, each time
-                yield [self.output("TRANSCRIPTS", np.array([[transcript.encode()]], dtype=object))]
+                yield [self.transcripts(text)]
         if not self.decoupled:
-            yield [
-                self.output(
-                    "TRANSCRIPTS", np.array([[_SPECIAL.sub("", text).strip().encode()]], dtype=object)
-                )
-            ]
+            yield [self.transcripts(text)]
 
-    def run(self, request: Any) -> Any:
-        (tensors,) = list(self.generate(self.inputs(request)))
-        return pb_utils.InferenceResponse(output_tensors=tensors)
+    def transcripts(self, text: str) -> Any:
+        """TRANSCRIPTS: [1] holding the text, stripped and then freed of special tokens like the real one."""
+        return self.output("TRANSCRIPTS", np.array([_SPECIAL.sub("", text.strip())], dtype=object))
 
 
 ROLES = {
@@ -718,16 +976,20 @@ def build(spec: dict[str, Any]) -> type:
     """The `TritonPythonModel` class of one double."""
 
     class TritonPythonModel:
+        """The Python backend's entry points, delegating to the double of `spec['role']`."""
+
         def initialize(self, args: dict[str, Any]) -> None:
+            """Check the loaded config against the contract and create the double."""
             check_loaded_config(spec, json.loads(args["model_config"]))
             self.model = ROLES[spec["role"]](spec)
             if isinstance(self.model, TensorrtLlm):
                 self.model.block_unless_leader()
 
         def execute(self, requests: list[Any]) -> list[Any] | None:
+            """Answer a batch of requests."""
             return self.model.execute(requests)
 
         def finalize(self) -> None:
-            pass
+            """Nothing to release."""
 
     return TritonPythonModel

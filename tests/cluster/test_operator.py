@@ -1,0 +1,472 @@
+"""The operator on the real control plane: the lifecycle of each model type, shared builds, failures and
+their recovery, every kind of change, deletion, and an honest status at each step.
+
+The operator runs as its own process (`python -m mmd_operator`, as in its image) against the session's
+API server; kwok plays the GPU nodes, the engine builder (a build pod ends with the builder's own success
+line for its cacheKey, or with a scripted failure) and the serving pods (Ready, crash-looping or never
+ready, by a pod label the resources pass to their pods).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from engine_builder.result_format import BuildFailed, termination_message
+from mmd_operator.cli.localcluster.stages import FAULT_LABEL, FAULT_MESSAGE_ANNOTATION
+
+from .conftest import Kube, OperatorProcess, Resources, Tools
+
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+BUILDS = "app.kubernetes.io/component=engine-build"
+
+
+def example(name: str, **changes: Any) -> dict[str, Any]:
+    """`examples/<name>.yaml`, with `changes` (section -> fields) merged into its spec."""
+    document: dict[str, Any] = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    for section, fields in changes.items():
+        document["spec"].setdefault(section, {}).update(fields)
+    return document
+
+
+def renamed(document: dict[str, Any], name: str) -> dict[str, Any]:
+    copied = copy.deepcopy(document)
+    copied["metadata"]["name"] = name
+    return copied
+
+
+def jobs(kube: Kube, namespace: str) -> list[Any]:
+    return list(kube.batch.list_namespaced_job(namespace, label_selector=BUILDS).items)
+
+
+def children(kube: Kube, namespace: str, name: str) -> dict[str, list[str]]:
+    """What the operator made for `name` (labelled with it), by kind."""
+    selector = f"app.kubernetes.io/instance={name}"
+    return {
+        "configmaps": [
+            c.metadata.name
+            for c in kube.core.list_namespaced_config_map(namespace, label_selector=selector).items
+        ],
+        "deployments": [
+            d.metadata.name
+            for d in kube.apps.list_namespaced_deployment(namespace, label_selector=selector).items
+        ],
+        "services": [
+            s.metadata.name
+            for s in kube.core.list_namespaced_service(namespace, label_selector=selector).items
+        ],
+    }
+
+
+def replica_sets(kube: Kube, namespace: str, name: str) -> list[Any]:
+    selector = f"app.kubernetes.io/instance={name}"
+    return list(kube.apps.list_namespaced_replica_set(namespace, label_selector=selector).items)
+
+
+def owner_names(obj: Any) -> list[str]:
+    return sorted(ref.name for ref in obj.metadata.owner_references or [])
+
+
+# -- the lifecycle of every model type ------------------------------------------------------------
+
+
+def _prepare(kube: Kube, namespace: str, document: dict[str, Any]) -> None:
+    """Create what a resource names: the Hub token Secret, the source claims."""
+    source = document["spec"]["model"]["source"]
+    token = source.get("huggingface", {}).get("tokenSecretRef")
+    if token:
+        kube.core.create_namespaced_secret(
+            namespace,
+            {"metadata": {"name": token["name"]}, "stringData": {token["key"]: "hf_not_a_real_token"}},
+        )
+    claims = {source.get("pvc", {}).get("claimName")}
+    lora = document["spec"]["model"].get("lora")
+    if lora:
+        claims.add(lora["source"].get("pvc", {}).get("claimName"))
+    for claim in sorted(c for c in claims if c):
+        kube.core.create_namespaced_persistent_volume_claim(
+            namespace,
+            {
+                "metadata": {"name": claim},
+                "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "100Gi"}}},
+            },
+        )
+
+
+@pytest.mark.parametrize(
+    "name", ["llava", "llava-tp2-fp8", "mllama", "qwen2_vl", "internlm-xcomposer2-lora", "whisper"]
+)
+def test_each_model_type_goes_from_apply_to_ready(
+    kube: Kube, resources: Resources, namespace: str, tools: Tools, name: str
+) -> None:
+    document = example(name)
+    _prepare(kube, namespace, document)
+    resource = document["metadata"]["name"]
+    resources.apply(document)
+    building = resources.wait_phase(resource, "Building")
+    cache_key = building["status"]["engine"]["cacheKey"]
+    waited = tools.run(
+        "kubectl", "wait", "--for=condition=Ready", f"mmd/{resource}", "-n", namespace, "--timeout=60s"
+    )
+    assert "condition met" in waited.stdout
+    ready = resources.get(resource)["status"]
+    assert ready["phase"] == "Ready" and ready["readyReplicas"] == 1
+    assert ready["engine"] == {
+        "cacheKey": cache_key,
+        "claim": "mmd-engine-cache",
+        "path": f"/{cache_key}",
+        "job": f"build-{cache_key}",
+        "source": "Built",
+    }
+    assert ready["endpoints"]["grpc"] == f"grpc://{resource}.{namespace}.svc:8001"
+    tp = document["spec"].get("engine", {}).get("tensorParallelSize", 1)
+    (job,) = jobs(kube, namespace)
+    assert job.spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"] == str(tp)
+    deployment = kube.apps.read_namespaced_deployment(resource, namespace)
+    server = deployment.spec.template.spec.containers[0]
+    assert server.resources.limits["nvidia.com/gpu"] == str(tp)
+    assert server.command[0] == ("mpirun" if tp > 1 else "/opt/tritonserver/bin/tritonserver")
+    made = children(kube, namespace, resource)
+    assert made["deployments"] == [resource] and made["services"] == [resource]
+    assert made["configmaps"] == [ready["modelRepository"]]
+    printed = tools.run("kubectl", "get", "mmd", resource, "-n", namespace).stdout.splitlines()
+    assert printed[0].split() == ["NAME", "TYPE", "PHASE", "READY", "CACHE-KEY", "AGE"]
+    assert printed[1].split()[:5] == [resource, document["spec"]["model"]["type"], "Ready", "1", cache_key]
+
+
+def test_resources_with_the_same_engine_inputs_share_one_job_and_deleting_one_keeps_it(
+    kube: Kube, resources: Resources, namespace: str
+) -> None:
+    first = example("llava")
+    resources.apply(first)
+    resources.apply(renamed(first, "llava-twin"))
+    resources.wait_phase("llava", "Ready")
+    twin = resources.wait_phase("llava-twin", "Ready")
+    (job,) = jobs(kube, namespace)
+    assert owner_names(job) == ["llava", "llava-twin"]
+    assert twin["status"]["engine"]["cacheKey"] == resources.get("llava")["status"]["engine"]["cacheKey"]
+
+    late = renamed(first, "llava-late")  # after the build: a cache hit, no Job of its own
+    resources.apply(late)
+    hit = resources.wait_phase("llava-late", "Ready")
+    assert hit["status"]["engine"]["source"] == "CacheHit"
+    assert len(jobs(kube, namespace)) == 1
+
+    resources.delete("llava")
+    kube.wait_for("llava to go", lambda: not children(kube, namespace, "llava")["deployments"])
+    (kept,) = jobs(kube, namespace)
+    assert kept.metadata.uid == job.metadata.uid
+    kube.wait_for(
+        "the job to lose its deleted owner", lambda: "llava" not in owner_names(jobs(kube, namespace)[0])
+    )
+
+
+def test_a_failing_build_reports_the_builders_reason_and_recovers_once_the_spec_is_fixed(
+    kube: Kube, resources: Resources, namespace: str
+) -> None:
+    failure = BuildFailed(step="build-llm", exit_code=1, reason="[TensorRT-LLM][ERROR] CUDA out of memory")
+    broken = example(
+        "llava",
+        build={
+            "backoffLimit": 0,
+            "pod": {
+                "labels": {FAULT_LABEL: "fail"},
+                "annotations": {FAULT_MESSAGE_ANNOTATION: termination_message(failure)},
+            },
+        },
+    )
+    resources.apply(broken)
+    failed = resources.wait_phase("llava", "Failed")
+    ready = next(c for c in failed["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "BuildFailed"
+    assert ready["message"] == "step build-llm failed (exit code 1): [TensorRT-LLM][ERROR] CUDA out of memory"
+    events = kube.core.list_namespaced_event(namespace, field_selector="involvedObject.name=llava").items
+    assert any(
+        e.type == "Warning" and e.reason == "Failed" and "CUDA out of memory" in e.message for e in events
+    )
+    assert children(kube, namespace, "llava")["deployments"] == []
+
+    fixed = example("llava", build={"backoffLimit": 0})
+    resources.apply(fixed)
+    resources.wait_phase("llava", "Ready")
+    (job,) = jobs(kube, namespace)  # the failed Job was replaced, not kept beside a new one
+    assert job.status.succeeded == 1
+
+
+def test_a_missing_token_secret_fails_naming_it_creates_nothing_and_recovers_when_it_appears(
+    kube: Kube, resources: Resources, namespace: str
+) -> None:
+    resources.apply(example("mllama"))
+    failed = resources.wait_phase("mllama", "Failed")
+    ready = next(c for c in failed["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "SecretNotFound"
+    assert ready["message"] == (
+        f"spec.model.source.huggingface.tokenSecretRef: Secret huggingface not found in namespace {namespace}"
+    )
+    assert jobs(kube, namespace) == []
+    assert children(kube, namespace, "mllama") == {"configmaps": [], "deployments": [], "services": []}
+    assert kube.core.list_namespaced_persistent_volume_claim(namespace).items == []
+
+    kube.core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "huggingface"}, "stringData": {"other": "x"}}
+    )
+    failed = resources.wait_phase("mllama", "Failed")
+    kube.wait_for(
+        "the missing key to be named",
+        lambda: resources.condition("mllama", "Ready").get("reason") == "SecretKeyNotFound",
+    )
+    kube.core.patch_namespaced_secret(
+        "huggingface", namespace, {"stringData": {"token": "hf_not_a_real_token"}}
+    )
+    resources.wait_phase("mllama", "Ready")
+    job = jobs(kube, namespace)[0]
+    env = job.spec.template.spec.containers[0].env
+    assert [(e.name, e.value_from.secret_key_ref.name, e.value_from.secret_key_ref.key) for e in env] == [
+        ("HF_TOKEN", "huggingface", "token")
+    ]
+
+
+def test_more_replicas_than_gpus_is_degraded_with_the_schedulers_message(
+    kube: Kube, resources: Resources, namespace: str
+) -> None:
+    # Four nodes of 8 GPUs: five pods of TP 8 cannot all run.
+    resources.apply(
+        example("llava", engine={"tensorParallelSize": 8, "maxBatchSize": 4}, serving={"replicas": 5})
+    )
+    degraded = resources.wait_phase("llava", "Degraded")
+    available = next(c for c in degraded["status"]["conditions"] if c["type"] == "Available")
+    assert available["reason"] == "InsufficientGPUs"
+    assert (
+        "Insufficient nvidia.com/gpu" in available["message"]
+        and "0/4 nodes are available" in available["message"]
+    )
+    resources.apply(
+        example("llava", engine={"tensorParallelSize": 8, "maxBatchSize": 4}, serving={"replicas": 2})
+    )
+    resources.wait_phase("llava", "Ready")
+
+
+@pytest.mark.parametrize(("fault", "reason"), [("crashloop", "CrashLoop"), ("never-ready", "PodsNotReady")])
+def test_serving_pods_in_trouble_are_degraded_and_recover(
+    resources: Resources, fault: str, reason: str
+) -> None:
+    probes = {"startupTimeoutSeconds": 10}
+    troubled = example(
+        "llava",
+        serving={
+            "probes": probes,
+            "pod": {
+                "labels": {FAULT_LABEL: fault},
+                "annotations": {FAULT_MESSAGE_ANNOTATION: "model load failed"},
+            },
+        },
+    )
+    resources.apply(troubled)
+    degraded = resources.wait_phase("llava", "Degraded", timeout=90)
+    ready = next(c for c in degraded["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == reason
+    if fault == "crashloop":
+        assert "CrashLoopBackOff" in ready["message"] and "model load failed" in ready["message"]
+    resources.apply(example("llava", serving={"probes": probes}))
+    resources.wait_phase("llava", "Ready")
+
+
+# -- changes --------------------------------------------------------------------------------------
+
+
+def test_a_serving_change_rolls_the_pods_without_a_build(
+    kube: Kube, resources: Resources, namespace: str
+) -> None:
+    resources.apply(example("llava"))
+    before = resources.wait_phase("llava", "Ready")["status"]
+    job_uid = jobs(kube, namespace)[0].metadata.uid
+    resources.apply(example("llava", serving={"streaming": True}))
+    after = resources.wait_phase("llava", "Ready")["status"]
+    assert [j.metadata.uid for j in jobs(kube, namespace)] == [job_uid]
+    assert after["engine"]["cacheKey"] == before["engine"]["cacheKey"]
+    assert after["modelRepository"] != before["modelRepository"]
+    assert len(replica_sets(kube, namespace, "llava")) == 2  # one new pod template
+    kube.wait_for(
+        "the superseded repository to be removed",
+        lambda: children(kube, namespace, "llava")["configmaps"] == [after["modelRepository"]],
+    )
+
+
+def test_a_replicas_change_restarts_nothing(kube: Kube, resources: Resources, namespace: str) -> None:
+    resources.apply(example("llava"))
+    resources.wait_phase("llava", "Ready")
+    pods = {
+        p.metadata.name
+        for p in kube.core.list_namespaced_pod(
+            namespace, label_selector="app.kubernetes.io/component=serving"
+        ).items
+    }
+    resources.apply(example("llava", serving={"replicas": 2}))
+    ready = resources.wait_phase("llava", "Ready")
+    assert ready["status"]["readyReplicas"] == 2
+    after = {
+        p.metadata.name
+        for p in kube.core.list_namespaced_pod(
+            namespace, label_selector="app.kubernetes.io/component=serving"
+        ).items
+    }
+    assert pods < after and len(replica_sets(kube, namespace, "llava")) == 1
+
+
+def test_a_build_change_builds_while_the_old_pods_serve_then_rolls(
+    kube: Kube, resources: Resources, namespace: str
+) -> None:
+    slow = {"pod": {"annotations": {"localcluster.mmd.dev/build-duration": "6s"}}}
+    resources.apply(example("llava", build=slow))
+    first = resources.wait_phase("llava", "Ready", timeout=90)["status"]
+    serving = {
+        p.metadata.name
+        for p in kube.core.list_namespaced_pod(
+            namespace, label_selector="app.kubernetes.io/component=serving"
+        ).items
+    }
+    resources.apply(example("llava", build=slow, engine={"maxBatchSize": 4}))
+    building = resources.wait_phase("llava", "Building")["status"]
+    assert building["engine"]["cacheKey"] != first["engine"]["cacheKey"]
+    available = next(c for c in building["conditions"] if c["type"] == "Available")
+    assert available["status"] == "True"  # the old pods still answer
+    still = {
+        p.metadata.name
+        for p in kube.core.list_namespaced_pod(
+            namespace, label_selector="app.kubernetes.io/component=serving"
+        ).items
+        if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    }
+    assert serving <= still
+    ready = resources.wait_phase("llava", "Ready", timeout=90)["status"]
+    assert ready["engine"]["cacheKey"] == building["engine"]["cacheKey"]
+    deployment = kube.apps.read_namespaced_deployment("llava", namespace)
+    labels = deployment.spec.template.metadata.labels
+    assert labels["serving.multimodal.dev/cache-key"] == ready["engine"]["cacheKey"]
+    kube.wait_for("the old build Job to go with its only user", lambda: len(jobs(kube, namespace)) == 1)
+
+
+def test_an_admitted_spec_the_operator_refuses_is_invalid_with_the_field_and_creates_nothing(
+    kube: Kube, resources: Resources, namespace: str
+) -> None:
+    # CEL cannot see llava's 576 visual tokens per image; the plan can.
+    resources.apply(example("llava", engine={"maxInputLen": 500}))
+    failed = resources.wait_phase("llava", "Failed")
+    validated = next(c for c in failed["status"]["conditions"] if c["type"] == "Validated")
+    assert validated["reason"] == "InvalidSpec"
+    assert (
+        "spec.engine.maxInputLen: is 500 but one request carries 576 x 1 = 576 visual tokens"
+        in validated["message"]
+    )
+    assert jobs(kube, namespace) == [] and children(kube, namespace, "llava") == {
+        "configmaps": [],
+        "deployments": [],
+        "services": [],
+    }
+    resources.apply(example("llava", engine={"maxInputLen": 2048}))
+    resources.wait_phase("llava", "Ready")
+
+
+def test_deleting_collects_every_child_and_keeps_a_retained_engine_cache(
+    kube: Kube, resources: Resources, namespace: str
+) -> None:
+    resources.apply(example("llava"))
+    resources.wait_phase("llava", "Ready")
+    resources.delete("llava")
+
+    def gone() -> bool:
+        made = children(kube, namespace, "llava")
+        return not any(made.values()) and not jobs(kube, namespace)
+
+    kube.wait_for("every child to be garbage-collected", gone)
+    (claim,) = kube.core.list_namespaced_persistent_volume_claim(namespace).items
+    assert claim.metadata.name == "mmd-engine-cache" and claim.metadata.deletion_timestamp is None
+    index = kube.core.read_namespaced_config_map("mmd-engine-cache-index", namespace)
+    assert len(index.data) == 1  # a later resource with this cacheKey is a cache hit
+
+
+def test_an_engine_cache_with_retention_delete_goes_with_its_last_user(
+    kube: Kube, resources: Resources, namespace: str
+) -> None:
+    cache = {"claimName": "scratch-engines", "retention": "Delete"}
+    resources.apply(example("llava", engineCache=cache))
+    resources.apply(renamed(example("llava", engineCache=cache), "llava-twin"))
+    resources.wait_phase("llava", "Ready")
+    resources.wait_phase("llava-twin", "Ready")
+    claim = kube.core.read_namespaced_persistent_volume_claim("scratch-engines", namespace)
+    assert owner_names(claim) == ["llava", "llava-twin"]
+    resources.delete("llava")
+    kube.wait_for(
+        "the claim to lose one owner",
+        lambda: (
+            owner_names(kube.core.read_namespaced_persistent_volume_claim("scratch-engines", namespace))
+            == ["llava-twin"]
+        ),
+    )
+    resources.delete("llava-twin")
+    kube.wait_for(
+        "the claim and its index to go",
+        lambda: (
+            not kube.core.list_namespaced_persistent_volume_claim(namespace).items
+            and not kube.core.list_namespaced_config_map(
+                namespace, label_selector="app.kubernetes.io/component=engine-index"
+            ).items
+        ),
+    )
+
+
+# -- the operator itself --------------------------------------------------------------------------
+
+
+def test_a_killed_operator_restarts_and_converges_without_duplicates_or_orphans(
+    kube: Kube, resources: Resources, namespace: str, operator: OperatorProcess
+) -> None:
+    slow = {"pod": {"annotations": {"localcluster.mmd.dev/build-duration": "4s"}}}
+    resources.apply(example("llava", build=slow))
+    resources.apply(renamed(example("llava", build=slow), "llava-twin"))
+    resources.apply(example("whisper", build=slow))
+    resources.wait_phase("llava", "Building")
+    operator.kill()
+    try:
+        resources.apply(example("whisper", build=slow, serving={"streaming": True}))
+        resources.delete("llava-twin")
+    finally:
+        operator.start()
+    resources.wait_phase("llava", "Ready", timeout=90)
+    whisper = resources.wait_phase("whisper", "Ready", timeout=90)
+    assert whisper["metadata"]["generation"] == whisper["status"]["observedGeneration"]
+    builds = jobs(kube, namespace)
+    keys = [j.metadata.labels["serving.multimodal.dev/cache-key"] for j in builds]
+    assert len(keys) == len(set(keys)) == 2  # one Job per cacheKey, none twice
+    assert all(owner_names(j) in (["llava"], ["whisper"]) for j in builds)
+    assert children(kube, namespace, "llava-twin") == {"configmaps": [], "deployments": [], "services": []}
+    repositories = children(kube, namespace, "whisper")["configmaps"]
+    assert repositories == [whisper["status"]["modelRepository"]]  # the superseded one did not linger
+
+
+def test_nothing_is_written_while_nothing_changes(
+    resources: Resources, namespace: str, local_cluster: Any, tmp_path: Path
+) -> None:
+    import time
+    from datetime import UTC, datetime
+
+    from mmd_operator.cli.localcluster.audit import write_requests
+
+    resources.apply(example("llava"))
+    resources.apply(example("whisper"))
+    resources.wait_phase("llava", "Ready")
+    resources.wait_phase("whisper", "Ready")
+    time.sleep(3)  # the last status writes and their echoes settle
+    since = datetime.now(UTC)
+    time.sleep(30)
+    writes = write_requests(
+        local_cluster.audit_log, user_agent_prefixes=("mmd-operator/", "kopf/"), since=since
+    )
+    assert writes == [], json.dumps(writes, indent=1)[:3000]

@@ -1,0 +1,595 @@
+"""The operator's decisions, without a cluster: what it applies, joins, leaves, deletes and records for a
+resource, given facts as the kube adapter would report them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from engine_builder.plan_format import BuildPlan
+from engine_builder.result_format import BuildFailed, BuildSucceeded, Gpu, Versions, termination_message
+from mmd_operator.api.v1alpha1 import MultimodalDeployment, Phase
+from mmd_operator.config import OperatorConfig
+from mmd_operator.desired import hashing, labels, names
+from mmd_operator.desired.state import Desired, ObjectKey, desired_state, manifests
+from mmd_operator.facts import (
+    ClaimFacts,
+    DeploymentFacts,
+    JobFacts,
+    Meta,
+    Missing,
+    MissingReference,
+    Observed,
+    OwnerRef,
+    PodFacts,
+    PodPhase,
+)
+from mmd_operator.plan.model_repository import ModelRepository
+from mmd_operator.plan.resource_plan import ResourcePlan
+from mmd_operator.status import report
+from tests.support.examples import EXAMPLE_PATHS, plan_example
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+CONFIG = OperatorConfig()
+UID = "11111111-2222-3333-4444-555555555555"
+MODELS = {
+    "PersistentVolumeClaim": k8s.V1PersistentVolumeClaim,
+    "Job": k8s.V1Job,
+    "ConfigMap": k8s.V1ConfigMap,
+    "Deployment": k8s.V1Deployment,
+    "Service": k8s.V1Service,
+}
+
+
+def example(name: str = "llava", **spec_changes: Any) -> tuple[MultimodalDeployment, ResourcePlan]:
+    resource, plan = plan_example(name)
+    if spec_changes:
+        document = resource.model_dump(by_alias=True, exclude_none=True, mode="json")
+        for path, value in spec_changes.items():
+            node = document["spec"]
+            *parents, leaf = path.split("__")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        document["apiVersion"], document["kind"] = "serving.multimodal.dev/v1alpha1", "MultimodalDeployment"
+        from mmd_operator.plan.resource_plan import plan_resource
+
+        resource, plan = plan_resource(document)
+    metadata = {**resource.metadata, "namespace": "ml", "uid": UID, "generation": 1}
+    return resource.model_copy(update={"metadata": metadata}), plan
+
+
+def summary(cache_key: str, seconds: float = 1234.0) -> BuildSucceeded:
+    return BuildSucceeded(
+        cache_key=cache_key,
+        cache_hit=False,
+        versions=Versions(tensorrt_llm="0.19.0"),
+        gpu=Gpu(name="NVIDIA A100", compute_capability="8.0", count=1),
+        total_bytes=14_000_000_000,
+        sizes={"llm": 13_000_000_000, "encoder": 1_000_000_000},
+        seconds=seconds,
+    )
+
+
+def meta(name: str, *, owners: tuple[OwnerRef, ...] = (), applied: str | None = None, **more: Any) -> Meta:
+    annotations = ((labels.APPLIED_HASH, applied),) if applied else ()
+    return Meta(name=name, uid=f"uid-{name}", owners=owners, annotations=annotations, **more)
+
+
+def bound_claim(*, owners: tuple[OwnerRef, ...] = (), retention: str = "Retain") -> ClaimFacts:
+    annotations = (("serving.multimodal.dev/retention", retention),)
+    return ClaimFacts(
+        meta=Meta(name="mmd-engine-cache", uid="uid-claim", owners=owners, annotations=annotations),
+        phase="Bound",
+        managed=True,
+    )
+
+
+ME = OwnerRef(name="llava", uid=UID)
+OTHER = OwnerRef(name="llava-b", uid="other-uid")
+
+
+def decide(resource: MultimodalDeployment, plan: ResourcePlan, previous: Any = None, **facts: Any) -> Desired:
+    observed = Observed(now=NOW, **{"claim": bound_claim(), **facts})
+    return desired_state(resource, plan, observed, config=CONFIG, previous=previous)
+
+
+def kinds(decision: Desired) -> list[str]:
+    return sorted(manifest["kind"] for manifest in decision.apply)
+
+
+def status_of(decision: Desired, previous: Any = None) -> Any:
+    return report(decision.findings, previous=previous, now=NOW).status
+
+
+def condition(status: Any, kind: str) -> Any:
+    return next(c for c in status.conditions if c.type == kind)
+
+
+# -- the objects themselves ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", EXAMPLE_PATHS, ids=lambda p: p.stem)
+def test_every_manifest_parses_into_the_kubernetes_clients_model_and_back_unchanged(path: Any) -> None:
+    resource, plan = plan_example(path)
+    built = manifests(resource, plan, config=CONFIG)
+    assert [m["kind"] for m in built] == [
+        "PersistentVolumeClaim",
+        "Job",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+    ]
+    api = k8s.ApiClient()
+    for manifest in built:
+        model = MODELS[manifest["kind"]].from_dict(manifest)
+        # Nothing the client model does not know, nothing it would change: the same object back.
+        assert api.sanitize_for_serialization(model) == manifest, manifest["kind"]
+
+
+def test_the_deployment_runs_the_plans_exact_argv_with_one_gpu_per_rank() -> None:
+    resource, plan = example("llava-tp2-fp8")
+    deployment = next(m for m in manifests(resource, plan, config=CONFIG) if m["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    server = pod["containers"][0]
+    assert server["command"] == list(plan.launch.argv) and server["command"][0] == "mpirun"
+    assert server["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert {"name": "PMIX_MCA_gds", "value": "hash"} in server["env"]
+    assert {p["name"]: p["containerPort"] for p in server["ports"]} == {
+        "http": 8000,
+        "grpc": 8001,
+        "metrics": 8002,
+    }
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "2Gi"}
+    assert volumes["engine-cache"]["persistentVolumeClaim"] == {
+        "claimName": "mmd-engine-cache",
+        "readOnly": True,
+    }
+    mounts = {m["name"]: m for m in server["volumeMounts"]}
+    assert mounts["engine-cache"]["readOnly"] is True and mounts["shm"]["mountPath"] == "/dev/shm"
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+
+
+def test_probes_give_loading_engines_the_startup_budget_and_liveness_more_than_a_second() -> None:
+    resource, plan = example(serving__probes={"startupTimeoutSeconds": 3600})
+    server = next(m for m in manifests(resource, plan, config=CONFIG) if m["kind"] == "Deployment")["spec"][
+        "template"
+    ]["spec"]["containers"][0]
+    startup = server["startupProbe"]
+    assert startup["httpGet"]["path"] == "/v2/health/ready"
+    assert startup["periodSeconds"] * startup["failureThreshold"] == 3600
+    assert server["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert server["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    assert server["livenessProbe"]["timeoutSeconds"] > 1
+
+
+def test_the_init_container_assembles_code_configs_and_engine_files_and_checks_the_entry() -> None:
+    resource, plan = example("whisper")
+    init = next(m for m in manifests(resource, plan, config=CONFIG) if m["kind"] == "Deployment")["spec"][
+        "template"
+    ]["spec"]["initContainers"][0]
+    script = init["command"][2]
+    key = plan.cache_key
+    assert f"test -f /engines/{key}/manifest.json ||" in script
+    assert "cp -R /opt/mmd-operator/all_models/whisper/whisper_bls/1/. /models/whisper_bls/1/" in script
+    assert f"cp /engines/{key}/assets/mel_filters.npz /models/whisper_bls/1/" in script
+    assert "cp /repository-config/tensorrt_llm.pbtxt /models/tensorrt_llm/config.pbtxt" in script
+    assert "all_models/inflight_batcher_llm/tensorrt_llm" not in script  # the C++ backend has no code
+
+
+def test_the_build_job_carries_the_plan_and_the_token_reference_never_a_value() -> None:
+    resource, plan = example(
+        "mllama",
+        build={"backoffLimit": 3, "activeDeadlineSeconds": 7200, "pod": {"nodeSelector": {"gpu": "h100"}}},
+    )
+    job = next(m for m in manifests(resource, plan, config=CONFIG) if m["kind"] == "Job")
+    assert job["metadata"]["name"] == f"build-{plan.cache_key}"
+    assert job["spec"]["backoffLimit"] == 3 and job["spec"]["activeDeadlineSeconds"] == 7200
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"gpu": "h100"} and pod["restartPolicy"] == "Never"
+    container = pod["containers"][0]
+    args = container["args"]
+    assert BuildPlan.model_validate_json(args[args.index("--plan-json") + 1]) == plan.build
+    assert container["env"] == [
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "huggingface", "key": "token"}}}
+    ]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert job["metadata"]["labels"][labels.CACHE_KEY] == plan.cache_key
+
+
+def test_source_claims_are_mounted_read_only_where_the_plan_reads_them() -> None:
+    resource, plan = example("internlm-xcomposer2-lora")
+    pod = next(m for m in manifests(resource, plan, config=CONFIG) if m["kind"] == "Job")["spec"]["template"][
+        "spec"
+    ]
+    mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["/sources/model"]["readOnly"] and mounts["/sources/lora"]["readOnly"]
+    claims = {v["name"]: v["persistentVolumeClaim"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
+    assert claims["source-model"] == {"claimName": "models", "readOnly": True}
+
+
+def test_user_pod_metadata_reaches_the_pods_but_never_overrides_the_operators_labels() -> None:
+    resource, plan = example(
+        serving__pod={"labels": {"team": "vision", labels.COMPONENT: "mine"}, "annotations": {"a": "b"}}
+    )
+    template = next(m for m in manifests(resource, plan, config=CONFIG) if m["kind"] == "Deployment")["spec"][
+        "template"
+    ]["metadata"]
+    assert template["labels"]["team"] == "vision" and template["labels"][labels.COMPONENT] == "serving"
+    assert template["annotations"]["a"] == "b"
+
+
+# -- decisions ------------------------------------------------------------------------------------
+
+
+def test_a_new_resource_gets_claim_job_repository_and_service_but_no_deployment() -> None:
+    resource, plan = example()
+    decision = decide(resource, plan, claim=None)
+    assert kinds(decision) == ["ConfigMap", "Job", "PersistentVolumeClaim", "Service"]
+    status = status_of(decision)
+    assert status.phase is Phase.BUILDING and condition(status, "EngineReady").reason == "BuildPending"
+
+
+def test_a_cache_key_in_the_engine_index_means_no_job_and_a_deployment() -> None:
+    resource, plan = example()
+    decision = decide(resource, plan, engine=summary(plan.cache_key))
+    assert kinds(decision) == ["ConfigMap", "Deployment", "Service"]
+    status = status_of(decision)
+    assert status.engine.source == "CacheHit" and condition(status, "EngineReady").status == "True"
+
+
+def test_a_running_build_keeps_the_deployment_away_and_says_where_it_builds() -> None:
+    resource, plan = example()
+    job = JobFacts(meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)), active=1)
+    pod = PodFacts(meta=meta("build-pod", created=NOW), phase=PodPhase.RUNNING, node="gpu-node-2")
+    decision = decide(resource, plan, job=job, build_pods=(pod,))
+    assert "Job" not in kinds(decision) and "Deployment" not in kinds(decision)
+    engine = condition(status_of(decision), "EngineReady")
+    assert (engine.reason, engine.message) == (
+        "BuildRunning",
+        f"building engine {plan.cache_key} in pod build-pod on gpu-node-2",
+    )
+
+
+def test_a_build_pod_the_scheduler_cannot_place_reports_its_message() -> None:
+    resource, plan = example()
+    job = JobFacts(meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)), active=1)
+    message = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    pod = PodFacts(meta=meta("build-pod"), phase=PodPhase.PENDING, unschedulable=message)
+    engine = condition(status_of(decide(resource, plan, job=job, build_pods=(pod,))), "EngineReady")
+    assert engine.reason == "InsufficientGPUs" and message in engine.message
+
+
+def _failed_job(plan: ResourcePlan) -> tuple[JobFacts, PodFacts]:
+    job = JobFacts(
+        meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)),
+        failed=True,
+        failure="BackoffLimitExceeded: Job has reached the specified backoff limit",
+    )
+    failure = BuildFailed(
+        cache_key=plan.cache_key, step="build-llm", exit_code=1, reason="CUDA out of memory"
+    )
+    pod = PodFacts(
+        meta=meta("build-pod", created=NOW),
+        phase=PodPhase.FAILED,
+        termination_message=termination_message(failure),
+        exit_code=1,
+    )
+    return job, pod
+
+
+def test_a_failed_build_reports_the_builders_step_and_reason_verbatim_and_is_not_retried() -> None:
+    resource, plan = example()
+    job, pod = _failed_job(plan)
+    decision = decide(resource, plan, job=job, build_pods=(pod,))
+    status = status_of(decision)
+    assert status.phase is Phase.FAILED
+    assert condition(status, "Ready").message == "step build-llm failed (exit code 1): CUDA out of memory"
+    assert decision.delete == () and "Job" not in kinds(decision)
+    # Reported at this generation: looking again changes nothing.
+    again = decide(resource, plan, previous=status, job=job, build_pods=(pod,))
+    assert again.delete == () and status_of(again, previous=status) == status
+
+
+def test_a_failed_build_is_built_again_once_the_spec_changed_since_it_was_reported() -> None:
+    resource, plan = example()
+    job, pod = _failed_job(plan)
+    reported = status_of(decide(resource, plan, job=job, build_pods=(pod,)))
+    changed = resource.model_copy(update={"metadata": {**resource.metadata, "generation": 2}})
+    retry = decide(changed, plan, previous=reported, job=job, build_pods=(pod,))
+    assert retry.delete == (ObjectKey("batch/v1", "Job", job.meta.name),)
+    deleting = dataclasses.replace(job, meta=dataclasses.replace(job.meta, deleting=True))
+    assert "Job" not in kinds(decide(changed, plan, previous=reported, job=deleting))  # not while it goes
+    assert "Job" in kinds(decide(changed, plan, previous=reported))
+
+
+def test_a_successful_build_is_recorded_and_the_deployment_follows() -> None:
+    resource, plan = example()
+    job = JobFacts(
+        meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)), succeeded=True
+    )
+    built = summary(plan.cache_key)
+    pod = PodFacts(
+        meta=meta("p", created=NOW), phase=PodPhase.SUCCEEDED, termination_message=termination_message(built)
+    )
+    decision = decide(resource, plan, job=job, build_pods=(pod,))
+    assert decision.record == built and "Deployment" in kinds(decision)
+    assert status_of(decision).engine.source == "Built"
+
+
+def test_a_job_that_reports_another_cache_key_is_a_failure_not_an_engine() -> None:
+    resource, plan = example()
+    job = JobFacts(
+        meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)), succeeded=True
+    )
+    pod = PodFacts(
+        meta=meta("p"), phase=PodPhase.SUCCEEDED, termination_message=termination_message(summary("0" * 20))
+    )
+    decision = decide(resource, plan, job=job, build_pods=(pod,))
+    assert decision.record is None and "Deployment" not in kinds(decision)
+    assert "reported cacheKey 00000000000000000000" in condition(status_of(decision), "EngineReady").message
+
+
+def test_a_missing_secret_creates_nothing_and_names_what_is_missing() -> None:
+    resource, plan = example("mllama")
+    missing = MissingReference(
+        Missing.SECRET,
+        "spec.model.source.huggingface.tokenSecretRef",
+        "Secret hf-token not found in namespace ml",
+    )
+    decision = decide(resource, plan, claim=None, missing=(missing,))
+    assert decision.apply == () and decision.join == ()
+    status = status_of(decision)
+    assert status.phase is Phase.FAILED
+    assert condition(status, "Ready").reason == "SecretNotFound"
+    assert "Secret hf-token not found" in condition(status, "Ready").message
+
+
+def test_each_user_of_a_shared_job_joins_it_and_leaves_the_one_it_no_longer_uses() -> None:
+    resource, plan = example()
+    shared = JobFacts(
+        meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(OTHER,)), active=1
+    )
+    old = JobFacts(meta=meta("build-0123456789abcdef0123", owners=(ME, OTHER)), succeeded=True)
+    decision = decide(resource, plan, job=shared, stale_jobs=(old,))
+    assert decision.join == (ObjectKey("batch/v1", "Job", shared.meta.name),)
+    assert decision.leave == (ObjectKey("batch/v1", "Job", old.meta.name),)
+    assert "Job" not in kinds(decision)
+
+
+def test_a_claim_created_with_retention_delete_is_joined_by_every_user() -> None:
+    resource, plan = example()
+    assert decide(resource, plan, claim=bound_claim(owners=(OTHER,), retention="Delete")).join == (
+        ObjectKey("v1", "PersistentVolumeClaim", "mmd-engine-cache"),
+    )
+    assert decide(resource, plan, claim=bound_claim(retention="Retain")).join == ()
+    created = decide(*example(engineCache={"retention": "Delete"}), claim=None).manifest(
+        "PersistentVolumeClaim"
+    )
+    assert created is not None and created["metadata"]["ownerReferences"][0]["uid"] == UID
+    kept = decide(resource, plan, claim=None).manifest("PersistentVolumeClaim")
+    assert kept is not None and "ownerReferences" not in kept["metadata"]
+
+
+def test_superseded_repositories_are_deleted_only_once_nothing_uses_them() -> None:
+    resource, plan = example()
+    engine = summary(plan.cache_key)
+    current = decide(resource, plan, engine=engine).manifest("ConfigMap")
+    assert current is not None
+    name = current["metadata"]["name"]
+    older, oldest = meta("llava-repo-aaaaaaaaaa", owners=(ME,)), meta("llava-repo-bbbbbbbbbb", owners=(ME,))
+    in_use = DeploymentFacts(meta=meta("llava"), repository="llava-repo-aaaaaaaaaa")
+    decision = decide(
+        resource,
+        plan,
+        engine=engine,
+        repositories=(meta(name, owners=(ME,)), older, oldest),
+        deployment=in_use,
+    )
+    assert decision.delete == (ObjectKey("v1", "ConfigMap", "llava-repo-bbbbbbbbbb"),)
+    pod = PodFacts(meta=meta("llava-1"), phase=PodPhase.RUNNING, repository="llava-repo-bbbbbbbbbb")
+    assert (
+        decide(
+            resource,
+            plan,
+            engine=engine,
+            repositories=(older, oldest),
+            deployment=in_use,
+            serving_pods=(pod,),
+        ).delete
+        == ()
+    )
+
+
+def test_while_a_new_engine_builds_the_old_deployment_keeps_serving_untouched() -> None:
+    resource, plan = example()
+    serving = DeploymentFacts(
+        meta=meta("llava", applied="an-older-digest"),
+        generation=3,
+        observed_generation=3,
+        replicas=1,
+        status_replicas=1,
+        updated_replicas=1,
+        ready_replicas=1,
+        available_replicas=1,
+    )
+    decision = decide(resource, plan, deployment=serving)
+    assert "Deployment" not in kinds(decision) and "Job" in kinds(decision)
+    status = status_of(decision)
+    assert status.phase is Phase.BUILDING
+    assert condition(status, "Available").status == "True"  # the old pods still answer
+    assert condition(status, "Ready").status == "False"
+
+
+def test_a_repository_over_the_configmap_limit_is_refused_clearly() -> None:
+    resource, plan = example()
+    huge = ModelRepository(
+        configs={**plan.repository.configs, "ensemble": "x" * 1_100_000}, assembly=plan.repository.assembly
+    )
+    decision = decide(resource, dataclasses.replace(plan, repository=huge), engine=summary(plan.cache_key))
+    assert "ConfigMap" not in kinds(decision) and "Deployment" not in kinds(decision)
+    status = status_of(decision)
+    assert status.phase is Phase.FAILED and condition(status, "Ready").reason == "RepositoryTooLarge"
+    assert "a ConfigMap holds at most 1 MiB" in condition(status, "ModelRepositoryReady").message
+
+
+def served(resource: MultimodalDeployment, plan: ResourcePlan) -> dict[str, Any]:
+    """Facts of a resource whose engine is built and whose repository ConfigMap is applied."""
+    configmap = decide(resource, plan, engine=summary(plan.cache_key)).manifest("ConfigMap")
+    assert configmap is not None
+    repository = meta(configmap["metadata"]["name"], owners=(ME,), applied=hashing.applied_hash(configmap))
+    return {"engine": summary(plan.cache_key), "repositories": (repository,)}
+
+
+def _deployment(resource: MultimodalDeployment, plan: ResourcePlan) -> dict[str, Any]:
+    decision = decide(resource, plan, engine=summary(plan.cache_key))
+    manifest = decision.manifest("Deployment")
+    assert manifest is not None
+    return manifest
+
+
+def test_a_replicas_change_leaves_the_pod_template_alone() -> None:
+    one, two = _deployment(*example()), _deployment(*example(serving__replicas=2))
+    assert one["spec"]["template"] == two["spec"]["template"]
+    assert (one["spec"]["replicas"], two["spec"]["replicas"]) == (1, 2)
+
+
+def test_a_serving_change_renders_a_new_repository_that_rolls_the_pods_without_a_build() -> None:
+    (before, plan_before), (after, plan_after) = example(), example(serving__streaming=True)
+    assert plan_before.cache_key == plan_after.cache_key
+    old, new = _deployment(before, plan_before), _deployment(after, plan_after)
+    assert (
+        old["spec"]["template"]["metadata"]["annotations"]
+        != new["spec"]["template"]["metadata"]["annotations"]
+    )
+
+    def volume(deployment: dict[str, Any]) -> dict[str, Any]:
+        volumes = deployment["spec"]["template"]["spec"]["volumes"]
+        found: dict[str, Any] = next(v for v in volumes if v["name"] == "repository-config")
+        return found
+
+    assert volume(old) != volume(new)
+
+
+def test_the_digest_on_a_manifest_is_of_its_content() -> None:
+    resource, plan = example()
+    first, second = manifests(resource, plan, config=CONFIG), manifests(resource, plan, config=CONFIG)
+    assert first == second
+    for manifest in first:
+        stamped = hashing.stamped(manifest)
+        assert hashing.applied_hash(stamped) == hashing.applied_hash(manifest)
+    changed = json.loads(json.dumps(first[3]))
+    changed["spec"]["replicas"] = 7
+    assert hashing.applied_hash(hashing.stamped(changed)) != hashing.applied_hash(first[3])
+
+
+def test_serving_trouble_makes_the_phase_degraded_with_what_kubernetes_said() -> None:
+    resource, plan = example(serving__replicas=2)
+    applied = _deployment(resource, plan)
+    live = DeploymentFacts(
+        meta=meta("llava", applied=hashing.applied_hash(applied)),
+        generation=1,
+        observed_generation=1,
+        replicas=2,
+        status_replicas=2,
+        updated_replicas=2,
+        ready_replicas=1,
+        available_replicas=1,
+    )
+    scheduler = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    pending = PodFacts(meta=meta("llava-2"), phase=PodPhase.PENDING, unschedulable=scheduler)
+    status = status_of(
+        decide(resource, plan, **served(resource, plan), deployment=live, serving_pods=(pending,))
+    )
+    assert status.phase is Phase.DEGRADED
+    assert condition(status, "Available").reason == "InsufficientGPUs"
+    assert scheduler in condition(status, "Ready").message
+    crash = PodFacts(
+        meta=meta("llava-2"),
+        phase=PodPhase.RUNNING,
+        crash_loop="container tritonserver is in CrashLoopBackOff",
+    )
+    status = status_of(
+        decide(resource, plan, **served(resource, plan), deployment=live, serving_pods=(crash,))
+    )
+    assert (status.phase, condition(status, "Ready").reason) == (Phase.DEGRADED, "CrashLoop")
+
+
+def test_a_pod_still_loading_within_its_budget_is_deploying_and_past_it_degraded() -> None:
+    resource, plan = example(serving__probes={"startupTimeoutSeconds": 600})
+    applied = _deployment(resource, plan)
+    live = DeploymentFacts(
+        meta=meta("llava", applied=hashing.applied_hash(applied)),
+        generation=1,
+        observed_generation=1,
+        replicas=1,
+        status_replicas=1,
+        updated_replicas=1,
+    )
+    loading = PodFacts(meta=meta("llava-1"), phase=PodPhase.RUNNING, started=NOW - timedelta(seconds=120))
+    decision = decide(resource, plan, **served(resource, plan), deployment=live, serving_pods=(loading,))
+    result = report(decision.findings, previous=None, now=NOW)
+    assert result.status.phase is Phase.DEPLOYING and result.recheck_after == pytest.approx(481)
+    stuck = dataclasses.replace(loading, started=NOW - timedelta(seconds=700))
+    status = status_of(
+        decide(resource, plan, **served(resource, plan), deployment=live, serving_pods=(stuck,))
+    )
+    assert status.phase is Phase.DEGRADED and condition(status, "Ready").reason == "PodsNotReady"
+
+
+def test_ready_waits_for_the_rollout_and_for_this_generation() -> None:
+    resource, plan = example()
+    applied = _deployment(resource, plan)
+    done = DeploymentFacts(
+        meta=meta("llava", applied=hashing.applied_hash(applied)),
+        generation=2,
+        observed_generation=2,
+        replicas=1,
+        status_replicas=1,
+        updated_replicas=1,
+        ready_replicas=1,
+        available_replicas=1,
+    )
+    ready = status_of(decide(resource, plan, **served(resource, plan), deployment=done))
+    assert ready.phase is Phase.READY and condition(ready, "Ready").status == "True"
+    assert ready.observed_generation == 1
+    rolling = dataclasses.replace(done, status_replicas=2)  # an old pod is still there
+    assert (
+        condition(
+            status_of(decide(resource, plan, **served(resource, plan), deployment=rolling)), "Ready"
+        ).reason
+        == "RolloutInProgress"
+    )
+    stale = dataclasses.replace(done, observed_generation=1)  # the controller has not seen the change
+    assert (
+        status_of(decide(resource, plan, **served(resource, plan), deployment=stale)).phase is Phase.DEPLOYING
+    )
+    older = dataclasses.replace(done, meta=meta("llava", applied="an-older-digest"))
+    assert (
+        status_of(decide(resource, plan, **served(resource, plan), deployment=older)).phase is Phase.DEPLOYING
+    )
+
+
+def test_an_unchanged_world_gives_an_identical_status_and_no_event() -> None:
+    resource, plan = example()
+    decision = decide(resource, plan)
+    first = report(decision.findings, previous=None, now=NOW)
+    assert [e.reason for e in first.events] == ["Building"]
+    later = report(decision.findings, previous=first.status, now=NOW + timedelta(minutes=5))
+    assert later.status == first.status and later.events == ()
+
+
+def test_endpoints_and_selector_point_at_the_service() -> None:
+    resource, plan = example()
+    status = status_of(decide(resource, plan))
+    assert (
+        status.endpoints.http == "http://llava.ml.svc:8000"
+        and status.endpoints.grpc == "grpc://llava.ml.svc:8001"
+    )
+    assert "app.kubernetes.io/instance=llava" in status.selector
