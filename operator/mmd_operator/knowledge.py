@@ -382,6 +382,9 @@ _ENTRIES = (
         # Cross-attention KV blocks depend on the image, which the block hash does not see.
         kv_cache_reuse=False,
         chunked_context=False,
+        # The v0.19.0 BLS neither sends mllama's aspect-ratio tensors to the encoder nor passes its
+        # encoder features on to tensorrt_llm (tensorrtllm_backend#669): the ensemble is the entry point.
+        bls=False,
         prompt_template="<|image|><|begin_of_text|>{text}",
         image_marker="<|image|>",
         end_id=128001,

@@ -313,6 +313,13 @@ CASES: list[tuple[str, str, dict[str, Any], str, str]] = [
         "is supported only for model types",
     ),
     (
+        "bls-on-mllama",
+        "mllama",
+        {"spec": {"serving": {"enableBls": True}}},
+        "spec.serving.enableBls",
+        "is supported only for model types",
+    ),
+    (
         "accumulate-without-streaming",
         "llava",
         {"spec": {"serving": {"accumulateTokens": True}}},

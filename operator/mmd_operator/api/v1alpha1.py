@@ -392,8 +392,9 @@ class ServingSpec(_Schema):
     sends no beam width); at most engine.maxBeamWidth."""
     enable_bls: bool | None = None
     """Render `tensorrt_llm_bls`, the Python entry point beside the ensemble. Defaults to true where it
-    can serve the type; not available for whisper types (their entry point is `whisper_bls`) nor for
-    internlm_xcomposer2 (its preprocessing needs the image, which the BLS cannot pass on)."""
+    can serve the type; not available for whisper types (their entry point is `whisper_bls`), for
+    internlm_xcomposer2 (its preprocessing needs the image, which the BLS cannot pass on) nor for mllama
+    (the BLS passes neither its aspect-ratio tensors nor its encoder features on)."""
     accumulate_tokens: bool = False
     """BLS streaming only: each response carries all text so far instead of the new tokens."""
     kv_cache_reuse: bool = False
