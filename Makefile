@@ -49,8 +49,9 @@ generate: venv
 	$(BIN)/pytest tests/unit -q --update-golden
 
 # The operator's main job on the local control plane; sets everything up itself.
-demo: venv
-	scripts/demo.sh
+# ARGS=--keep-cluster leaves the control plane running.
+demo: venv triton-server
+	scripts/demo.sh $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(RUNTIME_VENV) .mypy_cache .pytest_cache .ruff_cache

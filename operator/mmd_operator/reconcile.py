@@ -203,6 +203,12 @@ class Reconciler:
                 metrics.BUILD_SECONDS.observe((observed.job.finished - observed.job.started).total_seconds())
             count.applied.append(f"engine-index/{plan.cache_key}")
 
+        if count.total:
+            # Report what the world looks like after these writes, not before them.
+            observed = observe(
+                self.store, self.client, resource, cache_key=plan.cache_key, claim=claim, now=now
+            )
+            decision = desired_state(resource, plan, observed, config=self.config, previous=previous)
         result = report(decision.findings, previous=previous, now=now)
         engine = decision.findings.engine
         if engine is not None and engine.reason == "BuildFailed" and not _reported(previous, "BuildFailed"):

@@ -113,6 +113,10 @@ def _job_state(
 ) -> EngineState:
     results = [(pod, pod_result(pod)) for pod in _newest(pods)]
     finished = [(pod, result) for pod, result in results if result is not None]
+    built = next((r for _, r in finished if isinstance(r, BuildSucceeded) and r.cache_key == cache_key), None)
+    if built is not None:
+        # The pod's own report is the result; the Job controller marks the Job Complete a moment later.
+        return _ready(cache_key, observed, previous, built, record=built)
     if job.succeeded:
         last = finished[0][1] if finished else None
         if isinstance(last, BuildSucceeded) and last.cache_key == cache_key:
@@ -159,9 +163,15 @@ def _job_state(
             reason="BuildPending",
             message=f"build pod {pending[0].meta.name} is starting{retrying}",
         )
-    return EngineState(
-        ready=False, reason="BuildPending", message=f"build Job {job.meta.name} is starting{retrying}"
-    )
+    if earlier:
+        # Every pod so far failed and none runs: the Job controller retries or gives up next.
+        return EngineState(
+            ready=False,
+            reason="BuildRunning",
+            message=f"build attempt {len(earlier)} failed: {describe_failure(earlier[0])}; the Job retries "
+            "it or gives up",
+        )
+    return EngineState(ready=False, reason="BuildPending", message=f"build Job {job.meta.name} is starting")
 
 
 def _failed(
