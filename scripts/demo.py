@@ -13,11 +13,13 @@ import argparse
 import copy
 import dataclasses
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -180,13 +182,32 @@ def ready(body: dict[str, Any]) -> bool:
     return (body.get("status") or {}).get("phase") == "Ready"
 
 
+def operator_figures(port: int) -> str:
+    """Reconciles and API requests so far, from the operator's own /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        match = re.match(r'^mmd_(reconciles|api_requests)_total\{(\w+)="(\w+)"\} (\S+)$', line)
+        if match:
+            values[f"{match[1]}:{match[3]}"] = float(match[4])
+    reconciles = sum(v for k, v in values.items() if k.startswith("reconciles:"))
+    requests = sum(v for k, v in values.items() if k.startswith("api_requests:"))
+    writes = requests - values.get("api_requests:GET", 0)
+    changed = values.get("reconciles:changed", 0)
+    return (
+        f"{reconciles:.0f} reconciles ({changed:.0f} wrote something), {requests:.0f} API requests "
+        f"({writes:.0f} writes): {requests / max(reconciles, 1):.2f} requests per reconcile"
+    )
+
+
 @contextmanager
-def operator(cluster: LocalCluster, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def operator(cluster: LocalCluster, log: Path, metrics_port: int) -> Iterator[subprocess.Popen[bytes]]:
     """Run the operator (its image's entry point) for the demo namespace until the block ends."""
     env = {
         **os.environ,
         "KUBECONFIG": str(cluster.kubeconfig),
-        "MMD_METRICS_PORT": str(free_port()),
+        "MMD_METRICS_PORT": str(metrics_port),
         "MMD_HEALTH_PORT": str(free_port()),
         "MMD_RETRY_SECONDS": "3",
     }
@@ -252,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"  CRD {GROUP}/{VERSION} Established; namespace {NAMESPACE} ready")
 
         step("Starting the operator (python -m mmd_operator, the operator image's entry point)")
-        with operator(cluster, out / "operator.log"):
+        metrics_port = free_port()
+        with operator(cluster, out / "operator.log", metrics_port):
             say("  operator running, watching namespace " + NAMESPACE)
 
             step("Applying llava, llava-tp2-fp8 and whisper (each fake build takes 4-8 s)")
@@ -310,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
             after = demo.get("llava")["status"]
             say(f"  model repository {before['modelRepository']} -> {after['modelRepository']}")
             say(f"  engine {after['engine']['cacheKey']} unchanged; build Jobs: {', '.join(demo.jobs())}")
+
+            say(f"\n  The operator so far: {operator_figures(metrics_port)}")
 
             step("What exists now")
             demo.run_kubectl("get", "mmd", "-n", NAMESPACE)

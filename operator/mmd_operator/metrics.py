@@ -4,7 +4,8 @@
 - `mmd_reconcile_duration_seconds`: one reconcile, from cache read to last write;
 - `mmd_builds_total{outcome}` and `mmd_build_duration_seconds`: engine builds as their Jobs finish;
 - `mmd_resources{phase}`: resources per phase;
-- `mmd_engine_cache_lookups_total{result}`: a resource's cacheKey found in the engine index (hit) or not.
+- `mmd_engine_cache_lookups_total{result}`: a resource's cacheKey found in the engine index (hit) or not;
+- `mmd_api_requests_total{method}`: requests of the operator's own client (kopf's watches not counted).
 
 Imports prometheus_client.
 """
@@ -34,6 +35,11 @@ BUILD_SECONDS = Histogram(
 RESOURCES = Gauge("mmd_resources", "MultimodalDeployments by phase", ["phase"])
 ENGINE_CACHE = Counter(
     "mmd_engine_cache_lookups", "cacheKeys found in the engine index (hit) or not (miss)", ["result"]
+)
+API_REQUESTS = Counter(
+    "mmd_api_requests",
+    "Requests the operator's own client sent to the API server, by HTTP method",
+    ["method"],
 )
 
 

@@ -22,7 +22,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from mmd_operator import __version__
+from mmd_operator import __version__, metrics
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND, PLURAL
 
 USER_AGENT = f"mmd-operator/{__version__}"
@@ -83,6 +83,7 @@ class RequestCounter:
 
     def count(self, method: str) -> None:
         """Count one request."""
+        metrics.API_REQUESTS.labels(method=method).inc()
         with self._lock:
             if method == "GET":
                 self.reads += 1
