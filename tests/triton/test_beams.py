@@ -1,15 +1,19 @@
-"""Beam search on deployments serving beam width 2: every beam arrives, flat, in one response.
+"""Beam search on deployments serving beam width 2: every beam arrives, flat, in every response.
 
-LLaVA (image tensors) without streaming, LLaVA-OneVision (raw bytes, URLs) with streaming on.
+LLaVA (image tensors) without streaming, LLaVA-OneVision (raw bytes, URLs) with streaming on, and once
+more with `accumulateTokens`.
 
 The executor serves exactly its `max_beam_width`: a request without a beam width (which means 1) is
-refused, and so is streaming with beam search. `mmctl infer` prints one `[beam N] ...` line per beam.
+refused. Streaming with beam search works: every response carries every beam's text so far (not new
+tokens), so the last one holds the final beams; the BLS cannot accumulate tokens of several beams.
+`mmctl infer` prints one `[beam N] ...` line per beam, streamed or not.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,18 +31,26 @@ from tests.triton.serving import load_example
 NAME, STREAMING_NAME = "llava", "llava_onevision"
 MODELS = ("ensemble", "tensorrt_llm_bls")
 WIDTH_ONE_REFUSED = "Request with beam width 1 differs from the max beam width 2"
-STREAMING_REFUSED = "Streaming mode is only supported with beam width of 1"
+ACCUMULATION_REFUSED = "Accumulation of tokens is only implemented for beam width = 1"
 
 
 def _serve_beams(
-    install: TritonInstall, factory: pytest.TempPathFactory, say: Callable[[str], None], *, streaming: bool
+    install: TritonInstall,
+    factory: pytest.TempPathFactory,
+    say: Callable[[str], None],
+    *,
+    streaming: bool,
+    accumulate: bool = False,
 ) -> Iterator[Served]:
     example = STREAMING_NAME if streaming else NAME
-    plan = load_example(example, {"maxBeamWidth": 2, "streaming": streaming}, engine={"maxBeamWidth": 2})
-    name = f"{example}-beams{'-streaming' if streaming else ''}"
+    serving = {"maxBeamWidth": 2, "streaming": streaming} | ({"accumulateTokens": True} if accumulate else {})
+    plan = load_example(example, serving, engine={"maxBeamWidth": 2})
+    name = f"{example}-beams{'-streaming' if streaming else ''}{'-accumulating' if accumulate else ''}"
     with serve(name, plan, install, factory.mktemp("beams"), say) as server:
         assert 'key: "max_beam_width"\n  value { string_value: "2" }' in server.configs["tensorrt_llm"]
         assert server.decoupled is streaming
+        accumulating = 'key: "accumulate_tokens"\n  value { string_value: "true" }'
+        assert (accumulating in server.configs["tensorrt_llm_bls"]) is accumulate
         yield server
 
 
@@ -54,6 +66,13 @@ def streaming_beams(
     triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory, say: Callable[[str], None]
 ) -> Iterator[Served]:
     yield from _serve_beams(triton_install, tmp_path_factory, say, streaming=True)
+
+
+@pytest.fixture(scope="module")
+def accumulating_beams(
+    triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory, say: Callable[[str], None]
+) -> Iterator[Served]:
+    yield from _serve_beams(triton_install, tmp_path_factory, say, streaming=True, accumulate=True)
 
 
 def _request(served: Served, tmp_path: Path, width: int | None, stream: bool = False) -> list[Tensor]:
@@ -125,31 +144,56 @@ def test_infer_prints_one_line_per_beam(
             assert err.count("\n") == 1 and WIDTH_ONE_REFUSED in err, err
 
 
-def test_streaming_refuses_beam_search(streaming_beams: Served, tmp_path: Path) -> None:
+def _assert_streamed_beams(results: list[Any]) -> None:
+    """A streamed answer with two beams: every response carries both beams' text so far, not new tokens.
+
+    So the last response alone holds the whole answer: both beams complete, differing by `beam=k` only.
+    """
+    outputs = [result.as_numpy("text_output") for result in results]
+    assert len(outputs) > 1, "streaming sent one response"
+    assert all(output.shape == (2,) for output in outputs), [output.shape for output in outputs]
+    last = [item.decode() for item in outputs[-1]]
+    _assert_two_beams(outputs[-1])
+    assert last[0].replace("beam=0", "beam=1") == last[1]
+    seen = codec.parse_digest(last[0])
+    assert "what is this" in seen["pre"]["text"] and seen["llm"]["streaming"] == "1"
+
+
+def test_streaming_with_beam_search(streaming_beams: Served, tmp_path: Path) -> None:
     streamed = _request(streaming_beams, tmp_path, 2, stream=True)
     whole = _request(streaming_beams, tmp_path, 2)
     for model in MODELS:
-        with pytest.raises(InferenceServerException, match=STREAMING_REFUSED):
-            grpc_results(streaming_beams, model, streamed, ["text_output"])
-        # Not streaming, a decoupled deployment answers every beam in one response too.
+        _assert_streamed_beams(grpc_results(streaming_beams, model, streamed, ["text_output"]))
+        # Not streaming, a decoupled deployment answers every beam in one response.
         (result,) = grpc_results(streaming_beams, model, whole, ["text_output"])
         _assert_two_beams(result.as_numpy("text_output"))
+
+
+def test_the_bls_cannot_accumulate_several_beams(accumulating_beams: Served, tmp_path: Path) -> None:
+    streamed = _request(accumulating_beams, tmp_path, 2, stream=True)
+    # The ensemble does not accumulate: every response already holds the beams so far.
+    _assert_streamed_beams(grpc_results(accumulating_beams, "ensemble", streamed, ["text_output"]))
+    # The BLS of a decoupled deployment accumulates every answer, streamed or not.
+    for tensors in (streamed, _request(accumulating_beams, tmp_path, 2)):
+        with pytest.raises(InferenceServerException, match=ACCUMULATION_REFUSED):
+            grpc_results(accumulating_beams, "tensorrt_llm_bls", tensors, ["text_output"])
 
 
 def test_infer_on_a_streaming_deployment_with_beams(
     streaming_beams: Served, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     picture = str(media.image(tmp_path / "cli.jpg"))
-    # Over HTTP a decoupled deployment answers through the generate endpoint: beams as a JSON list.
+    # Over HTTP a decoupled deployment answers through the generate endpoints: beams as a JSON list.
     for protocol in ("grpc", "http"):
-        argv = ["infer", "--url", streaming_beams.url(protocol), "--image", picture]
-        code = main([*argv, "--beam-width", "2"])
-        out, err = capsys.readouterr()
-        assert code == 0, err
-        lines = out.splitlines()
-        assert [line[: len("[beam 0] ")] for line in lines] == ["[beam 0] ", "[beam 1] "]
-        assert [codec.parse_digest(line[len("[beam 0] ") :])["llm"]["beam"] for line in lines] == ["0", "1"]
-        code = main([*argv, "--beam-width", "2", "--stream"])
-        out, err = capsys.readouterr()
-        assert code == 1 and out == ""
-        assert err.count("\n") == 1 and STREAMING_REFUSED in err, err
+        argv = ["infer", "--url", streaming_beams.url(protocol), "--image", picture, "--beam-width", "2"]
+        for stream in (False, True):  # streamed: the final beams, once the stream ends
+            code = main([*argv, *(["--stream"] if stream else [])])
+            out, err = capsys.readouterr()
+            assert code == 0, err
+            lines = out.splitlines()
+            assert [line[: len("[beam 0] ")] for line in lines] == ["[beam 0] ", "[beam 1] "], out
+            beams = [codec.parse_digest(line[len("[beam 0] ") :]) for line in lines]
+            assert [seen["llm"]["beam"] for seen in beams] == ["0", "1"]
+            assert [seen["llm"]["streaming"] for seen in beams] == [str(int(stream))] * 2
+            assert all("Describe the image." in seen["pre"]["text"] for seen in beams)
+            assert ("responses)" in err) is stream, err

@@ -2,9 +2,10 @@
 
 Thin: the request is built by `triton.requests` from the model type's knowledge and sent by
 `triton.client`. The model type comes from `--model-type` or is read from the server's configs. The text
-goes to stdout (piece by piece when streaming; one `[beam N] ...` line per beam when the server answers
-several beams), the latency to stderr. Bad input, an unreachable server,
-a model that is not ready or an input the type does not take: one line on stderr and exit code 1.
+goes to stdout (piece by piece when streaming one beam; one `[beam N] ...` line per beam when the server
+answers several beams, once the answer is complete: streamed with beam search, every response carries
+every beam's text so far), the latency to stderr. Bad input, an unreachable server, a model that is not
+ready or an input the type does not take: one line on stderr and exit code 1.
 """
 
 from __future__ import annotations
@@ -92,14 +93,17 @@ def _infer(args: argparse.Namespace) -> int:
             first = first if first is not None else time.perf_counter() - started
             texts = response.texts(output)
             pieces += 1
-            if model == "whisper_bls":
-                answers = texts  # each streamed transcript is the whole transcript so far
+            if not texts:
                 continue
-            answers += [""] * (len(texts) - len(answers))
-            for beam, text in enumerate(texts):
-                answers[beam] += text
-            if args.stream and len(answers) == 1:
-                sys.stdout.write(texts[0] if texts else "")
+            if model == "whisper_bls" or len(texts) > 1:
+                # Whole answers so far: each streamed transcript is the transcript so far, and with beam
+                # search each response carries every beam's text so far (beams can change earlier
+                # tokens), so the last response holds the final beams.
+                answers = texts
+                continue
+            answers = ["".join(answers) + "".join(texts)]
+            if args.stream:
+                sys.stdout.write("".join(texts))
                 sys.stdout.flush()
                 streamed = True
         _print_answers(answers, streamed)

@@ -17,8 +17,9 @@ vocabulary). What reached each model is reported in the generated text:
   as encoder features (BF16); it refuses a request without an image except for mllama, like the real one;
 - `tensorrt_llm` (run as `backend: "python"`) generates `type|pre:...|enc:...|llm:...`, naming every
   optional input that arrived, once per beam; it answers one response per batch item (per segment when
-  streaming), refuses the beam widths the executor refuses, keeps a LoRA cache, reads Whisper's tones
-  from encoder features, and, in leader mode, never finishes loading on ranks other than 0;
+  streaming: the new segment with one beam, every beam's text so far with beam search), refuses the beam
+  widths the executor refuses, keeps a LoRA cache, reads Whisper's tones from encoder features, and, in
+  leader mode, never finishes loading on ranks other than 0;
 - `postprocessing` detokenizes into one flat string per (batch item x beam); `tensorrt_llm_bls` and
   `whisper_bls` drive the other models through real BLS calls (`pb_utils.InferenceRequest`), the first
   following the ensemble's own wiring and passing postprocessing's strings on unchanged.
@@ -553,8 +554,9 @@ class TensorrtLlm(Model):
     """The TensorRT-LLM backend's stand-in: generates a digest of what arrived, in leader mode.
 
     Answers like the C++ backend: one response per batch item (and per sequence), `output_ids`
-    [1, beams, length] padded with -1 and `sequence_length` [1, beams]; log probs, logits, perf metrics,
-    `batch_index` and `sequence_index` only when the request asks for them or they tell items apart.
+    [1, beams, length] padded with -1 and `sequence_length` [1, beams] (streaming with beam search: every
+    beam's tokens so far in each response); log probs, logits, perf metrics, `batch_index` and
+    `sequence_index` only when the request asks for them or they tell items apart.
     """
 
     def __init__(self, spec: dict[str, Any]) -> None:
@@ -653,16 +655,14 @@ class TensorrtLlm(Model):
     def check(self, inputs: dict[str, Any], batch: int) -> None:
         """Refuse what the backend and the executor refuse.
 
-        That is streaming without decoupled mode, streaming with beam search, and a beam width (none
-        sent: 1) other than the served `max_beam_width`.
+        That is streaming without decoupled mode and a beam width (none sent: 1) other than the served
+        `max_beam_width`. Streaming with beam search is accepted, as in the pinned release.
         """
         for row in range(batch):
             streaming = bool(self.scalar(inputs, "streaming", row, 0))
             if streaming and not self.decoupled:
                 raise DoubleError("Streaming is only supported if model is deployed using decoupled mode.")
             width = int(self.scalar(inputs, "beam_width", row, 1))
-            if streaming and width != 1:
-                raise DoubleError("Streaming mode is only supported with beam width of 1.")
             if width != self.max_beam_width:
                 raise DoubleError(
                     f"Request with beam width {width} differs from the max beam width {self.max_beam_width}"
@@ -686,16 +686,18 @@ class TensorrtLlm(Model):
                     tagged = _tagged(pieces, f"sequence={index}", whisper)
                     chunks = [[p] for p in tagged] if streaming else [["".join(tagged)]]
                     answers.append((row, index, chunks))
-            elif streaming:
-                # Streaming (beam width 1): each response carries the new tokens only.
-                answers.append((row, None, [[piece] for piece in pieces]))
+            elif width == 1:
+                # Streaming, each response carries the new tokens only; otherwise one response.
+                answers.append((row, None, [[p] for p in pieces] if streaming else [["".join(pieces)]]))
             else:
-                # Beam search answers every beam (at most num_return_sequences), each its own text.
+                # Beam search answers every beam (at most num_return_sequences), each its own text. When
+                # streaming, the executor returns all tokens generated so far, of every beam, in every
+                # response (beam search can still change earlier tokens): whole beams, never deltas.
                 beams = min(width, sequences) if sequences > 1 else width
-                texts = ["".join(_tagged(pieces, f"beam={k}", whisper)) for k in range(beams)]
-                answers.append(
-                    (row, 0 if sequences > 1 else None, [texts if width > 1 else ["".join(pieces)]])
-                )
+                beam_pieces = [_tagged(pieces, f"beam={k}", whisper) for k in range(beams)]
+                ends = range(1, len(pieces) + 1) if streaming else [len(pieces)]
+                chunks = [["".join(beam[:end]) for beam in beam_pieces] for end in ends]
+                answers.append((row, 0 if sequences > 1 else None, chunks))
         if not self.decoupled and (batch > 1 or len(answers) > 1):
             raise DoubleError(
                 "the TensorRT-LLM backend answers every batch item and returned sequence with its own "
