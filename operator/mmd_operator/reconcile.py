@@ -131,6 +131,13 @@ class Reconciler:
             return Outcome(phase=None, writes=0)
         try:
             outcome = self._reconcile(body)
+        except ApiError as error:
+            if error.namespace_terminating:
+                # The namespace is going, and this resource with it: nothing to restore.
+                _log.info("Stopped reconciling %s/%s: its namespace is being deleted", namespace, name)
+                return Outcome(phase=None, writes=0)
+            metrics.RECONCILES.labels(outcome="error").inc()
+            raise
         except Exception:
             metrics.RECONCILES.labels(outcome="error").inc()
             raise

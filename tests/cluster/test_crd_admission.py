@@ -174,7 +174,7 @@ def test_kubectl_explain_documents_the_fields(tools: Tools) -> None:
 
 
 @pytest.mark.usefixtures("crd_installed")
-def test_printer_columns_show_model_and_tensor_parallel_size(tools: Tools, namespace: str) -> None:
+def test_printer_columns_show_type_phase_ready_cache_key_and_age(tools: Tools, namespace: str) -> None:
     tools.run(
         "kubectl",
         "apply",
@@ -185,5 +185,8 @@ def test_printer_columns_show_model_and_tensor_parallel_size(tools: Tools, names
         str(EXAMPLES[0].parent / "llava-tp2-fp8.yaml"),
     )
     listing = tools.run("kubectl", "get", "mmd", "-n", namespace).stdout.splitlines()
-    assert listing[0].split() == ["NAME", "PHASE", "MODEL", "TP", "READY", "AGE"]
-    assert listing[1].split()[:3] == ["llava-tp2-fp8", "llava", "2"]
+    assert listing[0].split() == ["NAME", "TYPE", "PHASE", "READY", "CACHE-KEY", "AGE"]
+    assert listing[1].split()[:2] == ["llava-tp2-fp8", "llava"]
+    wide = tools.run("kubectl", "get", "mmd", "-n", namespace, "-o", "wide").stdout.splitlines()
+    assert wide[0].split() == ["NAME", "TYPE", "PHASE", "READY", "REPLICAS", "TP", "CACHE-KEY", "AGE"]
+    assert wide[1].split()[:2] == ["llava-tp2-fp8", "llava"]

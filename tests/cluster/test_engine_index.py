@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from engine_builder.result_format import BuildFailed, BuildSucceeded, Gpu, Versions, termination_message
+from engine_builder.result_format import BuildFailed, BuildSucceeded, termination_message
 from mmd_operator.cli.localcluster.stages import (
     FAULT_EXIT_CODE_ANNOTATION,
     FAULT_LABEL,
@@ -23,6 +23,7 @@ from mmd_operator.kube import objects
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.kube.engine_index import EngineIndex, record_build
 from mmd_operator.status.engine import pod_result
+from tests.support.builds import summary
 
 from .conftest import Kube
 
@@ -60,18 +61,6 @@ def record(client: KubeClient, namespace: str, summary: BuildSucceeded) -> None:
 
 
 pytestmark = pytest.mark.cluster
-
-
-def summary(cache_key: str) -> BuildSucceeded:
-    return BuildSucceeded(
-        cache_key=cache_key,
-        cache_hit=False,
-        versions=Versions(tensorrt_llm="0.19.0", tensorrt="10.10.0", cuda="12.9"),
-        gpu=Gpu(name="NVIDIA A100-SXM4-80GB", compute_capability="8.0", count=2),
-        total_bytes=14_000_000_000,
-        sizes={"llm": 13_500_000_000, "encoder": 500_000_000},
-        seconds=1234.5,
-    )
 
 
 def build_job(name: str, *, outcome: str, message: str, exit_code: int = 0) -> dict[str, Any]:

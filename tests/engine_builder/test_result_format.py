@@ -9,22 +9,12 @@ from engine_builder.result_format import (
     REASON_LIMIT,
     TERMINATION_MESSAGE_LIMIT,
     BuildFailed,
-    BuildSucceeded,
-    Gpu,
-    Versions,
     parse_termination_message,
     termination_message,
 )
+from tests.support.builds import summary
 
-SUMMARY = BuildSucceeded(
-    cache_key="ea0906e7c1c53f8c5bf9",
-    cache_hit=False,
-    versions=Versions(tensorrt_llm="0.19.0", tensorrt="10.10.0.31", cuda="12.9.0.043"),
-    gpu=Gpu(name="NVIDIA H100 80GB HBM3", compute_capability="9.0", count=8),
-    total_bytes=14_123_456_789,
-    sizes={"encoder": 623_456_789, "llm": 13_500_000_000},
-    seconds=1834.2,
-)
+SUMMARY = summary()
 
 
 def test_a_success_summary_is_one_short_json_line_that_parses_back() -> None:

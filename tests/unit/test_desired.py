@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client as k8s
 
 from engine_builder.plan_format import BuildPlan
-from engine_builder.result_format import BuildFailed, BuildSucceeded, Gpu, Versions, termination_message
+from engine_builder.result_format import BuildFailed, termination_message
 from mmd_operator.api.v1alpha1 import MultimodalDeployment, Phase
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import hashing, labels, names
@@ -32,6 +32,7 @@ from mmd_operator.facts import (
 from mmd_operator.plan.model_repository import ModelRepository
 from mmd_operator.plan.resource_plan import ResourcePlan
 from mmd_operator.status import report
+from tests.support.builds import summary
 from tests.support.examples import EXAMPLE_PATHS, plan_example
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -62,18 +63,6 @@ def example(name: str = "llava", **spec_changes: Any) -> tuple[MultimodalDeploym
         resource, plan = plan_resource(document)
     metadata = {**resource.metadata, "namespace": "ml", "uid": UID, "generation": 1}
     return resource.model_copy(update={"metadata": metadata}), plan
-
-
-def summary(cache_key: str, seconds: float = 1234.0) -> BuildSucceeded:
-    return BuildSucceeded(
-        cache_key=cache_key,
-        cache_hit=False,
-        versions=Versions(tensorrt_llm="0.19.0"),
-        gpu=Gpu(name="NVIDIA A100", compute_capability="8.0", count=1),
-        total_bytes=14_000_000_000,
-        sizes={"llm": 13_000_000_000, "encoder": 1_000_000_000},
-        seconds=seconds,
-    )
 
 
 def meta(name: str, *, owners: tuple[OwnerRef, ...] = (), applied: str | None = None, **more: Any) -> Meta:
@@ -447,6 +436,23 @@ def served(resource: MultimodalDeployment, plan: ResourcePlan) -> dict[str, Any]
     return {"engine": summary(plan.cache_key), "repositories": (repository,)}
 
 
+def live_deployment(
+    resource: MultimodalDeployment, plan: ResourcePlan, *, replicas: int = 1, ready: int | None = None
+) -> DeploymentFacts:
+    """The Deployment the operator applied for this spec, rolled out, with `ready` pods ready."""
+    ready = replicas if ready is None else ready
+    return DeploymentFacts(
+        meta=meta("llava", applied=hashing.applied_hash(_deployment(resource, plan))),
+        generation=1,
+        observed_generation=1,
+        replicas=replicas,
+        status_replicas=replicas,
+        updated_replicas=replicas,
+        ready_replicas=ready,
+        available_replicas=ready,
+    )
+
+
 def _deployment(resource: MultimodalDeployment, plan: ResourcePlan) -> dict[str, Any]:
     decision = decide(resource, plan, engine=summary(plan.cache_key))
     manifest = decision.manifest("Deployment")
@@ -491,17 +497,7 @@ def test_the_digest_on_a_manifest_is_of_its_content() -> None:
 
 def test_serving_trouble_makes_the_phase_degraded_with_what_kubernetes_said() -> None:
     resource, plan = example(serving__replicas=2)
-    applied = _deployment(resource, plan)
-    live = DeploymentFacts(
-        meta=meta("llava", applied=hashing.applied_hash(applied)),
-        generation=1,
-        observed_generation=1,
-        replicas=2,
-        status_replicas=2,
-        updated_replicas=2,
-        ready_replicas=1,
-        available_replicas=1,
-    )
+    live = live_deployment(resource, plan, replicas=2, ready=1)
     scheduler = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
     pending = PodFacts(meta=meta("llava-2"), phase=PodPhase.PENDING, unschedulable=scheduler)
     status = status_of(
@@ -523,15 +519,7 @@ def test_serving_trouble_makes_the_phase_degraded_with_what_kubernetes_said() ->
 
 def test_a_pod_still_loading_within_its_budget_is_deploying_and_past_it_degraded() -> None:
     resource, plan = example(serving__probes={"startupTimeoutSeconds": 600})
-    applied = _deployment(resource, plan)
-    live = DeploymentFacts(
-        meta=meta("llava", applied=hashing.applied_hash(applied)),
-        generation=1,
-        observed_generation=1,
-        replicas=1,
-        status_replicas=1,
-        updated_replicas=1,
-    )
+    live = live_deployment(resource, plan, ready=0)
     loading = PodFacts(meta=meta("llava-1"), phase=PodPhase.RUNNING, started=NOW - timedelta(seconds=120))
     decision = decide(resource, plan, **served(resource, plan), deployment=live, serving_pods=(loading,))
     result = report(decision.findings, previous=None, now=NOW)
@@ -545,17 +533,7 @@ def test_a_pod_still_loading_within_its_budget_is_deploying_and_past_it_degraded
 
 def test_ready_waits_for_the_rollout_and_for_this_generation() -> None:
     resource, plan = example()
-    applied = _deployment(resource, plan)
-    done = DeploymentFacts(
-        meta=meta("llava", applied=hashing.applied_hash(applied)),
-        generation=2,
-        observed_generation=2,
-        replicas=1,
-        status_replicas=1,
-        updated_replicas=1,
-        ready_replicas=1,
-        available_replicas=1,
-    )
+    done = dataclasses.replace(live_deployment(resource, plan), generation=2, observed_generation=2)
     ready = status_of(decide(resource, plan, **served(resource, plan), deployment=done))
     assert ready.phase is Phase.READY and condition(ready, "Ready").status == "True"
     assert ready.observed_generation == 1

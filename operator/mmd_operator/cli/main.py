@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 # Each sub-command module exposes `register(subparsers)`, which adds its parser and sets
 # `handler` (a function of the parsed namespace returning an exit code).
-_SUBCOMMAND_MODULES = ("render", "generate", "cluster", "operator", "infer", "eval_asr")
+_SUBCOMMAND_MODULES = ("render", "generate", "cluster", "run_operator", "infer", "eval_asr")
 EXIT_MISSING_EXTRA = 2
 
 
@@ -38,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
     except ModuleNotFoundError as missing:
+        if (missing.name or "").split(".")[0] in ("mmd_operator", "engine_builder"):
+            raise  # our own module: a bug, not a missing extra
         print(
             f"mmctl needs the cli extra (missing {missing.name}): pip install 'mmd-operator[cli]'",
             file=sys.stderr,

@@ -97,6 +97,16 @@ def assembly_script(plan: ResourcePlan, code_dir: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _serving_metadata(instance: str, namespace: str, owner: OwnerRef) -> dict[str, Any]:
+    """Metadata of the Deployment and the Service, which share a name and belong to `instance` alone."""
+    return {
+        "name": names.serving(instance),
+        "namespace": namespace,
+        "labels": labels.for_instance(instance, labels.SERVING),
+        "ownerReferences": [pods.owner_reference(owner, controller=True)],
+    }
+
+
 def _probes(resource: MultimodalDeployment) -> dict[str, Any]:
     probes = resource.spec.serving.probes
     timeout = probes.liveness_timeout_seconds
@@ -171,12 +181,7 @@ def deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {
-            "name": names.serving(instance),
-            "namespace": namespace,
-            "labels": labels.for_instance(instance, labels.SERVING),
-            "ownerReferences": [pods.owner_reference(owner, controller=True)],
-        },
+        "metadata": _serving_metadata(instance, namespace, owner),
         "spec": {
             "replicas": serving.replicas,
             "selector": {"matchLabels": selector(instance)},
@@ -198,12 +203,7 @@ def service(resource: MultimodalDeployment, *, namespace: str, owner: OwnerRef) 
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": names.serving(instance),
-            "namespace": namespace,
-            "labels": labels.for_instance(instance, labels.SERVING),
-            "ownerReferences": [pods.owner_reference(owner, controller=True)],
-        },
+        "metadata": _serving_metadata(instance, namespace, owner),
         "spec": {
             "type": "ClusterIP",
             "selector": selector(instance),

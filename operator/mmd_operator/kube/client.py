@@ -58,6 +58,11 @@ class ApiError(Exception):
         return self.status == 404
 
     @property
+    def namespace_terminating(self) -> bool:
+        """403: nothing new may be created in a namespace that is being deleted."""
+        return self.status == 403 and "being terminated" in self.message
+
+    @property
     def conflict(self) -> bool:
         """409: a precondition failed, or the object exists."""
         return self.status == 409

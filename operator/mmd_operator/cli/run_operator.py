@@ -1,4 +1,7 @@
-"""`mmctl operator`: run the operator against the current kubeconfig, as the operator image does."""
+"""`mmctl operator`: run the operator against the current kubeconfig, as the operator image does.
+
+(Named `run_operator`, not `operator`, so nothing can mistake it for the standard library module.)
+"""
 
 from __future__ import annotations
 
