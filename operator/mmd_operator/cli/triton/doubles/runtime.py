@@ -27,6 +27,7 @@ vocabulary). What reached each model is reported in the generated text:
 
 from __future__ import annotations
 
+import abc
 import base64
 import io
 import json
@@ -105,7 +106,7 @@ def _is_true(value: str | None) -> bool:
     return (value or "").strip().lower() in ("true", "yes", "1", "t")
 
 
-class Model:
+class Model(abc.ABC):
     """Common plumbing: contract-typed outputs, inputs by name, responses for either transaction policy."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
@@ -196,9 +197,9 @@ class Model:
             flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
         )
 
+    @abc.abstractmethod
     def compute(self, inputs: dict[str, Any]) -> list[Any]:
         """The output tensors of one request (models with exactly one response per request)."""
-        raise NotImplementedError
 
 
 def _strings(values: np.ndarray) -> list[str]:
@@ -746,10 +747,10 @@ class TensorrtLlm(Model):
                 tensors[name] = np.array([[now if name.endswith("_ns") else 0]])
         return [self.output(name, values) for name, values in tensors.items() if self.declares(name)]
 
-    def run(self, request: Any) -> Any:
+    def compute(self, inputs: dict[str, Any]) -> list[Any]:
         """The one response a model without decoupled mode can send."""
-        (tensors,) = self.responses(self.inputs(request))
-        return pb_utils.InferenceResponse(output_tensors=tensors)
+        (tensors,) = self.responses(inputs)
+        return tensors
 
     def run_decoupled(self, request: Any) -> None:
         """Every response of the request, the last one flagged final like the backend's."""
@@ -808,12 +809,12 @@ class Bls(Model):
                 raise DoubleError(response.error().message())
         return [r for r in responses if r.output_tensors()]
 
-    def run(self, request: Any) -> Any:
+    def compute(self, inputs: dict[str, Any]) -> list[Any]:
         """The one response of a model without decoupled mode: what `generate` yields, unchanged."""
-        answers = list(self.generate(self.inputs(request)))
+        answers = list(self.generate(inputs))
         if len(answers) != 1:
             raise DoubleError(f"{len(answers)} responses for one request to a model without decoupled mode")
-        return pb_utils.InferenceResponse(output_tensors=answers[0])
+        return answers[0]
 
     def run_decoupled(self, request: Any) -> None:
         """Send what `generate` yields as it comes, then the final flag."""
@@ -822,9 +823,9 @@ class Bls(Model):
             sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
+    @abc.abstractmethod
     def generate(self, inputs: dict[str, Any]) -> Iterator[list[Any]]:
         """The output tensors of every response to one request."""
-        raise NotImplementedError
 
 
 class TensorrtLlmBls(Bls):
@@ -964,7 +965,7 @@ class WhisperBls(Bls):
         return self.output("TRANSCRIPTS", np.array([_SPECIAL.sub("", text.strip())], dtype=object))
 
 
-ROLES = {
+ROLES: dict[str, type[Model]] = {
     "preprocessing": Preprocessing,
     "multimodal_encoders": MultimodalEncoders,
     "tensorrt_llm": TensorrtLlm,
