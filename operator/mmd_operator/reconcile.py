@@ -198,16 +198,16 @@ class Reconciler:
             self.writer.delete(namespace, key, count)
         if decision.record is not None:
             claim_facts = self.store.get(cached.CLAIMS, namespace, claim)
-            record_build(
+            index = record_build(
                 self.client,
                 namespace=namespace,
                 claim=claim,
                 claim_uid=claim_facts.meta.uid if claim_facts is not None else None,
                 summary=decision.record,
             )
+            self.store.put(cached.CONFIGMAPS, index)
             metrics.BUILDS.labels(outcome="succeeded").inc()
-            if observed.job is not None and observed.job.started and observed.job.finished:
-                metrics.BUILD_SECONDS.observe((observed.job.finished - observed.job.started).total_seconds())
+            metrics.BUILD_SECONDS.observe(decision.record.seconds)  # as the builder measured it
             count.applied.append(f"engine-index/{plan.cache_key}")
 
         if count.total:

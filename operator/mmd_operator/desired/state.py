@@ -100,21 +100,20 @@ def desired_state(
     engine = engine_state(key, observed, previous, generation)
     # A Secret or source claim the build needs is missing: create nothing until it appears.
     blocked = bool(observed.missing) and not engine.ready and observed.job is None
-    claim_key = ObjectKey("v1", "PersistentVolumeClaim", claim)
-    if blocked:
-        pass
-    elif observed.claim is None:
+    if not blocked and observed.claim is None:
         apply.append(
             hashing.stamped(
                 engine_build.engine_cache_claim(resource, namespace=namespace, config=config, owner=owner)
             )
         )
     elif (
-        observed.claim.managed
+        not blocked
+        and observed.claim is not None
+        and observed.claim.managed
         and observed.claim.meta.annotation(engine_build.CLAIM_RETENTION) == "Delete"
         and not observed.claim.meta.owned_by(owner.uid)
     ):
-        join.append(claim_key)
+        join.append(ObjectKey("v1", "PersistentVolumeClaim", claim))
     leave += [ObjectKey("v1", "PersistentVolumeClaim", stale.meta.name) for stale in observed.stale_claims]
 
     job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
@@ -132,11 +131,10 @@ def desired_state(
         )
     leave += [ObjectKey("batch/v1", "Job", stale.meta.name) for stale in observed.stale_jobs]
 
-    data = serving.repository_data(plan)
-    size = serving.repository_size(data)
     configmap = hashing.stamped(
         serving.repository_configmap(resource, plan, namespace=namespace, owner=owner)
     )
+    size = serving.repository_size(configmap["data"])
     repository_name = configmap["metadata"]["name"]
     too_large = size > serving.CONFIGMAP_DATA_LIMIT
     live_repositories = {meta.name: meta for meta in observed.repositories}

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -76,26 +74,6 @@ def path(api_version: str, kind: str, namespace: str | None, name: str | None = 
     return f"{scoped}/{name}" if name else scoped
 
 
-@dataclass
-class RequestCounter:
-    """Requests sent, by verb: reads and writes per reconcile are reported from this."""
-
-    reads: int = 0
-    writes: int = 0
-
-    def __post_init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def count(self, method: str) -> None:
-        """Count one request."""
-        metrics.API_REQUESTS.labels(method=method).inc()
-        with self._lock:
-            if method == "GET":
-                self.reads += 1
-            else:
-                self.writes += 1
-
-
 class KubeClient:
     """Plain-dict requests to one API server, under one field manager."""
 
@@ -103,7 +81,6 @@ class KubeClient:
         api_client.user_agent = USER_AGENT
         self._api = api_client
         self.field_manager = field_manager
-        self.requests = RequestCounter()
 
     @classmethod
     def from_environment(cls, *, field_manager: str) -> KubeClient:
@@ -133,7 +110,7 @@ class KubeClient:
         Raises:
             ApiError: with the API server's status, reason and message.
         """
-        self.requests.count(method)
+        metrics.API_REQUESTS.labels(method=method).inc()
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if body is not None:
             headers["Content-Type"] = content_type

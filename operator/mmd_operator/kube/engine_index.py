@@ -66,16 +66,15 @@ class EngineIndex(BaseModel):
 
 def record_build(
     client: KubeClient, *, namespace: str, claim: str, claim_uid: str | None, summary: BuildSucceeded
-) -> None:
-    """Add `summary` to the engine index of `claim`, creating the index on first use.
+) -> dict[str, Any]:
+    """Add `summary` to the engine index of `claim`, creating the index on first use; return the index.
 
     The index is owned by its claim: when the claim (and every engine in it) is deleted, so is the index.
     """
     name = names.engine_index(claim)
     data = EngineIndex().record(summary).to_configmap_data()
     try:
-        client.merge_patch("v1", "ConfigMap", namespace, name, {"data": data})
-        return
+        return client.merge_patch("v1", "ConfigMap", namespace, name, {"data": data})
     except ApiError as error:
         if not error.not_found:
             raise
@@ -90,9 +89,9 @@ def record_build(
         ]
     body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
     try:
-        client.request("POST", path("v1", "ConfigMap", namespace), body=body)
+        return client.request("POST", path("v1", "ConfigMap", namespace), body=body)
     except ApiError as error:
         if not error.conflict:
             raise
         # Another recorder created it in between; add our key to theirs.
-        client.merge_patch("v1", "ConfigMap", namespace, name, {"data": data})
+        return client.merge_patch("v1", "ConfigMap", namespace, name, {"data": data})
