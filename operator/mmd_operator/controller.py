@@ -21,12 +21,13 @@ from typing import Any
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import labels
 from mmd_operator.kube import cache as cached
-from mmd_operator.kube.client import KubeClient
+from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.reconcile import Reconciler
 
 _log = logging.getLogger(__name__)
 Key = tuple[str, str]
 MAX_BACKOFF = 60.0
+CRD_WAIT_SECONDS = 2.0
 # What the operator lists and watches, and the label selector each is narrowed to (None: everything,
 # since the engine-cache claims users name are not the operator's).
 WATCHED: tuple[tuple[cached.Kind, str | None], ...] = (
@@ -119,11 +120,28 @@ class Controller:
         namespaces: Iterable[str | None] = self.config.namespaces or (None,)
         for kind, selector in WATCHED:
             for namespace in namespaces:
-                items = self.client.list(kind.api_version, kind.kind, namespace, label_selector=selector)
+                items = self._list(kind, namespace, selector)
                 self.store.replace_all(kind, items, namespace)
         _log.info(
             "Listed what the operator watches in %.2f s: %s", time.perf_counter() - started, self.store.size()
         )
+
+    def _list(self, kind: cached.Kind, namespace: str | None, selector: str | None) -> list[dict[str, Any]]:
+        """One listing; without the CRD there is nothing to do but say so and wait for it."""
+        waited = 0.0
+        while True:
+            try:
+                return self.client.list(kind.api_version, kind.kind, namespace, label_selector=selector)
+            except ApiError as error:
+                if not (error.not_found and kind is cached.RESOURCES):
+                    raise
+            if waited % 30 == 0:
+                _log.error(
+                    "The MultimodalDeployment CRD is not installed (kubectl apply --server-side -f crds/); "
+                    "waiting for it"
+                )
+            time.sleep(CRD_WAIT_SECONDS)
+            waited += CRD_WAIT_SECONDS
 
     async def start(self) -> None:
         """Prime the cache, queue every resource, and start the workers and the resync."""

@@ -120,7 +120,7 @@ def serving_state(
     recheck = _budget_left(live, now, startup_budget)
     ready = f"{deployment.ready_replicas} of {desired} pods ready"
     if rolled_out:
-        return state(True, True, "ScaledToZero" if desired == 0 else "MinimumReplicasAvailable", ready)
+        return state(True, True, "ScaledToZero" if desired == 0 else "AllReplicasAvailable", ready)
     if not current or deployment.updated_replicas < desired or deployment.status_replicas > desired:
         message = f"rolling out: {updated} of {desired} pods updated, {ready}"
         return state(available, False, "RolloutInProgress", message, recheck_after=recheck)
