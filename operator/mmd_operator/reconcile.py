@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from mmd_operator import metrics
 from mmd_operator.api.v1alpha1 import MultimodalDeployment, MultimodalDeploymentStatus, Phase
-from mmd_operator.api.validation import InvalidSpecError
+from mmd_operator.api.validation import InvalidSpecError, name_problem
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import engine_build, hashing, pods
 from mmd_operator.desired.state import desired_state
@@ -36,6 +36,8 @@ from mmd_operator.status import Findings, Report, report
 
 _log = logging.getLogger(__name__)
 PLAN_CACHE_SIZE = 2048
+# Plans are derived from the spec alone; this stands in for the name while planning.
+PLAN_NAME = "plan"
 Key = tuple[str, str]
 
 
@@ -64,9 +66,7 @@ class Reconciler:
         self.config = config
         self.writer = Writer(client, store)
         self.clock = clock
-        self._plans: OrderedDict[str, tuple[MultimodalDeployment, ResourcePlan] | InvalidSpecError] = (
-            OrderedDict()
-        )
+        self._plans: OrderedDict[str, ResourcePlan | InvalidSpecError] = OrderedDict()
         self._plans_lock = threading.Lock()
         # What each resource's current plan uses, so a change of a shared child finds its users.
         self._users: dict[Key, tuple[str, str]] = {}
@@ -99,28 +99,35 @@ class Reconciler:
     # -- one reconcile ---------------------------------------------------------------------------
 
     def _plan(self, body: Mapping[str, Any]) -> tuple[MultimodalDeployment, ResourcePlan] | InvalidSpecError:
-        """The checked plan of a resource, memoised by everything it is derived from."""
-        metadata = body.get("metadata", {})
-        fingerprint = hashing.digest(
-            {"name": metadata.get("name"), "uid": metadata.get("uid"), "spec": body.get("spec")}
-        )
+        """The checked plan of a resource, memoised by its spec (nothing in a plan depends on the name)."""
+        metadata = dict(body.get("metadata", {}))
+        name_problems = name_problem(str(metadata.get("name", "")))
+        if name_problems:
+            return InvalidSpecError(name_problems)
+        fingerprint = hashing.digest(body.get("spec"))
         with self._plans_lock:
-            if fingerprint in self._plans:
+            cached_plan = self._plans.get(fingerprint)
+            if cached_plan is not None:
                 self._plans.move_to_end(fingerprint)
-                return self._plans[fingerprint]
-        document = {**body, "status": None}
-        result: tuple[MultimodalDeployment, ResourcePlan] | InvalidSpecError
-        try:
-            resource, plan = plan_resource(document)
-            resource = resource.model_copy(update={"metadata": dict(metadata)})
-            result = (resource, plan)
-        except InvalidSpecError as invalid:
-            result = invalid
-        with self._plans_lock:
-            self._plans[fingerprint] = result
-            while len(self._plans) > PLAN_CACHE_SIZE:
-                self._plans.popitem(last=False)
-        return result
+        if cached_plan is None:
+            document = {
+                "apiVersion": body.get("apiVersion"),
+                "kind": body.get("kind"),
+                "metadata": {"name": PLAN_NAME},
+                "spec": body.get("spec"),
+            }
+            try:
+                cached_plan = plan_resource(document)[1]
+            except InvalidSpecError as invalid:
+                cached_plan = invalid
+            with self._plans_lock:
+                self._plans[fingerprint] = cached_plan
+                while len(self._plans) > PLAN_CACHE_SIZE:
+                    self._plans.popitem(last=False)
+        if isinstance(cached_plan, InvalidSpecError):
+            return cached_plan
+        spec = cached_plan.settings.spec
+        return MultimodalDeployment(metadata=metadata, spec=spec), cached_plan
 
     def reconcile(self, namespace: str, name: str) -> Outcome:
         """Bring one resource's children and status in line with its spec."""

@@ -114,10 +114,11 @@ def _cel_problems(value: Any, schema: Mapping[str, Any], path: str) -> list[Prob
     return problems
 
 
-def _valid_name(name: str) -> bool:
-    return (
-        len(name) <= v1alpha1.MAX_NAME_LENGTH and re.fullmatch(v1alpha1.DNS_LABEL_PATTERN, name) is not None
-    )
+def name_problem(name: str) -> list[Problem]:
+    """The problem with a resource name, or none when it fits every object the operator derives from it."""
+    if len(name) <= v1alpha1.MAX_NAME_LENGTH and re.fullmatch(v1alpha1.DNS_LABEL_PATTERN, name) is not None:
+        return []
+    return [Problem("metadata.name", str(crdgen.NAME_RULE["message"]))]
 
 
 def check_spec(
@@ -163,8 +164,8 @@ def check_resource(
     metadata = document.get("metadata") or {}
     if not isinstance(metadata, Mapping) or not metadata.get("name"):
         problems.append(Problem("metadata.name", "required field is missing"))
-    elif not _valid_name(str(metadata["name"])):
-        problems.append(Problem("metadata.name", crdgen.NAME_RULE["message"]))
+    else:
+        problems += name_problem(str(metadata["name"]))
     spec_document = document.get("spec")
     if not isinstance(spec_document, Mapping):
         return None, [*problems, Problem("spec", "required field is missing")]
