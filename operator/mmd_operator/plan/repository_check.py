@@ -96,9 +96,13 @@ class Tensor:
         type_name = data_type_name(self.data_type)
         return f"{type_name}{list(self.dims)} ({self.owner})"
 
-
-def _compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b, strict=True))
+    def fits(self, other: Tensor) -> bool:
+        """Same data type and shape, where -1 (variable) matches any size."""
+        return (
+            self.data_type == other.data_type
+            and len(self.dims) == len(other.dims)
+            and all(x == y or -1 in (x, y) for x, y in zip(self.dims, other.dims, strict=True))
+        )
 
 
 def _io(config: ModelConfig, kind: str) -> dict[str, Tensor]:
@@ -133,7 +137,7 @@ def check_ensemble(models: Mapping[str, ModelConfig], ensemble_name: str = "ense
             consumed.add(ensemble_tensor)
             if producer is None:
                 problems.append(f"{where}: {ensemble_tensor!r} is used before any step produces it")
-            elif producer.data_type != consumer.data_type or not _compatible(producer.dims, consumer.dims):
+            elif not producer.fits(consumer):
                 problems.append(
                     f"{where}: {ensemble_tensor!r} is {producer.describe()} but {model_tensor!r} expects "
                     f"{consumer.describe()}"
@@ -152,7 +156,7 @@ def check_ensemble(models: Mapping[str, ModelConfig], ensemble_name: str = "ense
         produced = available.get(name)
         if produced is None:
             problems.append(f"{ensemble_name}: output {name!r} is never produced")
-        elif produced.data_type != declared.data_type or not _compatible(produced.dims, declared.dims):
+        elif not produced.fits(declared):
             problems.append(
                 f"{ensemble_name}: output {name!r} is declared {declared.describe()} "
                 f"but produced as {produced.describe()}"

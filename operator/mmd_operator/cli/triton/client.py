@@ -238,11 +238,7 @@ class TritonClient:
         yield from self._http_generate(model, tensors, stream=streaming)
 
     def _grpc_infer(self, model: str, tensors: Sequence[Tensor], outputs: Sequence[str]) -> Response:
-        inputs = []
-        for tensor in tensors:
-            item = grpcclient.InferInput(tensor.name, list(tensor.array.shape), tensor.datatype)
-            item.set_data_from_numpy(tensor.array)
-            inputs.append(item)
+        inputs = _grpc_inputs(tensors)
         requested = [grpcclient.InferRequestedOutput(name) for name in outputs]
         try:
             result = self._grpc.infer(model, inputs, outputs=requested, client_timeout=self.timeout)
@@ -256,11 +252,7 @@ class TritonClient:
         self, model: str, tensors: Sequence[Tensor], outputs: Sequence[str]
     ) -> Iterator[Response]:
         results: queue.Queue[tuple[Any, Any]] = queue.Queue()
-        inputs = []
-        for tensor in tensors:
-            item = grpcclient.InferInput(tensor.name, list(tensor.array.shape), tensor.datatype)
-            item.set_data_from_numpy(tensor.array)
-            inputs.append(item)
+        inputs = _grpc_inputs(tensors)
         requested = [grpcclient.InferRequestedOutput(name) for name in outputs]
         self._grpc.start_stream(callback=lambda result, error: results.put((result, error)))
         try:
@@ -359,3 +351,12 @@ def _signature(knowledge: ModelKnowledge) -> set[str]:
     if knowledge.kv_cache_reuse:
         names.add("prompt_table_extra_id")
     return names
+
+
+def _grpc_inputs(tensors: Sequence[Tensor]) -> list[grpcclient.InferInput]:
+    inputs = []
+    for tensor in tensors:
+        item = grpcclient.InferInput(tensor.name, list(tensor.array.shape), tensor.datatype)
+        item.set_data_from_numpy(tensor.array)
+        inputs.append(item)
+    return inputs
