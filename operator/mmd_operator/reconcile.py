@@ -72,6 +72,7 @@ class Reconciler:
         self._users: dict[Key, tuple[str, str]] = {}
         self._users_lock = threading.Lock()
         self._phases: dict[Key, Phase | None] = {}
+        self._phases_lock = threading.Lock()
 
     # -- who uses what ---------------------------------------------------------------------------
 
@@ -93,8 +94,7 @@ class Reconciler:
         """The resource was deleted: its children go with the garbage collector."""
         with self._users_lock:
             self._users.pop((namespace, name), None)
-        self._phases.pop((namespace, name), None)
-        metrics.set_phases(self._phases)
+        self._publish_phase(namespace, name, None)
 
     # -- one reconcile ---------------------------------------------------------------------------
 
@@ -151,9 +151,17 @@ class Reconciler:
         finally:
             metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         metrics.RECONCILES.labels(outcome="changed" if outcome.writes else "unchanged").inc()
-        self._phases[(namespace, name)] = outcome.phase
-        metrics.set_phases(self._phases)
+        self._publish_phase(namespace, name, outcome.phase)
         return outcome
+
+    def _publish_phase(self, namespace: str, name: str, phase: Phase | None) -> None:
+        # Workers run in parallel: tally under the lock so no thread counts a dict another one is changing.
+        with self._phases_lock:
+            if phase is None:
+                self._phases.pop((namespace, name), None)
+            else:
+                self._phases[(namespace, name)] = phase
+            metrics.set_phases(self._phases)
 
     def _previous(self, body: Mapping[str, Any]) -> MultimodalDeploymentStatus | None:
         try:
