@@ -45,7 +45,7 @@ $(RUNTIME_STAMP): pyproject.toml
 
 # Rewrites every generated file (CRD YAML, golden files); review the diff as behaviour.
 generate: venv
-	$(BIN)/mmctl generate
+	$(BIN)/mmctl generate --manifests
 	$(BIN)/pytest tests/unit -q --update-golden
 
 # The operator's main job on the local control plane; sets everything up itself.

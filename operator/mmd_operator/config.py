@@ -29,6 +29,9 @@ class OperatorConfig:
     engine_cache_size: str = "200Gi"
     engine_cache_storage_class: str | None = None
     engine_cache_access_mode: str = "ReadWriteMany"
+    # Images of the build Jobs and the serving pods where a resource names none (a registry mirror, say).
+    builder_image: str = versions.BUILDER_IMAGE
+    serving_image: str = versions.SERVING_IMAGE
     # Where the serving image keeps the Triton Python model code.
     model_code_path: str = versions.MODEL_CODE_DIR
     # Server-side apply field manager and the HTTP user agent of every request the operator makes.
@@ -75,6 +78,24 @@ class OperatorConfig:
             except ValueError:
                 raise ConfigError(f"{variable}={raw!r} is not a valid {type(default).__name__}") from None
         return cls().with_changes(**values)
+
+    def with_spec_defaults(self, spec: object) -> object:
+        """`spec` with the operator's default images where it names none, for planning.
+
+        Only an image set away from the pinned default is filled in, so with the defaults a spec (and
+        the cacheKey derived from it) is exactly what the user wrote.
+        """
+        if not isinstance(spec, Mapping):
+            return spec
+        filled = dict(spec)
+        for section, key, image, pinned in (
+            ("engine", "builderImage", self.builder_image, versions.BUILDER_IMAGE),
+            ("serving", "image", self.serving_image, versions.SERVING_IMAGE),
+        ):
+            given = filled.get(section)
+            if image != pinned and (given is None or isinstance(given, Mapping)):
+                filled[section] = {key: image, **(given or {})}
+        return filled
 
     def with_changes(self, **changes: object) -> OperatorConfig:
         """A copy with `changes`, checked.

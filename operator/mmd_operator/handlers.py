@@ -46,6 +46,9 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     """Kopf settings for a write-free, server-side-filtered operator."""
     settings.posting.enabled = False  # events are the operator's own, about phase changes only
     settings.peering.standalone = True
+    # No watch on CustomResourceDefinitions (which would need a cluster-wide role): kopf discovers the
+    # resources once, after `startup`, which waits for the CRD.
+    settings.scanning.disabled = True
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60

@@ -104,7 +104,8 @@ class Reconciler:
         name_problems = name_problem(str(metadata.get("name", "")))
         if name_problems:
             return InvalidSpecError(name_problems)
-        fingerprint = hashing.digest(body.get("spec"))
+        filled_spec = self.config.with_spec_defaults(body.get("spec"))
+        fingerprint = hashing.digest(filled_spec)
         with self._plans_lock:
             cached_plan = self._plans.get(fingerprint)
             if cached_plan is not None:
@@ -114,7 +115,7 @@ class Reconciler:
                 "apiVersion": body.get("apiVersion"),
                 "kind": body.get("kind"),
                 "metadata": {"name": PLAN_NAME},
-                "spec": body.get("spec"),
+                "spec": filled_spec,
             }
             try:
                 cached_plan = plan_resource(document)[1]

@@ -571,3 +571,33 @@ def test_endpoints_and_selector_point_at_the_service() -> None:
         and status.endpoints.grpc == "grpc://llava.ml.svc:8001"
     )
     assert "app.kubernetes.io/instance=llava" in status.selector
+
+
+def test_reconciling_and_stalled_say_what_the_phase_says_in_the_kstatus_convention() -> None:
+    resource, plan = example()
+    live, down = live_deployment(resource, plan), live_deployment(resource, plan, ready=0)
+    crash = PodFacts(
+        meta=meta("llava-1"), phase=PodPhase.RUNNING, crash_loop="container tritonserver crashed"
+    )
+    job, pod = _failed_job(plan)
+    samples = {
+        Phase.BUILDING: status_of(decide(resource, plan)),
+        Phase.DEPLOYING: status_of(decide(resource, plan, **served(resource, plan))),
+        Phase.READY: status_of(decide(resource, plan, **served(resource, plan), deployment=live)),
+        Phase.DEGRADED: status_of(
+            decide(resource, plan, **served(resource, plan), deployment=down, serving_pods=(crash,))
+        ),
+        Phase.FAILED: status_of(decide(resource, plan, job=job, build_pods=(pod,))),
+    }
+    for phase, status in samples.items():
+        assert status.phase is phase
+        ready, reconciling, stalled = (
+            condition(status, kind) for kind in ("Ready", "Reconciling", "Stalled")
+        )
+        in_progress = phase in (Phase.PENDING, Phase.BUILDING, Phase.DEPLOYING)
+        assert reconciling.status == ("True" if in_progress else "False"), phase
+        assert stalled.status == ("True" if phase in (Phase.FAILED, Phase.DEGRADED) else "False"), phase
+        if reconciling.status == "True" or stalled.status == "True":
+            # The abnormal condition carries the reason and message of Ready, so tools show the cause.
+            abnormal = reconciling if reconciling.status == "True" else stalled
+            assert (abnormal.reason, abnormal.message) == (ready.reason, ready.message)

@@ -131,6 +131,10 @@ def crd() -> dict[str, Any]:
     conditions["x-kubernetes-list-map-keys"] = ["type"]
     for required in ("type", "status", "reason"):
         assert required in conditions["items"]["required"]
+    # A new resource reads as generation 1 not yet observed (status.observedGeneration 0), not as a
+    # resource without status, which kstatus (Flux) would call Current before the operator saw it.
+    status["default"] = {}
+    status["properties"]["observedGeneration"]["default"] = 0
     root_description = (v1alpha1.MultimodalDeployment.__doc__ or "").strip()
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

@@ -582,7 +582,8 @@ class Condition(_Schema):
     """One aspect of the resource's state, in the shape of metav1.Condition."""
 
     type: str = Field(max_length=316)
-    """Condition type: Validated, EngineReady, ModelRepositoryReady, Available or Ready."""
+    """Condition type: Validated, EngineReady, ModelRepositoryReady, Available, Ready, and the kstatus pair
+    Reconciling (True while work towards Ready goes on) and Stalled (True when Failed or Degraded)."""
     status: ConditionStatus
     """True, False or Unknown."""
     reason: str = Field(max_length=1024)

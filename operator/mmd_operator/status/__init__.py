@@ -31,7 +31,11 @@ VALIDATED = "Validated"
 MODEL_REPOSITORY_READY = "ModelRepositoryReady"
 AVAILABLE = "Available"
 READY = "Ready"
-CONDITION_TYPES = (VALIDATED, ENGINE_READY, MODEL_REPOSITORY_READY, AVAILABLE, READY)
+# The two abnormal-true conditions of the kstatus convention, which Flux, kpt and Argo CD read: True while
+# the operator still works towards Ready, or while it cannot get there without a change.
+RECONCILING = "Reconciling"
+STALLED = "Stalled"
+CONDITION_TYPES = (VALIDATED, ENGINE_READY, MODEL_REPOSITORY_READY, AVAILABLE, READY, RECONCILING, STALLED)
 # A condition message is capped so a status always fits (the CRD allows 32 KiB).
 MESSAGE_LIMIT = 4000
 _FAILED_REASONS = frozenset({"InvalidSpec", "BuildFailed", "RepositoryTooLarge"})
@@ -173,6 +177,24 @@ def _phase(findings: Findings, conditions: list[Condition]) -> Phase:
     return Phase.DEPLOYING
 
 
+_IN_PROGRESS = frozenset({Phase.PENDING, Phase.BUILDING, Phase.DEPLOYING})
+_STALLED = frozenset({Phase.FAILED, Phase.DEGRADED})
+
+
+def _progress_conditions(phase: Phase, conditions: list[Condition], generation: int) -> list[Condition]:
+    """Reconciling and Stalled, which say the same as the phase in the words GitOps tools read."""
+    ready = next(c for c in conditions if c.type == READY)
+    if phase in _IN_PROGRESS:
+        reconciling = _condition(RECONCILING, True, ready.reason, ready.message, generation)
+    else:
+        reconciling = _condition(RECONCILING, False, str(phase), f"nothing in progress: {phase}", generation)
+    if phase in _STALLED:
+        stalled = _condition(STALLED, True, ready.reason, ready.message, generation)
+    else:
+        stalled = _condition(STALLED, False, str(phase), f"not stalled: {phase}", generation)
+    return [reconciling, stalled]
+
+
 def _keep_transition_times(
     conditions: list[Condition], previous: MultimodalDeploymentStatus | None, now: datetime
 ) -> list[Condition]:
@@ -210,8 +232,10 @@ def _events(
 
 def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, now: datetime) -> Report:
     """The status and events of `findings`; `previous` is the status the resource shows now."""
-    conditions = _keep_transition_times(_conditions(findings), previous, now)
+    conditions = _conditions(findings)
     phase = _phase(findings, conditions)
+    conditions += _progress_conditions(phase, conditions, findings.generation)
+    conditions = _keep_transition_times(conditions, previous, now)
     serving = findings.serving
     engine_status = None
     if findings.cache_key is not None:

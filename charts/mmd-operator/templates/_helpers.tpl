@@ -1,0 +1,67 @@
+{{/* Names, labels and the operator's rules, shared by the templates. */}}
+
+{{- define "mmd-operator.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's full name: the release name alone when it already says mmd-operator. */}}
+{{- define "mmd-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "mmd-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mmd-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "mmd-operator.labels" -}}
+{{ include "mmd-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: mmd-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "mmd-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "mmd-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name must name an existing ServiceAccount when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Exactly what the operator does in a namespace it manages, and nothing more. Secrets: `get` of the one
+a resource names as its Hugging Face token, to say whether it exists; never list or watch.
+*/}}
+{{- define "mmd-operator.rules" -}}
+- apiGroups: [serving.multimodal.dev]
+  resources: [multimodaldeployments]
+  verbs: [get, list, watch]
+- apiGroups: [serving.multimodal.dev]
+  resources: [multimodaldeployments/status]
+  verbs: [patch]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [configmaps, services, persistentvolumeclaims]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+{{- end -}}

@@ -1,0 +1,69 @@
+"""The operator's settings: read from `MMD_*` variables, checked, and the default images they give specs."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from engine_builder import versions
+from mmd_operator.config import ConfigError, OperatorConfig
+from mmd_operator.plan.resource_plan import plan_resource
+from tests.support.examples import EXAMPLE_PATHS
+
+
+def _llava() -> dict[str, object]:
+    path = next(p for p in EXAMPLE_PATHS if p.stem == "llava")
+    document: dict[str, object] = yaml.safe_load(path.read_text())
+    return document
+
+
+def test_every_setting_reads_from_its_variable_with_its_type() -> None:
+    config = OperatorConfig.from_env(
+        {
+            "MMD_WORKERS": "16",
+            "MMD_RESYNC_SECONDS": "120",
+            "MMD_NAMESPACES": "team-a, team-b,",
+            "MMD_LOG_FORMAT": "json",
+            "MMD_SERVING_IMAGE": "mirror.example/serving:1",
+        }
+    )
+    assert (config.workers, config.resync_seconds, config.namespaces, config.log_format) == (
+        16,
+        120.0,
+        ("team-a", "team-b"),
+        "json",
+    )
+    assert config.serving_image == "mirror.example/serving:1"
+    assert config.builder_image == versions.BUILDER_IMAGE
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("MMD_WORKERS", "many", "MMD_WORKERS='many' is not a valid int"),
+        ("MMD_WORKERS", "0", "workers must be at least 1"),
+        ("MMD_LOG_FORMAT", "xml", "log_format must be text or json"),
+        ("MMD_ENGINE_CACHE_ACCESS_MODE", "ReadMany", "is not an access mode"),
+    ],
+)
+def test_a_setting_that_cannot_be_used_is_refused_by_name(variable: str, value: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        OperatorConfig.from_env({variable: value})
+
+
+def test_default_images_leave_the_spec_as_written_and_a_mirror_fills_only_what_the_spec_leaves_out() -> None:
+    document = _llava()
+    assert OperatorConfig().with_spec_defaults(document["spec"]) == document["spec"]
+    mirror = OperatorConfig(
+        builder_image="mirror.example/builder:1", serving_image="mirror.example/serving:1"
+    )
+    filled = mirror.with_spec_defaults(document["spec"])
+    assert isinstance(filled, dict)
+    _, pinned_plan = plan_resource(document)
+    _, mirrored_plan = plan_resource({**document, "spec": filled})
+    assert mirrored_plan.settings.builder_image == "mirror.example/builder:1"
+    assert mirrored_plan.settings.serving_image == "mirror.example/serving:1"
+    # The builder image is a build input: another image is another engine.
+    assert mirrored_plan.cache_key != pinned_plan.cache_key
+    named = {**filled, "serving": {**filled["serving"], "image": "own.example/serving:2"}}
+    assert mirror.with_spec_defaults(named)["serving"]["image"] == "own.example/serving:2"  # type: ignore[index]
