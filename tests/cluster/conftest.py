@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from mmd_operator.api import crdgen
 from mmd_operator.cli.localcluster.binaries import Binaries, ensure_binaries
 from mmd_operator.cli.localcluster.cluster import LocalCluster
+from mmd_operator.cli.localcluster.gitops_check import ensure_gitops_check
 from mmd_operator.cli.localcluster.layout import Layout
 from tests.support.progress import terminal_printer
 
@@ -40,6 +41,7 @@ def _wants_cluster(session: pytest.Session) -> bool:
 def pytest_collection_finish(session: pytest.Session) -> None:
     if _wants_cluster(session):
         ensure_binaries(Layout.discover(), say=terminal_printer(session.config))
+        ensure_gitops_check(Layout.discover(), say=terminal_printer(session.config))
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +52,12 @@ def say(pytestconfig: pytest.Config) -> Callable[[str], None]:
 @pytest.fixture(scope="session")
 def binaries() -> Binaries:
     return ensure_binaries(Layout.discover(), say=print)
+
+
+@pytest.fixture(scope="session")
+def gitops_check() -> Path:
+    """The kstatus and Argo CD health checker (tools/gitops)."""
+    return ensure_gitops_check(Layout.discover())
 
 
 @pytest.fixture(scope="session")

@@ -246,6 +246,24 @@ def test_a_running_build_keeps_the_deployment_away_and_says_where_it_builds() ->
     )
 
 
+def test_a_build_waiting_for_its_engine_cache_claim_is_pending_until_the_claim_binds() -> None:
+    resource, plan = example()
+    unbound = dataclasses.replace(bound_claim(), phase="Pending")
+    job = JobFacts(meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)), active=1)
+    pod = PodFacts(
+        meta=meta("build-pod", created=NOW),
+        phase=PodPhase.PENDING,
+        unschedulable="0/4 nodes are available: pod has unbound immediate PersistentVolumeClaims.",
+    )
+    for facts in ({}, {"job": job, "build_pods": (pod,)}):
+        status = status_of(decide(resource, plan, claim=unbound, **facts))
+        assert status.phase is Phase.PENDING
+        assert condition(status, "EngineReady").message == (
+            "waiting for the engine-cache claim mmd-engine-cache to be bound (it is Pending)"
+        )
+    assert status_of(decide(resource, plan, job=job, build_pods=(pod,))).phase is Phase.BUILDING
+
+
 def test_a_build_pod_the_scheduler_cannot_place_reports_its_message() -> None:
     resource, plan = example()
     job = JobFacts(meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)), active=1)

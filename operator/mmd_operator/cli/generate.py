@@ -25,21 +25,22 @@ from mmd_operator.plan import repository_check
 _PLAN_PACKAGE = Path("operator", "mmd_operator", "plan")
 
 
-def generated_files() -> dict[str, str | bytes]:
-    """Generated files, relative to the repository root, with their contents."""
+def generated_files(root: Path) -> dict[str, str | bytes]:
+    """Generated files, relative to the repository `root`, with their contents."""
     return {
         f"crds/{crdgen.CRD_FILE_NAME}": crdgen.render_yaml(),
         str(
             _PLAN_PACKAGE / repository_check.MODEL_CONFIG_DESCRIPTOR
         ): model_config_pb2.DESCRIPTOR.serialized_pb,
         **chart.generated_files(),
+        chart.ARGOCD_CONFIG: chart.argocd_config((root / chart.ARGOCD_HEALTH).read_text()),
     }
 
 
 def run(args: argparse.Namespace) -> int:
     """Handle `mmctl generate`."""
     root = Path(args.root)
-    for relative, content in generated_files().items():
+    for relative, content in generated_files(root).items():
         target = root / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(content, bytes):

@@ -183,6 +183,17 @@ def _failed(
     return EngineState(ready=False, reason="BuildFailed", message=message, retry=retry, failed=not retry)
 
 
+def _waiting_for_claim(observed: Observed) -> EngineState:
+    assert observed.claim is not None
+    return EngineState(
+        ready=False,
+        reason="BuildPending",
+        message=f"waiting for the engine-cache claim {observed.claim.meta.name} to be bound "
+        f"(it is {observed.claim.phase})",
+        waiting_for_claim=True,
+    )
+
+
 def engine_state(
     cache_key: str,
     observed: Observed,
@@ -192,20 +203,17 @@ def engine_state(
     """The state of the engine `cache_key` as `observed`; `previous` is the resource's last status."""
     if observed.engine is not None and observed.engine.cache_key == cache_key:
         return _ready(cache_key, observed, previous, observed.engine)
+    unbound = observed.claim is not None and observed.claim.phase != "Bound"
     if observed.job is not None and not observed.job.meta.deleting:
-        return _job_state(cache_key, observed.job, observed.build_pods, observed, previous, generation)
+        state = _job_state(cache_key, observed.job, observed.build_pods, observed, previous, generation)
+        # A build that cannot start for want of storage is waiting on the claim, whatever its pod says.
+        return _waiting_for_claim(observed) if unbound and not (state.failed or state.retry) else state
     if observed.missing:
         first = observed.missing[0]
         message = "; ".join(f"{missing.field}: {missing.message}" for missing in observed.missing)
         return EngineState(ready=False, reason=first.kind.value, message=message, failed=True)
-    if observed.claim is not None and observed.claim.phase != "Bound":
-        return EngineState(
-            ready=False,
-            reason="BuildPending",
-            message=f"waiting for the engine-cache claim {observed.claim.meta.name} to be bound "
-            f"(it is {observed.claim.phase})",
-            waiting_for_claim=True,
-        )
+    if unbound:
+        return _waiting_for_claim(observed)
     return EngineState(
         ready=False, reason="BuildPending", message=f"creating the build Job of engine {cache_key}"
     )
