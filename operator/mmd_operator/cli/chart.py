@@ -243,9 +243,9 @@ def values_yaml() -> str:
     return f"{_HEADER}# {Values.__doc__}\n\n{body}\n"
 
 
-def crd_template() -> str:
-    """`templates/crd.yaml`: the generated CRD, behind `crds.enabled` and `crds.keep`."""
-    crd = crdgen.crd()
+def crd_template(crd: dict[str, Any] | None = None) -> str:
+    """`templates/crd.yaml`: the generated CRD (or `crd`), behind `crds.enabled` and `crds.keep`."""
+    crd = crd or crdgen.crd()
     body = yaml.safe_dump({"spec": crd["spec"]}, sort_keys=False, width=120)
     if "{{" in body:
         raise ValueError("the CRD contains '{{', which helm would read as a template action")

@@ -1,0 +1,385 @@
+"""The install paths on the real control plane: the Helm chart, the plain manifests made from it, and
+least privilege proven by running the operator on nothing but the chart's ServiceAccount token.
+
+Helm and kubectl are the binaries of the local control plane's cache; the operator runs as a process
+(`mmctl operator`, the image's entry point) with a kubeconfig holding only a token minted for the chart's
+ServiceAccount, so every request it makes is judged by the chart's roles. The session's own operator
+(cluster-admin) is stopped meanwhile, so no other controller does the work.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from mmd_operator import __version__
+from mmd_operator.api import crdgen
+from mmd_operator.cli import chart
+from mmd_operator.cli.localcluster.cluster import LocalCluster
+
+from .conftest import Kube, OperatorProcess, Resources, Tools
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / chart.CHART_DIR
+LLAVA = ROOT / "examples" / "llava.yaml"
+SECTIONS = ("spec", "rules", "subjects", "roleRef", "data")
+
+
+def _documents(text: str) -> list[dict[str, Any]]:
+    return [document for document in yaml.safe_load_all(text) if document]
+
+
+def _release_namespace(kube: Kube) -> Iterator[str]:
+    name = f"mmd-system-{uuid.uuid4().hex[:6]}"
+    kube.core.create_namespace(
+        {"metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    )
+    yield name
+    kube.core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture
+def release_namespace(kube: Kube) -> Iterator[str]:
+    """A namespace for the chart's release, where the API server enforces the restricted pod standard."""
+    yield from _release_namespace(kube)
+
+
+def _helm_template(tools: Tools, *args: str) -> str:
+    return tools.run("helm", "template", "mmd", str(CHART), *args).stdout
+
+
+# -- the chart ------------------------------------------------------------------------------------
+
+
+def test_the_chart_lints_strictly_and_the_api_server_accepts_what_it_renders_in_both_modes(
+    tools: Tools, release_namespace: str, namespace: str
+) -> None:
+    chart_yaml = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart_yaml["appVersion"] == __version__
+    modes = {"cluster-wide": [], "namespaced": ["--set", f"watchNamespaces={{{namespace}}}"]}
+    for mode, values in modes.items():
+        tools.run("helm", "lint", "--strict", str(CHART), *values)
+        rendered = _helm_template(tools, "-n", release_namespace, *values)
+        kinds = sorted(d["kind"] for d in _documents(rendered))
+        if mode == "cluster-wide":
+            roles = ["ClusterRole", "ClusterRoleBinding"]
+            common = ["ServiceAccount", "CustomResourceDefinition", "Service", "Deployment"]
+            assert kinds == sorted([*common, *roles])
+        else:
+            # Not one cluster-wide permission: a Role and its binding in each watched namespace.
+            assert kinds == sorted(
+                ["ServiceAccount", "CustomResourceDefinition", "Role", "RoleBinding", "Service", "Deployment"]
+            )
+        manifest = Path(tools.env["HOME"]) / f"rendered-{mode}.yaml"
+        manifest.write_text(rendered)
+        applied = tools.run("kubectl", "apply", "--dry-run=server", "--server-side", "-f", str(manifest))
+        assert "serverside-applied (server dry run)" in applied.stdout
+    monitor = _helm_template(tools, "--set", "metrics.serviceMonitor.enabled=true")
+    assert "kind: ServiceMonitor" in monitor
+    without_crd = _helm_template(tools, "--set", "crds.enabled=false")
+    assert "CustomResourceDefinition" not in without_crd
+    crd = next(d for d in _documents(_helm_template(tools)) if d["kind"] == "CustomResourceDefinition")
+    # The chart's CRD is the generated one, never a copy that could age.
+    assert crd["spec"] == crdgen.crd()["spec"]
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    kept = next(
+        d
+        for d in _documents(_helm_template(tools, "--set", "crds.keep=false"))
+        if d["kind"] == "CustomResourceDefinition"
+    )
+    assert "annotations" not in kept["metadata"]
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        (["--set", "workers=0"], "workers"),
+        (["--set", "logging.format=xml"], "format"),
+        (["--set", "engineCache.accessMode=ReadMany"], "accessMode"),
+        (["--set", "wokers=4"], "wokers"),
+    ],
+)
+def test_the_values_schema_refuses_a_bad_value_by_name(tools: Tools, values: list[str], says: str) -> None:
+    result = tools.run("helm", "template", "mmd", str(CHART), *values, check=False)
+    assert result.returncode != 0 and "values don't meet the specifications of the schema" in result.stderr
+    assert says in result.stderr
+
+
+def test_every_value_reaches_the_operator_as_its_setting(tools: Tools) -> None:
+    rendered = _helm_template(
+        tools,
+        "--set", "watchNamespaces={a,b}", "--set", "workers=3", "--set", "resyncSeconds=90",
+        "--set", "engineCache.storageClassName=fast", "--set", "images.serving=mirror.example/serving:1",
+        "--set", "logging.format=json", "--set", "metrics.port=9100",
+    )  # fmt: skip
+    deployment = next(d for d in _documents(rendered) if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["MMD_NAMESPACES"] == "a,b" and env["MMD_WORKERS"] == "3"
+    assert env["MMD_RESYNC_SECONDS"] == "90" and env["MMD_ENGINE_CACHE_STORAGE_CLASS"] == "fast"
+    assert env["MMD_SERVING_IMAGE"] == "mirror.example/serving:1" and env["MMD_LOG_FORMAT"] == "json"
+    assert env["MMD_METRICS_PORT"] == "9100"
+    assert {"name": "metrics", "containerPort": 9100} in container["ports"]
+    # Every variable is a setting the operator reads.
+    from mmd_operator.config import OperatorConfig
+
+    config = OperatorConfig.from_env(env)
+    assert config.namespaces == ("a", "b") and config.serving_image == "mirror.example/serving:1"
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+
+
+# -- plain manifests ------------------------------------------------------------------------------
+
+
+def _live(tools: Tools, documents: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The live objects of `documents`, by kind and name, with what the chart decides of each."""
+    found = {}
+    for document in documents:
+        kind, name = document["kind"], document["metadata"]["name"]
+        args = ["kubectl", "get", kind, name, "-o", "json"]
+        if "namespace" in document["metadata"]:
+            args += ["-n", document["metadata"]["namespace"]]
+        live = json.loads(tools.run(*args).stdout)
+        for allocated in ("clusterIP", "clusterIPs"):  # the API server picks a fresh address each time
+            live.get("spec", {}).pop(allocated, None)
+        found[(kind, name)] = {
+            "labels": live["metadata"].get("labels"),
+            **{section: live.get(section) for section in SECTIONS},
+        }
+    return found
+
+
+def test_plain_manifests_are_the_chart_and_install_the_same_operator(tools: Tools, binaries: Any) -> None:
+    committed = (ROOT / chart.PLAIN_MANIFESTS).read_text()
+    assert committed == chart.plain_manifests(binaries.path("helm"), ROOT), (
+        f"{chart.PLAIN_MANIFESTS} is stale; run `make generate`"
+    )
+    documents = [d for d in _documents(committed) if d["kind"] != "Namespace"]
+    tools.run("kubectl", "apply", "--server-side", "-f", str(ROOT / "crds"), "-f", str(ROOT / "deploy"))
+    try:
+        plain = _live(tools, documents)
+    finally:
+        tools.run("kubectl", "delete", "-f", str(ROOT / "deploy"), "--wait=true", timeout=180)
+    tools.run(
+        "helm", "install", "mmd-operator", str(CHART), "-n", chart.PLAIN_NAMESPACE, "--create-namespace",
+        "--set", "crds.enabled=false",
+    )  # fmt: skip
+    try:
+        helm = _live(tools, documents)
+    finally:
+        tools.run("helm", "uninstall", "mmd-operator", "-n", chart.PLAIN_NAMESPACE, "--wait")
+        tools.run("kubectl", "delete", "namespace", chart.PLAIN_NAMESPACE, "--wait=false")
+    assert plain == helm
+
+
+# -- least privilege, proven by running on it -----------------------------------------------------
+
+
+def _token_kubeconfig(local_cluster: LocalCluster, token: str, path: Path) -> Path:
+    admin = yaml.safe_load(local_cluster.kubeconfig.read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "local", "cluster": cluster}],
+                "users": [{"name": "operator", "user": {"token": token}}],
+                "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
+                "current-context": "operator",
+            }
+        )
+    )
+    return path
+
+
+def _can(tools: Tools, who: str, *args: str) -> bool:
+    result = tools.run("kubectl", "auth", "can-i", f"--as={who}", *args, check=False)
+    return result.stdout.strip() == "yes"
+
+
+@pytest.mark.parametrize("mode", ["cluster-wide", "namespaced"])
+def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more(
+    mode: str,
+    kube: Kube,
+    tools: Tools,
+    local_cluster: LocalCluster,
+    operator: OperatorProcess,
+    crd: None,
+    resources: Resources,
+    namespace: str,
+    release_namespace: str,
+    tmp_path: Path,
+) -> None:
+    other = next(_release_namespace(kube))
+    values = ["--set", "crds.enabled=false"]
+    if mode == "namespaced":
+        values += ["--set", f"watchNamespaces={{{namespace}}}"]
+    release = f"mmd-{mode}"
+    tools.run("helm", "install", release, str(CHART), "-n", release_namespace, *values)
+    account = f"{release}-mmd-operator"
+    who = f"system:serviceaccount:{release_namespace}:{account}"
+    token = tools.run("kubectl", "create", "token", account, "-n", release_namespace, "--duration=1h").stdout
+    kubeconfig = _token_kubeconfig(local_cluster, token.strip(), tmp_path / "token.kubeconfig")
+    whoami = tools.run("kubectl", "--kubeconfig", str(kubeconfig), "auth", "whoami", "-o", "json")
+    assert json.loads(whoami.stdout)["status"]["userInfo"]["username"] == who
+
+    operator.stop()  # the session's cluster-admin operator: nobody else may do the work
+    token_operator = OperatorProcess(
+        kubeconfig,
+        tmp_path / "operator.log",
+        namespaces=(namespace,) if mode == "namespaced" else (),
+    )
+    try:
+        token_operator.start()
+        # Build, serve, change, delete.
+        document = yaml.safe_load(LLAVA.read_text())
+        resources.apply(document)
+        resources.wait_phase("llava", "Building")
+        first = resources.wait_phase("llava", "Ready")["status"]
+        changed = copy.deepcopy(document)
+        changed["spec"].setdefault("serving", {})["streaming"] = True
+        resources.apply(changed)
+        second = resources.wait_phase("llava", "Ready")["status"]
+        assert second["modelRepository"] != first["modelRepository"]
+        if mode == "namespaced":
+            # Outside its namespaces the operator sees nothing and touches nothing.
+            outside = Resources(kube=kube, custom=resources.custom, namespace=other)
+            outside.apply(yaml.safe_load(LLAVA.read_text()))
+        resources.delete("llava")
+        kube.wait_for(
+            "every child of llava to go",
+            lambda: (
+                not kube.apps.list_namespaced_deployment(namespace).items
+                and not kube.core.list_namespaced_service(namespace).items
+                and not kube.core.list_namespaced_config_map(
+                    namespace, label_selector="app.kubernetes.io/instance=llava"
+                ).items
+            ),
+            timeout=90,
+        )
+        if mode == "namespaced":
+            assert "status" not in outside.get("llava") or outside.get("llava")["status"].get("phase") is None
+        log = token_operator.output()
+        assert "Forbidden" not in log and " 403" not in log, log[-3000:]
+    finally:
+        token_operator.stop()
+        operator.start()
+
+    # What it may do, and a sample of what it must not.
+    where = ["-n", namespace]
+    assert _can(tools, who, "create", "jobs.batch", *where)
+    resource = "multimodaldeployments.serving.multimodal.dev"
+    assert _can(tools, who, "patch", resource, "--subresource=status", *where)
+    assert _can(tools, who, "get", "secrets", *where)
+    must_not = [
+        ["list", "secrets", *where],
+        ["watch", "secrets", *where],
+        ["create", "pods", *where],
+        ["patch", "multimodaldeployments.serving.multimodal.dev", *where],
+        ["delete", "multimodaldeployments.serving.multimodal.dev", *where],
+        ["patch", "nodes"],
+        ["create", "nodes"],
+        ["update", "customresourcedefinitions.apiextensions.k8s.io"],
+        ["get", "certificates.cert-manager.io", *where],
+        ["create", "clusterrolebindings.rbac.authorization.k8s.io"],
+        ["create", "roles.rbac.authorization.k8s.io", *where],
+        ["create", "serviceaccounts/token", *where],
+    ]
+    if mode == "namespaced":
+        # Cluster-wide, every namespace is the operator's and it may `get` a Secret a resource names in
+        # any of them; confined to its namespaces, it may not see one anywhere else.
+        must_not += [["get", "secrets", "-n", other], ["get", "secrets", "-n", "kube-system"]]
+        must_not += [["get", "multimodaldeployments.serving.multimodal.dev", "-n", other]]
+        must_not += [["create", "jobs.batch", "-n", other], ["list", "customresourcedefinitions"]]
+    allowed = [" ".join(args) for args in must_not if _can(tools, who, *args)]
+    assert allowed == [], f"the operator's ServiceAccount may: {allowed}"
+    tools.run("helm", "uninstall", release, "-n", release_namespace, "--wait")
+    kube.core.delete_namespace(other, propagation_policy="Background")
+
+
+# -- upgrade and uninstall ------------------------------------------------------------------------
+
+
+NEW_FIELD = "sharedMemorySize"
+
+
+def _previous_chart(directory: Path) -> Path:
+    """This chart as its previous version: 0.0.9, whose CRD did not have serving.sharedMemorySize yet."""
+    previous = directory / "mmd-operator"
+    shutil.copytree(CHART, previous)
+    chart_yaml = yaml.safe_load((previous / "Chart.yaml").read_text())
+    (previous / "Chart.yaml").write_text(yaml.safe_dump({**chart_yaml, "version": "0.0.9"}))
+    older = crdgen.crd()
+    serving = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    del serving["serving"]["properties"][NEW_FIELD]
+    serving["serving"]["default"].pop(NEW_FIELD, None)  # the section's filled-in default
+    (previous / "templates" / "crd.yaml").write_text(chart.crd_template(older))
+    return previous
+
+
+def _crd_has_new_field(api_client: k8s.ApiClient) -> bool:
+    name = crdgen.crd()["metadata"]["name"]
+    live = api_client.sanitize_for_serialization(
+        k8s.ApiextensionsV1Api(api_client).read_custom_resource_definition(name)
+    )
+    schema = live["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return NEW_FIELD in schema["properties"]["spec"]["properties"]["serving"]["properties"]
+
+
+def test_helm_upgrade_upgrades_the_crd_and_uninstall_keeps_the_crd_the_resources_and_the_engine_cache(
+    kube: Kube,
+    tools: Tools,
+    api_client: k8s.ApiClient,
+    operator: OperatorProcess,
+    crd: None,
+    resources: Resources,
+    namespace: str,
+    release_namespace: str,
+    tmp_path: Path,
+) -> None:
+    release = "mmd-upgrade"
+    name = crdgen.crd()["metadata"]["name"]
+    # The session installed the CRD without Helm; hand it over as `helm` documents for adoption.
+    tools.run("kubectl", "label", "crd", name, "app.kubernetes.io/managed-by=Helm", "--overwrite")
+    tools.run(
+        "kubectl", "annotate", "crd", name, f"meta.helm.sh/release-name={release}",
+        f"meta.helm.sh/release-namespace={release_namespace}", "--overwrite",
+    )  # fmt: skip
+    tools.run("helm", "install", release, str(_previous_chart(tmp_path)), "-n", release_namespace)
+    assert not _crd_has_new_field(api_client)
+    document = yaml.safe_load(LLAVA.read_text())
+    manifest = tmp_path / "llava.yaml"
+    with_field = copy.deepcopy(document)
+    with_field["metadata"]["namespace"] = namespace
+    with_field["spec"].setdefault("serving", {})[NEW_FIELD] = "4Gi"
+    manifest.write_text(yaml.safe_dump(with_field))
+    refused = tools.run("kubectl", "apply", "--server-side", "-f", str(manifest), check=False)
+    assert refused.returncode != 0 and NEW_FIELD in refused.stderr  # the old schema does not know it
+    resources.apply(document)
+    resources.wait_phase("llava", "Ready")
+
+    tools.run("helm", "upgrade", release, str(CHART), "-n", release_namespace)
+    assert _crd_has_new_field(api_client)
+    tools.run("kubectl", "apply", "--server-side", "-f", str(manifest))
+    upgraded = resources.wait_phase("llava", "Ready")
+    assert upgraded["spec"]["serving"][NEW_FIELD] == "4Gi" and upgraded["metadata"]["generation"] == 2
+
+    tools.run("helm", "uninstall", release, "-n", release_namespace, "--wait")
+    assert tools.run("helm", "list", "-n", release_namespace, "-q").stdout.strip() == ""
+    assert _crd_has_new_field(api_client)  # kept: crds.keep
+    assert resources.get("llava")["status"]["phase"] == "Ready"
+    claims = [c.metadata.name for c in kube.core.list_namespaced_persistent_volume_claim(namespace).items]
+    assert claims == ["mmd-engine-cache"]
+    assert not kube.apps.list_namespaced_deployment(release_namespace).items  # the operator went
