@@ -169,6 +169,7 @@ class Controller:
         """A MultimodalDeployment was listed, added, changed or deleted."""
         metadata = body.get("metadata", {})
         key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+        _log.debug("%s %s/%s at %s", event_type or "LISTED", *key, metadata.get("resourceVersion"))
         if event_type == "DELETED":
             self.store.drop(cached.RESOURCES, *key)
             self.reconciler.forget(*key)

@@ -21,7 +21,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from mmd_operator import metrics
-from mmd_operator.api.v1alpha1 import MultimodalDeployment, MultimodalDeploymentStatus, Phase
+from mmd_operator.api.v1alpha1 import (
+    API_VERSION,
+    KIND,
+    MultimodalDeployment,
+    MultimodalDeploymentStatus,
+    Phase,
+)
 from mmd_operator.api.validation import InvalidSpecError, name_problem
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import engine_build, hashing, pods
@@ -38,6 +44,12 @@ _log = logging.getLogger(__name__)
 PLAN_CACHE_SIZE = 2048
 # Plans are derived from the spec alone; this stands in for the name while planning.
 PLAN_NAME = "plan"
+# How long to wait before reading again a resource whose spec read two ways.
+REREAD_SECONDS = 2.0
+# How long after a new generation arrives the operator reads it once more (see `_settled_body`).
+CONFIRM_SECONDS = 3.0
+# What `_settled_body` returns while a resource's spec reads two ways.
+_UNSETTLED: Mapping[str, Any] = {"metadata": {}}
 Key = tuple[str, str]
 
 
@@ -73,6 +85,11 @@ class Reconciler:
         self._users_lock = threading.Lock()
         self._phases: dict[Key, Phase | None] = {}
         self._phases_lock = threading.Lock()
+        # The spec each resource was last reconciled with, by uid and generation (see `_settled_body`).
+        self._specs: dict[Key, tuple[str, int, str]] = {}
+        self._reread: set[Key] = set()
+        self._confirm: dict[Key, float] = {}
+        self._specs_lock = threading.Lock()
 
     # -- who uses what ---------------------------------------------------------------------------
 
@@ -94,6 +111,10 @@ class Reconciler:
         """The resource was deleted: its children go with the garbage collector."""
         with self._users_lock:
             self._users.pop((namespace, name), None)
+        with self._specs_lock:
+            self._specs.pop((namespace, name), None)
+            self._reread.discard((namespace, name))
+            self._confirm.pop((namespace, name), None)
         self._publish_phase(namespace, name, None)
 
     # -- one reconcile ---------------------------------------------------------------------------
@@ -133,7 +154,9 @@ class Reconciler:
     def reconcile(self, namespace: str, name: str) -> Outcome:
         """Bring one resource's children and status in line with its spec."""
         started = time.perf_counter()
-        body = self.store.get(cached.RESOURCES, namespace, name)
+        body = self._settled_body(namespace, name)
+        if body is _UNSETTLED:
+            return Outcome(phase=None, writes=0, requeue_after=REREAD_SECONDS)
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             self.forget(namespace, name)
             return Outcome(phase=None, writes=0)
@@ -153,7 +176,63 @@ class Reconciler:
             metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         metrics.RECONCILES.labels(outcome="changed" if outcome.writes else "unchanged").inc()
         self._publish_phase(namespace, name, outcome.phase)
+        with self._specs_lock:
+            due = self._confirm.get((namespace, name))
+        if due is not None:
+            wait = max(due - time.monotonic(), 0.1)
+            requeue = min(wait, outcome.requeue_after) if outcome.requeue_after is not None else wait
+            outcome = Outcome(phase=outcome.phase, writes=outcome.writes, requeue_after=requeue)
         return outcome
+
+    def _settled_body(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The resource to reconcile, or `_UNSETTLED` while its spec reads two ways.
+
+        A generation has one spec. Right after its CRD changes, the API server can still answer some
+        reads and watches through the old schema, which prunes the fields it does not know: the same
+        generation then arrives in two shapes, and acting on the pruned one would roll the pods back.
+        When that happens the operator waits, then reads the resource again, until two reads agree.
+        """
+        key = (namespace, name)
+        with self._specs_lock:
+            due = self._confirm.get(key)
+            confirm = due is not None and time.monotonic() >= due
+            if confirm:
+                del self._confirm[key]
+            reread = key in self._reread or confirm
+            self._reread.discard(key)
+        if reread:
+            fresh = self.client.get(API_VERSION, KIND, namespace, name)
+            if fresh is None:
+                return None
+            self.store.put(cached.RESOURCES, fresh)
+        body: Mapping[str, Any] | None = self.store.get(cached.RESOURCES, namespace, name)
+        if body is None:
+            return None
+        metadata = body.get("metadata", {})
+        seen = (
+            str(metadata.get("uid", "")),
+            int(metadata.get("generation", 1)),
+            hashing.digest(body.get("spec")),
+        )
+        with self._specs_lock:
+            last = self._specs.get(key)
+            self._specs[key] = seen
+            if last is not None and last[0] == seen[0] and last[1] < seen[1]:
+                # A new generation: read it once more when any old schema has surely gone, since the
+                # read that brought it may have been the last event to come.
+                self._confirm[key] = time.monotonic() + CONFIRM_SECONDS
+            if last is not None and last[:2] == seen[:2] and last[2] != seen[2]:
+                self._reread.add(key)
+                _log.warning(
+                    "%s/%s generation %d reads with two different specs (its CRD just changed?); "
+                    "reading it again in %.0f s",
+                    namespace,
+                    name,
+                    seen[1],
+                    REREAD_SECONDS,
+                )
+                return _UNSETTLED
+        return body
 
     def _publish_phase(self, namespace: str, name: str, phase: Phase | None) -> None:
         # Workers run in parallel: tally under the lock so no thread counts a dict another one is changing.

@@ -196,8 +196,15 @@ class OperatorProcess:
     """`python -m mmd_operator` (what the operator image runs) as a child process of the test session."""
 
     def __init__(
-        self, kubeconfig: Path, log: Path, *, namespaces: tuple[str, ...] = (), **settings: str
+        self,
+        kubeconfig: Path,
+        log: Path,
+        *,
+        namespaces: tuple[str, ...] = (),
+        command: tuple[str, ...] = (sys.executable, "-m", "mmd_operator"),
+        **settings: str,
     ) -> None:
+        self.command = command
         self.kubeconfig = kubeconfig
         self.log = log
         self.namespaces = namespaces
@@ -219,7 +226,7 @@ class OperatorProcess:
             "MMD_WORKERS": "4",
             **self.settings,
         }
-        args = [sys.executable, "-m", "mmd_operator"]
+        args = list(self.command)
         for namespace in self.namespaces:
             args += ["--namespace", namespace]
         offset = self.log.stat().st_size if self.log.exists() else 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -240,6 +241,7 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
         kubeconfig,
         tmp_path / "operator.log",
         namespaces=(namespace,) if mode == "namespaced" else (),
+        command=(str(Path(sys.executable).with_name("mmctl")), "operator"),
     )
     try:
         token_operator.start()
@@ -373,7 +375,19 @@ def test_helm_upgrade_upgrades_the_crd_and_uninstall_keeps_the_crd_the_resources
     tools.run("helm", "upgrade", release, str(CHART), "-n", release_namespace)
     assert _crd_has_new_field(api_client)
     tools.run("kubectl", "apply", "--server-side", "-f", str(manifest))
-    upgraded = resources.wait_phase("llava", "Ready")
+
+    # For a moment after a CRD changes, the API server may still answer through the old schema, which
+    # prunes the new field: the operator can then see generation 2 without it and roll the pods back
+    # once before it sees it again. What must hold is where it ends: the pods carry the new value.
+    def rolled_to_new_value() -> bool:
+        body = resources.get("llava")
+        status = body.get("status") or {}
+        deployment = kube.apps.read_namespaced_deployment("llava", namespace)
+        shm = [v.empty_dir.size_limit for v in deployment.spec.template.spec.volumes if v.empty_dir]
+        return status.get("phase") == "Ready" and status.get("observedGeneration") == 2 and "4Gi" in shm
+
+    kube.wait_for("llava to be Ready on pods with the new field's value", rolled_to_new_value, timeout=150)
+    upgraded = resources.get("llava")
     assert upgraded["spec"]["serving"][NEW_FIELD] == "4Gi" and upgraded["metadata"]["generation"] == 2
 
     tools.run("helm", "uninstall", release, "-n", release_namespace, "--wait")

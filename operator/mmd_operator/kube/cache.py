@@ -72,13 +72,25 @@ class Cache:
         self._by_cache_key: dict[tuple[str, str, str], set[str]] = defaultdict(set)
         self._by_job: dict[tuple[str, str], set[str]] = defaultdict(set)
         self._synced: set[str] = set()
+        # resourceVersions are etcd revisions: an older one is a version the cache has seen superseded.
+        self._versions: dict[str, dict[Key, str]] = defaultdict(dict)
 
     def put(self, kind: Kind, obj: Mapping[str, Any]) -> Key:
-        """Store (or replace) the fact of `obj`."""
+        """Store (or replace) the fact of `obj`, unless the cache holds a newer version of it.
+
+        The operator puts what its own writes return, and a watch can deliver an older version after
+        that (a late event, or a replay when a watch restarts, as when the CRD changes); acting on it
+        would undo a write or report a world that has moved on.
+        """
         metadata = obj.get("metadata") or {}
         key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+        version = str(metadata.get("resourceVersion", ""))
         value = kind.convert(obj)
         with self._lock:
+            held = self._versions[kind.kind].get(key, "")
+            if version.isdigit() and held.isdigit() and int(version) < int(held):
+                return key
+            self._versions[kind.kind][key] = version
             self._unindex(kind.kind, key)
             self._objects[kind.kind][key] = value
             self._index(kind.kind, key, _labels_of(value) or (metadata.get("labels") or {}))
@@ -89,6 +101,7 @@ class Cache:
         with self._lock:
             self._unindex(kind.kind, (namespace, name))
             self._objects[kind.kind].pop((namespace, name), None)
+            self._versions[kind.kind].pop((namespace, name), None)
 
     def replace_all(
         self, kind: Kind, items: Sequence[Mapping[str, Any]], namespace: str | None = None

@@ -1,0 +1,39 @@
+"""The operator's watch-fed cache never goes back to a version it has seen superseded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mmd_operator.kube import cache as cached
+
+
+def _deployment(version: str, digest: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "llava",
+            "namespace": "ml",
+            "resourceVersion": version,
+            "annotations": {"serving.multimodal.dev/applied-hash": digest},
+        },
+        "spec": {"replicas": 1},
+        "status": {},
+    }
+
+
+def test_a_late_event_of_an_older_version_does_not_replace_a_newer_one() -> None:
+    store = cached.Cache()
+    store.put(cached.DEPLOYMENTS, _deployment("120", "new"))  # what the operator's own apply returned
+    store.put(cached.DEPLOYMENTS, _deployment("97", "old"))  # the watch catching up, or replaying
+    assert store.get(cached.DEPLOYMENTS, "ml", "llava").meta.resource_version == "120"
+    store.put(cached.DEPLOYMENTS, _deployment("121", "newer"))
+    assert store.get(cached.DEPLOYMENTS, "ml", "llava").meta.resource_version == "121"
+
+
+def test_after_a_deletion_any_version_is_taken() -> None:
+    store = cached.Cache()
+    store.put(cached.DEPLOYMENTS, _deployment("120", "a"))
+    store.drop(cached.DEPLOYMENTS, "ml", "llava")
+    store.put(cached.DEPLOYMENTS, _deployment("5", "b"))
+    assert store.get(cached.DEPLOYMENTS, "ml", "llava").meta.resource_version == "5"
