@@ -49,10 +49,8 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     # No watch on CustomResourceDefinitions (which would need a cluster-wide role): kopf discovers the
     # resources once, after `startup`, which waits for the CRD.
     settings.scanning.disabled = True
-    # Watches are renewed every minute (from where they left off: no listing): when the CRD changes, the
-    # API server's old handler can keep a watch open and silent, and this bounds how long.
-    settings.watching.server_timeout = 60
-    settings.watching.client_timeout = 90
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
     settings.execution.max_workers = 4
     for kind, selector in WATCHED:
