@@ -82,5 +82,10 @@ triton-server: venv
 	@scripts/install-tritonserver.sh $(VENV)
 
 # Per-request overhead of the ensemble against the LLM double alone (200 requests each).
+# The operator at scale against the API server's floor (benchmarks/operator_scale.py; issue 11, in progress).
+.PHONY: bench
+bench: venv
+	$(BIN)/python -m benchmarks.operator_scale $(ARGS)
+
 bench-triton: triton-server
 	$(BIN)/python -m benchmarks.ensemble_overhead
