@@ -56,6 +56,12 @@ def release_namespace(kube: Kube) -> Iterator[str]:
     yield from _release_namespace(kube)
 
 
+@pytest.fixture
+def other_namespace(kube: Kube) -> Iterator[str]:
+    """A namespace the operator is not given."""
+    yield from _release_namespace(kube)
+
+
 def _helm_template(tools: Tools, *args: str) -> str:
     return tools.run("helm", "template", "mmd", str(CHART), *args).stdout
 
@@ -221,9 +227,10 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
     resources: Resources,
     namespace: str,
     release_namespace: str,
+    other_namespace: str,
     tmp_path: Path,
 ) -> None:
-    other = next(_release_namespace(kube))
+    other = other_namespace
     values = ["--set", "crds.enabled=false"]
     if mode == "namespaced":
         values += ["--set", f"watchNamespaces={{{namespace}}}"]
@@ -308,7 +315,6 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
     allowed = [" ".join(args) for args in must_not if _can(tools, who, *args)]
     assert allowed == [], f"the operator's ServiceAccount may: {allowed}"
     tools.run("helm", "uninstall", release, "-n", release_namespace, "--wait")
-    kube.core.delete_namespace(other, propagation_policy="Background")
 
 
 # -- upgrade and uninstall ------------------------------------------------------------------------

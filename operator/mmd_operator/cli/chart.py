@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import textwrap
 from pathlib import Path
 from typing import Any, Literal
 
@@ -201,20 +202,8 @@ def values_schema() -> dict[str, Any]:
 
 
 def _comment(text: str, indent: str) -> list[str]:
-    words = " ".join(text.split())
-    return [f"{indent}# {line}" for line in _wrap(words, 100 - len(indent))]
-
-
-def _wrap(text: str, width: int) -> list[str]:
-    lines: list[str] = []
-    current = ""
-    for word in text.split(" "):
-        if current and len(current) + 1 + len(word) > width:
-            lines.append(current)
-            current = word
-        else:
-            current = f"{current} {word}" if current else word
-    return [*lines, current]
+    lines = textwrap.wrap(text, 100 - len(indent), break_long_words=False, break_on_hyphens=False)
+    return [f"{indent}# {line}" for line in lines]
 
 
 def _yaml_lines(model: BaseModel, indent: str) -> list[str]:
