@@ -1,17 +1,31 @@
 """The operator at scale against the API server's own floor, on the local control plane (`make bench`).
 
-For each N: the *floor* creates, by a tight client loop at the operator's concurrency, exactly the
-objects N resources lead to (the engine-index reads, the claim, one build Job per distinct engine and,
-once built, every repository ConfigMap, Deployment and Service: `desired.state.manifests`), and waits
-until every Deployment is available. Then the *operator* (its own process) gets the N resources applied
-at once and is timed until every one is Ready. Both wait on the same kwok-played builds and pods, so
-`T_op / T_floor` is what the operator costs over the API server's work. The resource mix: about 10 %
-distinct engines (llava at several batch sizes, whisper, llava TP 2 with FP8), the rest cache hits or
-shared builds.
+For each N (ascending), on one control plane with kwok GPU nodes:
 
-Work in progress (issue 11): floor and operator times per N, API requests per reconcile, the operator's
-CPU seconds and peak RSS. Not yet: steady-state writes over 2 minutes, apply-to-first-child latency,
-the plot, the JSON report and the targets' exit code.
+- **Floor**: a tight client loop, at the operator's concurrency, creates exactly the objects N resources
+  lead to (the engine-index reads, the claim, one build Job per distinct engine and, once built, every
+  repository ConfigMap, Deployment and Service: `desired.state.manifests`), and the clock stops when every
+  Deployment is available. `T_floor` is what the API server, the controllers and kwok need for that work.
+- **Operator**: the operator (its own process, on a ServiceAccount token) gets N resources applied at
+  once, and the clock stops when every one is Ready for its generation: `T_op`. Both wait on the same
+  kwok-played builds and pods, so `T_op / T_floor` is what the operator adds. The mix: about 10 %
+  distinct engines (llava at several batch sizes, whisper, llava TP 2 with FP8), the rest cache hits
+  or shared builds. Cost: the operator's API requests per reconcile (its own metrics), CPU seconds and
+  peak resident memory (/proc).
+
+At the largest N, with every resource Ready and the operator idle:
+
+- **Steady state**: the operator's requests over a window, as the API server's audit log records them
+  for the operator's ServiceAccount (writes, gets and lists, watches), and its own client's counters.
+- **Latency**: single applies of new resources, one at a time: apply to the operator's first child
+  write, then a serving change of each, apply to the write of its rolled Deployment; both measured
+  between the API server's own timestamps in the audit log.
+
+Writes `operator-scale.json` (every figure, with the CPU seconds of each process and the API server's
+time by request kind in each run), `operator-scale.png` (resources Ready over time, operator against
+floor, per N) and `operator-scale.md` (the summary table) into the results directory, prints the
+table, and exits non-zero when a target is missed. `--short` (N = 100, a short window, 10 applies) checks the harness inside `make test`; there the
+timing targets are reported but not enforced, only zero steady-state writes is.
 """
 
 from __future__ import annotations
@@ -21,34 +35,76 @@ import concurrent.futures
 import copy
 import json
 import os
+import platform
+import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client as k8s
 from kubernetes import watch
+from tqdm import tqdm
 
 from mmd_operator.api import crdgen
+from mmd_operator.cli.localcluster import audit
 from mmd_operator.cli.localcluster.cluster import LocalCluster
 from mmd_operator.cli.localcluster.objects import NodePool
 from mmd_operator.cli.localcluster.processes import free_port
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import state
+from mmd_operator.desired import labels, state
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.plan.resource_plan import plan_resource
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
 GROUP, VERSION, PLURAL = "serving.multimodal.dev", "v1alpha1", "multimodaldeployments"
 WORKERS = 8  # the operator's default concurrency; the floor uses the same
 STALL_SECONDS = 120.0  # no new ready object for this long: something is wrong, stop
+PROFILE = bool(os.environ.get("MMD_BENCH_PROFILE"))  # record the operator with py-spy (raw stacks)
+HARNESS_AGENT = "mmd-bench/harness"
+ACCOUNT_NAMESPACE, ACCOUNT = "mmd-bench", "operator"
+OPERATOR_USER = f"system:serviceaccount:{ACCOUNT_NAMESPACE}:{ACCOUNT}"
+SETTLE_SECONDS = 10.0  # after the last Ready, before the steady-state window opens
+SERVING_CHANGE = {"serving": {"kvCacheFreeGpuMemFraction": 0.85}}  # re-renders the repository: a rollout
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of the issue's targets and whether the run met it."""
+
+    name: str
+    value: float
+    limit: float
+    enforced: bool
+
+    @property
+    def met(self) -> bool:
+        """Whether `value` is within `limit`."""
+        return self.value <= self.limit
+
+
+@dataclass
+class Report:
+    """Every figure of one run."""
+
+    machine: dict[str, Any]
+    sizes: list[dict[str, Any]] = field(default_factory=list)
+    steady: dict[str, Any] = field(default_factory=dict)
+    latency: dict[str, Any] = field(default_factory=dict)
+    targets: list[Target] = field(default_factory=list)
 
 
 def say(text: str) -> None:
@@ -56,20 +112,8 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-def progress(label: str, done: int, total: int, started: float) -> None:
-    """Redraw one progress bar line."""
-    width = 30
-    filled = int(width * done / max(total, 1))
-    bar = "#" * filled + "." * (width - filled)
-    print(
-        f"\r    {label:<9} [{bar}] {done:>5}/{total} {time.monotonic() - started:6.1f} s", end="", flush=True
-    )
-    if done >= total:
-        print(flush=True)
-
-
 def resource_mix(count: int) -> list[dict[str, Any]]:
-    """`count` resources, about a tenth of them with an engine of their own; one in ten TP 2."""
+    """`count` resources, about a tenth of them with an engine of their own; one in a hundred TP 2."""
     templates = {
         name: yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text())
         for name in ("llava", "whisper", "llava-tp2-fp8")
@@ -90,51 +134,134 @@ def resource_mix(count: int) -> list[dict[str, Any]]:
     return resources
 
 
-@dataclass
-class Timeline:
-    """When each of N things became ready, seconds after the start."""
-
-    started: float
-    ready_at: dict[str, float]
-
-    def mark(self, name: str) -> None:
-        """`name` is ready now."""
-        self.ready_at.setdefault(name, time.monotonic() - self.started)
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def watch_until(
-    list_call: Callable[..., Any],
-    args: tuple[Any, ...],
-    is_ready: Callable[[dict[str, Any]], bool],
-    expected: int,
-    label: str,
-    timeout: float,
-) -> Timeline:
-    """Watch until `expected` objects passed `is_ready`, drawing progress; stop when it stalls."""
-    timeline = Timeline(started=time.monotonic(), ready_at={})
-    deadline = time.monotonic() + timeout
-    version = ""
-    last_progress = time.monotonic()
-    while len(timeline.ready_at) < expected and time.monotonic() < deadline:
-        if time.monotonic() - last_progress > STALL_SECONDS:
-            break
-        stream = watch.Watch().stream(list_call, *args, resource_version=version, timeout_seconds=5)
-        for event in stream:
-            body = event["object"]
-            body = body if isinstance(body, dict) else k8s.ApiClient().sanitize_for_serialization(body)
-            version = body["metadata"]["resourceVersion"]
-            if is_ready(body) and body["metadata"]["name"] not in timeline.ready_at:
-                timeline.mark(body["metadata"]["name"])
-                last_progress = time.monotonic()
-                progress(label, len(timeline.ready_at), expected, timeline.started)
-            if len(timeline.ready_at) >= expected:
-                break
-    if len(timeline.ready_at) < expected:
-        raise SystemExit(f"{label}: only {len(timeline.ready_at)} of {expected} ready (stalled or timed out)")
-    return timeline
+class CpuMeter:
+    """CPU seconds each control-plane process (and the harness, and the operator) spends in a phase."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        state = cluster.load_state()
+        self.pids = {name: record.pid for name, record in (state.processes if state else {}).items()}
+        self.pids["harness"] = os.getpid()
+
+    def snapshot(self) -> dict[str, float]:
+        """Every process's CPU seconds so far, and the machine's busy seconds (/proc/stat)."""
+        figures = {
+            name: _cpu_seconds(pid) for name, pid in self.pids.items() if Path(f"/proc/{pid}").exists()
+        }
+        ticks = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = ticks[3] + ticks[4]  # idle and iowait
+        figures["machine busy"] = (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
+        figures["machine total"] = sum(ticks) / os.sysconf("SC_CLK_TCK")
+        return figures
+
+    @staticmethod
+    def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        """CPU seconds per process between two snapshots (and the machine's busy share)."""
+        spent = {name: round(after[name] - before[name], 2) for name in after if name in before}
+        total = spent.pop("machine total")
+        spent["machine busy share"] = round(spent.pop("machine busy") / total, 3) if total else 0.0
+        return spent
 
 
-def floor(api: k8s.ApiClient, namespace: str, resources: list[dict[str, Any]]) -> float:
+def server_seconds(api: k8s.ApiClient) -> Counter[str]:
+    """Seconds the API server spent answering, by verb and resource (`apiserver_request_duration_seconds`)."""
+    _, url, headers, _, _ = api.param_serialize(
+        method="GET", resource_path="/metrics", auth_settings=["BearerToken"]
+    )
+    response = api.call_api("GET", url, header_params=headers)
+    response.read()
+    spent: Counter[str] = Counter()
+    for line in response.data.decode().splitlines():
+        if not line.startswith("apiserver_request_duration_seconds_sum{"):
+            continue
+        series, value = line.rsplit(" ", 1)
+        fields = {
+            key: raw.strip('"')
+            for key, raw in (part.split("=", 1) for part in series[series.index("{") + 1 : -1].split(","))
+        }
+        if fields.get("verb") == "WATCH":
+            continue  # a watch lasts as long as it is open: its duration says nothing about work
+        subresource = f"/{fields['subresource']}" if fields.get("subresource") else ""
+        spent[f"{fields.get('verb', '')} {fields.get('resource', '')}{subresource}"] += float(value)
+    return spent
+
+
+def _top(before: Counter[str], after: Counter[str], count: int = 8) -> dict[str, float]:
+    spent = Counter({key: after[key] - before.get(key, 0.0) for key in after})
+    return {key: round(value, 2) for key, value in spent.most_common(count) if value > 0}
+
+
+def _plain(body: Any) -> dict[str, Any]:
+    return body if isinstance(body, dict) else k8s.ApiClient().sanitize_for_serialization(body)
+
+
+class Follower:
+    """Watches one kind in a thread and notes when each object first passed `is_ready`."""
+
+    def __init__(
+        self,
+        list_call: Callable[..., Any],
+        args: tuple[Any, ...],
+        is_ready: Callable[[dict[str, Any]], bool],
+        expected: int,
+        label: str,
+        started: float,
+        timeout: float = 900.0,
+    ) -> None:
+        self.ready_at: dict[str, float] = {}
+        self._call, self._args, self._is_ready = list_call, args, is_ready
+        self._expected, self._label, self._started, self._timeout = expected, label, started, timeout
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+        self._thread.start()
+
+    def _follow(self) -> None:
+        deadline = time.monotonic() + self._timeout
+        last_progress = time.monotonic()
+        version = ""
+        with tqdm(
+            total=self._expected, desc=f"    {self._label:<9}", mininterval=0.5, file=sys.stdout
+        ) as bar:
+            while len(self.ready_at) < self._expected and time.monotonic() < deadline:
+                if time.monotonic() - last_progress > STALL_SECONDS:
+                    return
+                stream = watch.Watch().stream(
+                    self._call, *self._args, resource_version=version, timeout_seconds=5
+                )
+                for event in stream:
+                    body = _plain(event["object"])
+                    version = body["metadata"]["resourceVersion"]
+                    name = body["metadata"]["name"]
+                    if name not in self.ready_at and self._is_ready(body):
+                        self.ready_at[name] = time.monotonic() - self._started
+                        last_progress = time.monotonic()
+                        bar.update(1)
+                    if len(self.ready_at) >= self._expected:
+                        break
+
+    def wait(self) -> list[float]:
+        """Seconds after the start at which each object became ready, in order; raise when it stalled."""
+        self._thread.join()
+        if len(self.ready_at) < self._expected:
+            raise SystemExit(f"{self._label}: only {len(self.ready_at)} of {self._expected} ready (stalled)")
+        return sorted(self.ready_at.values())
+
+
+def _available(body: dict[str, Any]) -> bool:
+    return (body.get("status") or {}).get("availableReplicas") == body["spec"]["replicas"]
+
+
+def _ready_for_generation(body: dict[str, Any]) -> bool:
+    status = body.get("status") or {}
+    return (
+        status.get("phase") == "Ready" and status.get("observedGeneration") == body["metadata"]["generation"]
+    )
+
+
+def floor(api: k8s.ApiClient, namespace: str, resources: list[dict[str, Any]]) -> tuple[float, list[float]]:
     """Create what the operator would create for `resources`, as fast as the API server allows."""
     config = OperatorConfig()
     client = KubeClient(api, field_manager="mmd-floor")  # the operator's own request path
@@ -148,38 +275,33 @@ def floor(api: k8s.ApiClient, namespace: str, resources: list[dict[str, Any]]) -
             manifest["metadata"].pop("ownerReferences", None)  # no owner exists: keep them from the collector
         per_resource.append((plan.cache_key, objects))
     started = time.monotonic()
+    apps, batch = k8s.AppsV1Api(api), k8s.BatchV1Api(api)
+    serving = Follower(
+        apps.list_namespaced_deployment, (namespace,), _available, len(resources), "floor", started
+    )
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
         claim = per_resource[0][1][0]
         index = f"{claim['metadata']['name']}-index"
         list(pool.map(lambda _: client.get("v1", "ConfigMap", namespace, index), per_resource))
         client.apply(claim)
         jobs = {key: objects[1] for key, objects in per_resource}
-        list(pool.map(client.apply, jobs.values()))
-        batch = k8s.BatchV1Api(api)
-        watch_until(
+        builds = Follower(
             batch.list_namespaced_job,
             (namespace,),
             lambda body: bool((body.get("status") or {}).get("succeeded")),
             len(jobs),
             "builds",
-            600,
+            started,
         )
-        serving = [manifest for _, objects in per_resource for manifest in objects[2:]]
-        list(pool.map(client.apply, serving))
-    apps = k8s.AppsV1Api(api)
-    watch_until(
-        apps.list_namespaced_deployment,
-        (namespace,),
-        lambda body: (body.get("status") or {}).get("availableReplicas") == body["spec"]["replicas"],
-        len(resources),
-        "floor",
-        900,
-    )
-    return time.monotonic() - started
+        list(pool.map(client.apply, jobs.values()))
+        builds.wait()
+        list(pool.map(client.apply, [manifest for _, objects in per_resource for manifest in objects[2:]]))
+    ready = serving.wait()
+    return time.monotonic() - started, ready
 
 
-def release_gpus(core: k8s.CoreV1Api, namespace: str) -> None:
-    """Delete the floor's namespace and wait until its pods are gone (they hold the GPUs)."""
+def release(core: k8s.CoreV1Api, namespace: str) -> None:
+    """Delete a namespace and wait until its pods are gone (they hold the GPUs the next N needs)."""
     core.delete_namespace(namespace, propagation_policy="Background")
     deadline = time.monotonic() + 300
     while core.list_namespaced_pod(namespace, limit=1).items:
@@ -188,138 +310,448 @@ def release_gpus(core: k8s.CoreV1Api, namespace: str) -> None:
         time.sleep(0.5)
 
 
-def _metric(port: int, name: str) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name) and not line.startswith("#")
+def operator_identity(cluster: LocalCluster, api: k8s.ApiClient, work: Path) -> Path:
+    """A ServiceAccount for the operator, so the audit log can tell its requests (reads too) apart."""
+    core, rbac = k8s.CoreV1Api(api), k8s.RbacAuthorizationV1Api(api)
+    core.create_namespace({"metadata": {"name": ACCOUNT_NAMESPACE}})
+    core.create_namespaced_service_account(ACCOUNT_NAMESPACE, {"metadata": {"name": ACCOUNT}})
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": "mmd-bench-operator"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": ACCOUNT_NAMESPACE}],
+        }
     )
+    token = core.create_namespaced_service_account_token(
+        ACCOUNT, ACCOUNT_NAMESPACE, {"spec": {"expirationSeconds": 6 * 3600}}
+    ).status.token
+    return cluster.token_kubeconfig(token, work / "operator.kubeconfig")
 
 
-def _process_figures(pid: int) -> tuple[float, float]:
-    """CPU seconds and peak resident MiB of process `pid`."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(fields[11]) + int(fields[12])) / ticks
-    status = Path(f"/proc/{pid}/status").read_text()
-    peak_kib = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
-    return cpu, peak_kib / 1024
+class Operator:
+    """The operator as its own process, watching one namespace, with its metrics and /proc figures."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, log: Path) -> None:
+        self.metrics_port = free_port()
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "MMD_METRICS_PORT": str(self.metrics_port),
+            "MMD_HEALTH_PORT": str(free_port()),
+            "MMD_WORKERS": str(WORKERS),
+            "MMD_NAMESPACES": namespace,
+        }
+        command = [sys.executable, "-m", "mmd_operator"]
+        if PROFILE:
+            stacks = log.with_suffix(".stacks.txt")
+            spy = str(Path(sys.executable).parent / "py-spy")
+            command = [
+                spy,
+                "record",
+                "--format",
+                "raw",
+                "--rate",
+                "50",
+                "--gil",
+                "-o",
+                str(stacks),
+                "--",
+                *command,
+            ]
+        self.log = log
+        with log.open("ab") as output:
+            self.process = subprocess.Popen(command, env=env, stdout=output, stderr=output)
+        deadline = time.monotonic() + 60
+        while "Operator started" not in log.read_text(errors="replace"):
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                self.stop()
+                raise SystemExit(f"the operator did not start; see {log}")
+            time.sleep(0.1)
+
+    def metric(self, name: str) -> Counter[str]:
+        """A counter's samples by their label set (`{method="GET"}`), summed over all when unlabelled."""
+        text = (
+            urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
+        )
+        samples: Counter[str] = Counter()
+        for line in text.splitlines():
+            if line.startswith(f"{name}{{") or line.startswith(f"{name} "):
+                series, value = line.rsplit(" ", 1)
+                samples[series[len(name) :] or "{}"] += float(value)
+        return samples
+
+    def process_figures(self) -> tuple[float, float]:
+        """CPU seconds and peak resident MiB of the operator's process."""
+        pid = self.process.pid
+        cpu = _cpu_seconds(pid)
+        status = Path(f"/proc/{pid}/status").read_text()
+        peak_kib = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
+        return cpu, peak_kib / 1024
+
+    def stop(self) -> None:
+        """Stop it (py-spy writes its stacks on SIGINT)."""
+        self.process.send_signal(signal.SIGINT if PROFILE else signal.SIGTERM)
+        self.process.wait(timeout=60)
+
+
+def _apply(custom: k8s.CustomObjectsApi, namespace: str, document: dict[str, Any]) -> None:
+    body = {**document, "metadata": {**document["metadata"], "namespace": namespace}}
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, document["metadata"]["name"], body,
+        field_manager="kubectl", force=True, _content_type="application/apply-patch+yaml",
+    )  # fmt: skip
 
 
 def operator_run(
-    cluster: LocalCluster, api: k8s.ApiClient, namespace: str, resources: list[dict[str, Any]], log: Path
-) -> dict[str, float]:
-    """Run the operator, apply `resources` at once, and time them to Ready; return its figures."""
-    metrics_port, health_port = free_port(), free_port()
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "MMD_METRICS_PORT": str(metrics_port),
-        "MMD_HEALTH_PORT": str(health_port),
-        "MMD_WORKERS": str(WORKERS),
-        "MMD_NAMESPACES": namespace,
+    api: k8s.ApiClient, operator: Operator, namespace: str, resources: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Apply `resources` at once and time them to Ready; the operator's figures at that moment."""
+    custom = k8s.CustomObjectsApi(api)
+    started = time.monotonic()
+    follower = Follower(
+        custom.list_namespaced_custom_object,
+        (GROUP, VERSION, namespace, PLURAL),
+        _ready_for_generation,
+        len(resources),
+        "operator",
+        started,
+    )
+    with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
+        list(pool.map(lambda document: _apply(custom, namespace, document), resources))
+    ready = follower.wait()
+    seconds = time.monotonic() - started
+    requests = sum(operator.metric("mmd_api_requests_total").values())
+    reconciles = sum(operator.metric("mmd_reconciles_total").values())
+    cpu, peak = operator.process_figures()
+    return {
+        "t_op": seconds,
+        "op_ready": ready,
+        "api_requests": requests,
+        "reconciles": reconciles,
+        "requests_per_reconcile": requests / max(reconciles, 1),
+        "cpu_seconds": cpu,
+        "peak_rss_mib": peak,
     }
-    with log.open("ab") as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "mmd_operator"], env=env, stdout=output, stderr=output
+
+
+def _audit_time(event: dict[str, Any], stage: str = "stageTimestamp") -> datetime:
+    return datetime.fromisoformat(str(event[stage]).replace("Z", "+00:00"))
+
+
+def steady_state(cluster: LocalCluster, operator: Operator, seconds: float) -> dict[str, Any]:
+    """The operator's requests over `seconds` of an idle, converged cluster."""
+    say(f"    steady state: settling {SETTLE_SECONDS:.0f} s, then counting for {seconds:.0f} s")
+    time.sleep(SETTLE_SECONDS)
+    before = operator.metric("mmd_api_requests_total")
+    opened = datetime.now(UTC)
+    for _ in tqdm(range(int(seconds)), desc="    steady   ", mininterval=1, file=sys.stdout):
+        time.sleep(1)
+    closed = datetime.now(UTC)
+    after = operator.metric("mmd_api_requests_total")
+    time.sleep(2)  # the audit log is written just after each response
+    events = [
+        event
+        for event in audit.requests(
+            cluster.audit_log, user_agent_prefixes=("",), since=opened, username=OPERATOR_USER
         )
+        if _audit_time(event, "requestReceivedTimestamp") <= closed
+    ]
+    verbs = Counter(str(event["verb"]) for event in events)
+    minutes = (closed - opened).total_seconds() / 60
+    own = {series: after[series] - before.get(series, 0.0) for series in after}
+    return {
+        "window_seconds": (closed - opened).total_seconds(),
+        "writes_per_minute": sum(verbs[verb] for verb in audit.WRITE_VERBS) / minutes,
+        "reads_per_minute": (verbs["get"] + verbs["list"]) / minutes,
+        "watch_requests_per_minute": verbs["watch"] / minutes,
+        "audit_requests_by_verb": dict(verbs),
+        "own_client_requests_by_method": {series: value for series, value in own.items() if value},
+    }
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "samples": len(ordered),
+        "p50_ms": statistics.median(ordered) * 1000,
+        "p95_ms": ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))] * 1000,
+        "max_ms": ordered[-1] * 1000,
+    }
+
+
+def _wait_for(
+    list_call: Callable[..., Any],
+    args: tuple[Any, ...],
+    selector: str,
+    test: Callable[[dict[str, Any]], bool],
+) -> None:
+    for event in watch.Watch().stream(list_call, *args, label_selector=selector, timeout_seconds=60):
+        if test(_plain(event["object"])):
+            return
+    raise SystemExit(f"nothing matching {selector} after 60 s")
+
+
+def _child_of(name: str, reference: dict[str, Any]) -> bool:
+    child = str(reference.get("name", ""))
+    return reference.get("resource") in ("configmaps", "services", "deployments") and (
+        child == name or child.startswith(f"{name}-repo-")
+    )
+
+
+def latencies(
+    cluster: LocalCluster, api: k8s.ApiClient, namespace: str, resources: list[dict[str, Any]], samples: int
+) -> dict[str, Any]:
+    """Single applies on an idle operator, then one serving change of each, timed by the API server."""
+    custom, core, apps = k8s.CustomObjectsApi(api), k8s.CoreV1Api(api), k8s.AppsV1Api(api)
+    opened = datetime.now(UTC)
+    names = []
+    for index in tqdm(range(samples), desc="    applies  ", file=sys.stdout):
+        document = copy.deepcopy(resources[index % len(resources)])
+        name = f"latency-{index:02d}"
+        document["metadata"] = {"name": name}
+        _apply(custom, namespace, document)
+        _wait_for(core.list_namespaced_config_map, (namespace,), f"{labels.INSTANCE}={name}", lambda _: True)
+        names.append((name, document))
+        time.sleep(0.2)
+    started = time.monotonic()
+    Follower(
+        custom.list_namespaced_custom_object,
+        (GROUP, VERSION, namespace, PLURAL),
+        lambda body: body["metadata"]["name"].startswith("latency-") and _ready_for_generation(body),
+        samples,
+        "ready",
+        started,
+    ).wait()
+    for name, document in tqdm(names, desc="    changes  ", file=sys.stdout):
+        document["spec"]["serving"] = {**document["spec"].get("serving", {}), **SERVING_CHANGE["serving"]}
+        generation = apps.read_namespaced_deployment(name, namespace).metadata.generation
+        _apply(custom, namespace, document)
+        _wait_for(
+            apps.list_namespaced_deployment,
+            (namespace,),
+            f"{labels.INSTANCE}={name}",
+            lambda body, before=generation: body["metadata"]["generation"] > before,
+        )
+        time.sleep(0.2)
+    time.sleep(2)  # the audit log is written just after each response
+    events = audit.requests(
+        cluster.audit_log, user_agent_prefixes=("",), since=opened, verbs=audit.WRITE_VERBS
+    )
+    first_child, rollout = [], []
+    for name, _ in names:
+        applies = [
+            _audit_time(event)
+            for event in events
+            if event["userAgent"] == HARNESS_AGENT
+            and event["objectRef"].get("resource") == PLURAL
+            and event["objectRef"].get("name") == name
+            and not event["objectRef"].get("subresource")
+        ]
+        children = [
+            (str(event["objectRef"]["resource"]), _audit_time(event))
+            for event in events
+            if event["user"]["username"] == OPERATOR_USER and _child_of(name, event["objectRef"])
+        ]
+        created, changed = sorted(applies)[:2]
+        first_child.append((min(t for _, t in children if t >= created) - created).total_seconds())
+        rolled = [t for resource, t in children if resource == "deployments" and t >= changed]
+        rollout.append((min(rolled) - changed).total_seconds())
+    return {"apply_to_first_child": _percentiles(first_child), "change_to_rollout": _percentiles(rollout)}
+
+
+def targets(report: Report, *, enforce: bool) -> list[Target]:
+    """The issue's targets, judged on this run (timing ones only enforced in a full run)."""
+    smallest, largest = report.sizes[0], report.sizes[-1]
+    found = [
+        Target(f"T_op/T_floor at N = {largest['n']}", largest["ratio"], 1.25, enforce),
+        Target(
+            f"T_op/T_floor at N = {largest['n']} over N = {smallest['n']} (+0.05 for noise)",
+            largest["ratio"],
+            smallest["ratio"] + 0.05,
+            enforce and largest is not smallest,
+        ),
+        Target("steady-state writes per minute", report.steady["writes_per_minute"], 0.0, True),
+        Target(
+            "steady-state writes per minute by the operator's own count",
+            sum(v for k, v in report.steady["own_client_requests_by_method"].items() if "GET" not in k),
+            0.0,
+            True,
+        ),
+        Target("apply to first child p50 ms", report.latency["apply_to_first_child"]["p50_ms"], 150, enforce),
+        Target("apply to first child p95 ms", report.latency["apply_to_first_child"]["p95_ms"], 500, enforce),
+        Target(f"peak RSS MiB at N = {largest['n']}", largest["peak_rss_mib"], 150, enforce),
+    ]
+    return found
+
+
+def plot(report: Report, path: Path) -> None:
+    """Resources Ready over time, operator against floor, one panel per N."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(1, len(report.sizes), figsize=(5 * len(report.sizes), 4), squeeze=False)
+    for axis, row in zip(axes[0], report.sizes, strict=True):
+        for key, label, style in (
+            ("floor_ready", "floor (direct writes)", "--"),
+            ("op_ready", "operator", "-"),
+        ):
+            times = row[key]
+            axis.step([0, *times], range(len(times) + 1), where="post", linestyle=style, label=label)
+        axis.set_title(f"N = {row['n']}: T_op / T_floor = {row['ratio']:.2f}")
+        axis.set_xlabel("seconds")
+        axis.set_ylabel("ready")
+        axis.grid(alpha=0.3)
+        axis.legend(loc="lower right")
+    figure.suptitle(f"MultimodalDeployments Ready over time ({report.machine['cpus']} CPUs, kwok GPU nodes)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
+
+
+def summary(report: Report) -> str:
+    """The table printed at the end (and pasted into the README)."""
+    lines = [
+        "| N | T_floor | T_op | T_op / T_floor | requests / reconcile | operator CPU s | peak RSS MiB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in report.sizes:
+        lines.append(
+            f"| {row['n']} | {row['t_floor']:.1f} s | {row['t_op']:.1f} s | {row['ratio']:.2f} | "
+            f"{row['requests_per_reconcile']:.2f} | {row['cpu_seconds']:.1f} | {row['peak_rss_mib']:.0f} |"
+        )
+    steady, latency = report.steady, report.latency
+    first, rollout = latency["apply_to_first_child"], latency["change_to_rollout"]
+    lines += [
+        "",
+        f"Steady state over {steady['window_seconds']:.0f} s: {steady['writes_per_minute']:.1f} writes/min, "
+        f"{steady['reads_per_minute']:.1f} gets+lists/min, {steady['watch_requests_per_minute']:.1f} watch "
+        "requests/min (API server audit log, the operator's ServiceAccount).",
+        f"Apply to first child: p50 {first['p50_ms']:.0f} ms, p95 {first['p95_ms']:.0f} ms; serving change "
+        f"to rolled Deployment: p50 {rollout['p50_ms']:.0f} ms, p95 {rollout['p95_ms']:.0f} ms "
+        f"({first['samples']} applies).",
+        "",
+        "| target | value | limit | met |",
+        "|---|---|---|---|",
+    ]
+    for target in report.targets:
+        verdict = "yes" if target.met else ("**no**" if target.enforced else "no (not enforced)")
+        lines.append(f"| {target.name} | {target.value:.2f} | {target.limit:.2f} | {verdict} |")
+    return "\n".join(lines)
+
+
+@contextmanager
+def control_plane(work: Path, sizes: list[int], extra: int) -> Iterator[LocalCluster]:
+    """A local control plane with GPUs for the largest N, the latency resources and rollouts."""
+    gpus = max(sizes) * 11 // 10 + 2 * extra + 64
+    cluster = LocalCluster(work / "cluster", say=say, bind_to_parent=True)
     try:
-        deadline = time.monotonic() + 60
-        while "Operator started" not in log.read_text(errors="replace"):
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise SystemExit(f"the operator did not start; see {log}")
-            time.sleep(0.1)
-        custom = k8s.CustomObjectsApi(api)
-        started = time.monotonic()
-        ready: dict[str, Timeline] = {}
-
-        def follow() -> None:
-            ready["op"] = watch_until(
-                custom.list_namespaced_custom_object,
-                (GROUP, VERSION, namespace, PLURAL),
-                lambda body: (
-                    (body.get("status") or {}).get("phase") == "Ready"
-                    and body["status"].get("observedGeneration") == body["metadata"]["generation"]
-                ),
-                len(resources),
-                "operator",
-                900,
-            )
-
-        follower = threading.Thread(target=follow)
-        follower.start()
-        with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
-            list(
-                pool.map(
-                    lambda document: custom.patch_namespaced_custom_object(
-                        GROUP, VERSION, namespace, PLURAL, document["metadata"]["name"],
-                        {**document, "metadata": {**document["metadata"], "namespace": namespace}},
-                        field_manager="kubectl", force=True, _content_type="application/apply-patch+yaml",
-                    ),
-                    resources,
-                )
-            )  # fmt: skip
-        follower.join()
-        seconds = time.monotonic() - started
-        requests = _metric(metrics_port, "mmd_api_requests_total")
-        reconciles = _metric(metrics_port, "mmd_reconciles_total")
-        cpu, peak = _process_figures(process.pid)
-        return {
-            "seconds": seconds,
-            "api_requests": requests,
-            "reconciles": reconciles,
-            "requests_per_reconcile": requests / max(reconciles, 1),
-            "cpu_seconds": cpu,
-            "peak_rss_mib": peak,
-        }
+        cluster.up(NodePool(count=-(-gpus // 8), gpus_per_node=8))
+        yield cluster
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        cluster.down()
+
+
+def run(sizes: list[int], steady_seconds: float, samples: int, enforce: bool, work: Path) -> Report:
+    """Every phase, in order; returns the figures."""
+    report = Report(
+        machine={"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    )
+    with control_plane(work, sizes, samples) as cluster, cluster.api_client() as api:
+        api.user_agent = HARNESS_AGENT
+        k8s.ApiextensionsV1Api(api).create_custom_resource_definition(crdgen.crd())
+        kubeconfig = operator_identity(cluster, api, work)
+        core = k8s.CoreV1Api(api)
+        time.sleep(2)  # the CRD's API is served
+        for n in sizes:
+            say(f"==> N = {n}")
+            resources = resource_mix(n)
+            for kind in ("floor", "op"):
+                core.create_namespace({"metadata": {"name": f"{kind}-{n}"}})
+            time.sleep(1)  # the ServiceAccount controller makes `default`
+            meter = CpuMeter(cluster)
+            before, served = meter.snapshot(), server_seconds(api)
+            with cluster.api_client() as floor_api:
+                t_floor, floor_ready = floor(floor_api, f"floor-{n}", resources)
+            floor_cpu = meter.spent(before, meter.snapshot())
+            floor_served = _top(served, server_seconds(api))
+            release(core, f"floor-{n}")
+            operator = Operator(kubeconfig, f"op-{n}", work / f"operator-{n}.log")
+            meter.pids["operator"] = operator.process.pid
+            try:
+                row: dict[str, Any] = {"n": n, "t_floor": t_floor, "floor_ready": floor_ready}
+                before, served = meter.snapshot(), server_seconds(api)
+                row.update(operator_run(api, operator, f"op-{n}", resources))
+                row["server_seconds_by_request"] = {
+                    "floor": floor_served,
+                    "operator": _top(served, server_seconds(api)),
+                }
+                row["cpu_by_process"] = {
+                    "floor": floor_cpu,
+                    "operator": meter.spent(before, meter.snapshot()),
+                }
+                row["ratio"] = row["t_op"] / row["t_floor"]
+                report.sizes.append(row)
+                say(f"    T_floor {t_floor:.1f} s, T_op {row['t_op']:.1f} s, ratio {row['ratio']:.2f}")
+                for phase, spent in row["cpu_by_process"].items():
+                    say(f"    CPU seconds during the {phase} run: {spent}")
+                for phase, spent in row["server_seconds_by_request"].items():
+                    say(f"    API server seconds by request during the {phase} run: {spent}")
+                if n == sizes[-1]:
+                    report.steady = steady_state(cluster, operator, steady_seconds)
+                    report.latency = latencies(cluster, api, f"op-{n}", resources, samples)
+            finally:
+                operator.stop()
+            if n != sizes[-1]:
+                release(core, f"op-{n}")
+    report.targets = targets(report, enforce=enforce)
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
     """`make bench`."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100,300,1000", help="N values (comma-separated)")
-    parser.add_argument("--short", action="store_true", help="N = 100 only (the harness check in make test)")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--sizes", default="100,300,1000", help="N values, comma-separated (default %(default)s)"
+    )
+    parser.add_argument("--short", action="store_true", help="N = 100, a 20 s window, 10 applies (make test)")
+    parser.add_argument("--results", type=Path, default=None, help=f"where to write the report ({RESULTS})")
+    parser.add_argument("--steady-seconds", type=float, default=None, help="the steady-state window (120)")
+    parser.add_argument("--samples", type=int, default=None, help="single applies for the latency (50)")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, audit log)")
     args = parser.parse_args(argv)
-    sizes = [100] if args.short else [int(n) for n in args.sizes.split(",")]
-    gpus = max(sizes) * 11 // 10 + 64
-    pool = NodePool(count=-(-gpus // 8), gpus_per_node=8)
+    sizes = [100] if args.short else sorted(int(n) for n in args.sizes.split(","))
+    steady_seconds, samples = (20.0, 10) if args.short else (120.0, 50)
+    steady_seconds = args.steady_seconds if args.steady_seconds is not None else steady_seconds
+    samples = args.samples if args.samples is not None else samples
     work = Path(tempfile.mkdtemp(prefix="mmd-bench-"))
-    cluster = LocalCluster(work / "cluster", say=say, bind_to_parent=True)
-    results = []
-    try:
-        cluster.up(pool)
-        with cluster.api_client() as api:
-            extensions = k8s.ApiextensionsV1Api(api)
-            extensions.create_custom_resource_definition(crdgen.crd())
-            time.sleep(2)
-            core = k8s.CoreV1Api(api)
-            for n in sizes:
-                say(f"==> N = {n}")
-                resources = resource_mix(n)
-                for kind in ("floor", "op"):
-                    core.create_namespace({"metadata": {"name": f"{kind}-{n}"}})
-                time.sleep(1)  # the ServiceAccount controller makes `default`
-                with cluster.api_client() as floor_api:
-                    t_floor = floor(floor_api, f"floor-{n}", resources)
-                release_gpus(core, f"floor-{n}")
-                figures = operator_run(cluster, api, f"op-{n}", resources, work / f"operator-{n}.log")
-                figures = {"n": n, "t_floor": t_floor, "t_op": figures.pop("seconds"), **figures}
-                figures["ratio"] = figures["t_op"] / figures["t_floor"]
-                results.append(figures)
-                say(json.dumps(figures, indent=None))
-    finally:
-        cluster.down()
-    say("\n   N   T_floor     T_op   ratio  req/reconcile  CPU s  peak RSS MiB")
-    for row in results:
-        say(
-            f"{row['n']:>4} {row['t_floor']:8.1f} s {row['t_op']:7.1f} s {row['ratio']:6.2f} "
-            f"{row['requests_per_reconcile']:14.2f} {row['cpu_seconds']:6.1f} {row['peak_rss_mib']:13.0f}"
-        )
-    return 0
+    say(f"work directory: {work}")
+    report = run(sizes, steady_seconds, samples, enforce=not args.short, work=work)  # kept when it fails
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    results = args.results or RESULTS
+    results.mkdir(parents=True, exist_ok=True)
+    document = {
+        "machine": report.machine,
+        "sizes": report.sizes,
+        "steady_state": report.steady,
+        "latency": report.latency,
+        "targets": [{**target.__dict__, "met": target.met} for target in report.targets],
+    }
+    (results / "operator-scale.json").write_text(json.dumps(document, indent=2) + "\n")
+    plot(report, results / "operator-scale.png")
+    (results / "operator-scale.md").write_text(summary(report) + "\n")
+    say("\n" + summary(report))
+    say(f"\nreport: {results / 'operator-scale.json'}, plot: {results / 'operator-scale.png'}")
+    missed = [target for target in report.targets if target.enforced and not target.met]
+    for target in missed:
+        say(f"MISSED: {target.name}: {target.value:.2f} > {target.limit:.2f}")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

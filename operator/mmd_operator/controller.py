@@ -1,8 +1,9 @@
 """Turns watch events into reconciles: a deduplicating work queue, a bounded pool of workers, a resync.
 
-Every event (a resource or one of its children changed) becomes the key of the resource(s) it concerns;
-a key waits in the queue at most once, a resource is never reconciled by two workers at once, and an
-event that arrives during its reconcile runs it once more afterwards. Failed reconciles come back with
+Every event (a resource or one of its children changed) becomes the key of the resource(s) it concerns,
+unless it brings a version the cache already holds (the echo of the operator's own write); a key waits
+in the queue at most once, a resource is never reconciled by two workers at once, and an event that
+arrives during its reconcile runs it once more afterwards. Failed reconciles come back with
 exponential backoff; a reconcile can ask to be looked at again later (a pod's startup budget, a missing
 Secret). A periodic resync queues every resource; with nothing changed it writes nothing. Before the first
 reconcile every watched kind is listed once into the cache, so decisions never rest on a cache that has
@@ -161,6 +162,7 @@ class Controller:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.queue.cancel_timers()
         self._executor.shutdown(wait=True, cancel_futures=True)
+        self.reconciler.events.close()
         self.client.close()
 
     # -- events ------------------------------------------------------------------------------
@@ -174,8 +176,8 @@ class Controller:
             self.store.drop(cached.RESOURCES, *key)
             self.reconciler.forget(*key)
             return
-        self.store.put(cached.RESOURCES, body)
-        self.queue.add(key)
+        if self.store.put(cached.RESOURCES, body):
+            self.queue.add(key)
 
     def on_child(self, kind: cached.Kind, event_type: str | None, body: Mapping[str, Any]) -> None:
         """A child (or an engine-cache claim) changed: reconcile every resource it concerns."""
@@ -183,8 +185,8 @@ class Controller:
         namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
         if event_type == "DELETED":
             self.store.drop(kind, namespace, name)
-        else:
-            self.store.put(kind, body)
+        elif not self.store.put(kind, body):
+            return  # a version the cache holds: the echo of the operator's own write, or a replay
         for key in self._concerned(kind, namespace, name, body):
             self.queue.add(key)
 

@@ -35,6 +35,7 @@ from mmd_operator.desired.state import desired_state
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.engine_index import record_build
+from mmd_operator.kube.events import EventRecorder
 from mmd_operator.kube.observe import observe
 from mmd_operator.kube.writes import WriteCount, Writer
 from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
@@ -77,6 +78,7 @@ class Reconciler:
         self.store = store
         self.config = config
         self.writer = Writer(client, store)
+        self.events = EventRecorder(client, config.field_manager)
         self.clock = clock
         self._plans: OrderedDict[str, ResourcePlan | InvalidSpecError] = OrderedDict()
         self._plans_lock = threading.Lock()
@@ -346,13 +348,7 @@ class Reconciler:
         updated = self.writer.status(body, new)
         count.applied.append("status")
         for event in result.events:
-            self.client.post_event(
-                updated,
-                type=event.type,
-                reason=event.reason,
-                message=event.message,
-                component=self.config.field_manager,
-            )
+            self.events.record(updated, type=event.type, reason=event.reason, message=event.message)
 
 
 def _reported(previous: MultimodalDeploymentStatus | None, reason: str) -> bool:

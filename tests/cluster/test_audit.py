@@ -1,4 +1,4 @@
-"""The API server's audit log records every write request with its user agent, and nothing else."""
+"""The API server's audit log records every write with its user agent, and ServiceAccounts' reads."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import watch
 
-from mmd_operator.cli.localcluster.audit import write_requests
+from mmd_operator.cli.localcluster.audit import requests, write_requests
 from mmd_operator.cli.localcluster.cluster import LocalCluster
 
 from .conftest import Kube
@@ -78,6 +78,54 @@ def test_write_requests_are_logged_with_verb_and_object_and_reads_are_not(
     assert (
         write_requests(local_cluster.audit_log, user_agent_prefixes=(user_agent,), since=datetime.now()) == []
     )
+
+
+def test_reads_are_logged_for_service_accounts_only(
+    local_cluster: LocalCluster, kube: Kube, namespace: str, user_agent: str
+) -> None:
+    # The benchmark counts an operator's reads this way: it runs on a ServiceAccount's token.
+    kube.core.create_namespaced_service_account(namespace, {"metadata": {"name": "reader"}})
+    rbac = k8s.RbacAuthorizationV1Api(kube.core.api_client)
+    rbac.create_namespaced_role(
+        namespace,
+        {
+            "metadata": {"name": "reader"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
+        },
+    )
+    token = kube.core.create_namespaced_service_account_token(
+        "reader", namespace, {"spec": {"expirationSeconds": 600}}
+    ).status.token
+    started = datetime.now(UTC)
+    with local_cluster.api_client(token=token) as api_client:
+        api_client.user_agent = user_agent
+        reader = k8s.CoreV1Api(api_client)
+        reader.list_namespaced_config_map(namespace)
+        reader.read_namespaced_config_map("kube-root-ca.crt", namespace)
+        for _ in watch.Watch().stream(reader.list_namespaced_config_map, namespace, timeout_seconds=1):
+            pass
+    events = kube.wait_for(
+        "the three reads in the audit log",
+        lambda: (lambda found: found if len(found) >= 3 else None)(
+            requests(local_cluster.audit_log, user_agent_prefixes=(user_agent,), since=started)
+        ),
+        timeout=15,
+    )
+    assert [_calls(event) for event in events] == [
+        ("list", "configmaps", None),
+        ("get", "configmaps", "kube-root-ca.crt"),
+        ("watch", "configmaps", None),
+    ]
+    assert {event["user"]["username"] for event in events} == {f"system:serviceaccount:{namespace}:reader"}
+    assert write_requests(local_cluster.audit_log, user_agent_prefixes=(user_agent,), since=started) == []
 
 
 def test_heartbeats_pod_status_and_events_stay_out_of_the_log(local_cluster: LocalCluster) -> None:

@@ -193,24 +193,6 @@ def test_plain_manifests_are_the_chart_and_install_the_same_operator(tools: Tool
 # -- least privilege, proven by running on it -----------------------------------------------------
 
 
-def _token_kubeconfig(local_cluster: LocalCluster, token: str, path: Path) -> Path:
-    admin = yaml.safe_load(local_cluster.kubeconfig.read_text())
-    cluster = admin["clusters"][0]["cluster"]
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "local", "cluster": cluster}],
-                "users": [{"name": "operator", "user": {"token": token}}],
-                "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
-                "current-context": "operator",
-            }
-        )
-    )
-    return path
-
-
 def _can(tools: Tools, who: str, *args: str) -> bool:
     result = tools.run("kubectl", "auth", "can-i", f"--as={who}", *args, check=False)
     return result.stdout.strip() == "yes"
@@ -239,7 +221,7 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
     account = f"{release}-mmd-operator"
     who = f"system:serviceaccount:{release_namespace}:{account}"
     token = tools.run("kubectl", "create", "token", account, "-n", release_namespace, "--duration=1h").stdout
-    kubeconfig = _token_kubeconfig(local_cluster, token.strip(), tmp_path / "token.kubeconfig")
+    kubeconfig = local_cluster.token_kubeconfig(token.strip(), tmp_path / "token.kubeconfig")
     whoami = tools.run("kubectl", "--kubeconfig", str(kubeconfig), "auth", "whoami", "-o", "json")
     assert json.loads(whoami.stdout)["status"]["userInfo"]["username"] == who
 

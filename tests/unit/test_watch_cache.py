@@ -1,4 +1,4 @@
-"""The operator's watch-fed cache never goes back to a version it has seen superseded."""
+"""The operator's watch-fed cache never goes back to a version it has seen superseded, and knows an echo."""
 
 from __future__ import annotations
 
@@ -37,3 +37,18 @@ def test_after_a_deletion_any_version_is_taken() -> None:
     store.drop(cached.DEPLOYMENTS, "ml", "llava")
     store.put(cached.DEPLOYMENTS, _deployment("5", "b"))
     assert store.get(cached.DEPLOYMENTS, "ml", "llava").meta.resource_version == "5"
+
+
+def test_only_a_new_version_or_a_new_reading_of_one_is_news() -> None:
+    store = cached.Cache()
+    assert store.put(cached.DEPLOYMENTS, _deployment("120", "a")) is True
+    # The watch echo of the operator's own write: no reconcile needed.
+    assert store.put(cached.DEPLOYMENTS, _deployment("120", "a")) is False
+    assert store.put(cached.DEPLOYMENTS, _deployment("97", "old")) is False
+    # The same version read through another schema (a CRD just changed): the later reading wins.
+    assert store.put(cached.DEPLOYMENTS, _deployment("120", "b")) is True
+    assert (
+        store.get(cached.DEPLOYMENTS, "ml", "llava").meta.annotation("serving.multimodal.dev/applied-hash")
+        == "b"
+    )
+    assert store.put(cached.DEPLOYMENTS, _deployment("121", "b")) is True

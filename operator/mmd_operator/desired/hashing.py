@@ -7,7 +7,6 @@ live object would have to guess which differences the API server made. Pure.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from collections.abc import Mapping
@@ -26,10 +25,11 @@ def digest(value: Any) -> str:
 
 def stamped(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """`manifest` with the digest of its content in the applied-hash annotation."""
-    stamped_manifest = copy.deepcopy(dict(manifest))
-    metadata = stamped_manifest.setdefault("metadata", {})
-    annotations = metadata.setdefault("annotations", {})
+    # Copies only along the path it changes: a reconcile stamps every manifest it builds, and a deep
+    # copy of each Deployment was a visible share of the operator's CPU time at a thousand resources.
+    annotations = dict(manifest.get("metadata", {}).get("annotations") or {})
     annotations.pop(labels.APPLIED_HASH, None)
+    stamped_manifest = {**manifest, "metadata": {**manifest.get("metadata", {}), "annotations": annotations}}
     annotations[labels.APPLIED_HASH] = digest(stamped_manifest)
     return stamped_manifest
 

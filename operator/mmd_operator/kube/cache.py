@@ -75,12 +75,14 @@ class Cache:
         # resourceVersions are etcd revisions: an older one is a version the cache has seen superseded.
         self._versions: dict[str, dict[Key, str]] = defaultdict(dict)
 
-    def put(self, kind: Kind, obj: Mapping[str, Any]) -> Key:
-        """Store (or replace) the fact of `obj`, unless the cache holds a newer version of it.
+    def put(self, kind: Kind, obj: Mapping[str, Any]) -> bool:
+        """Store (or replace) the fact of `obj`, unless the cache holds this version or a newer one.
 
         The operator puts what its own writes return, and a watch can deliver an older version after
         that (a late event, or a replay when a watch restarts, as when the CRD changes); acting on it
-        would undo a write or report a world that has moved on.
+        would undo a write or report a world that has moved on. Returns whether `obj` was news: the
+        watch echo of the operator's own write (the version and content the cache holds) is not, and
+        needs no reconcile.
         """
         metadata = obj.get("metadata") or {}
         key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
@@ -89,12 +91,16 @@ class Cache:
         with self._lock:
             held = self._versions[kind.kind].get(key, "")
             if version.isdigit() and held.isdigit() and int(version) < int(held):
-                return key
+                return False
+            if version == held and self._objects[kind.kind].get(key) == value:
+                return False
+            # The same version can still read two ways: right after a CRD changes, the old schema
+            # prunes fields the new one has. The later read wins.
             self._versions[kind.kind][key] = version
             self._unindex(kind.kind, key)
             self._objects[kind.kind][key] = value
             self._index(kind.kind, key, _labels_of(value) or (metadata.get("labels") or {}))
-        return key
+        return True
 
     def drop(self, kind: Kind, namespace: str, name: str) -> None:
         """Forget an object that was deleted."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -181,6 +181,18 @@ class KubeClient:
             query={"fieldManager": self.field_manager},
             body=dict(patch),
             content_type="application/merge-patch+json",
+        )
+
+    def json_patch(
+        self, api_version: str, kind: str, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        """A JSON patch (RFC 6902): `operations` applied to the object as the API server has it."""
+        return self.request(
+            "PATCH",
+            path(api_version, kind, namespace, name),
+            query={"fieldManager": self.field_manager},
+            body=[dict(operation) for operation in operations],
+            content_type="application/json-patch+json",
         )
 
     def delete(

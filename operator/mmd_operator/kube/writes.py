@@ -2,9 +2,10 @@
 
 Nothing is written when nothing changed: a manifest is applied only when the digest it carries differs
 from the one on the cached object (the operator's last apply), and the status only when it differs
-from the one the resource shows. Shared children (a build Job, an engine-cache claim) get their owner
-list changed with a merge patch that carries the resourceVersion it was computed from, so concurrent
-reconciles of different users never lose each other's references; the last user out deletes the child.
+from the one the resource shows. Shared children (a build Job, an engine-cache claim) get a user by a
+JSON patch that appends its owner reference, and lose one by a merge patch that carries the
+resourceVersion it was computed from, so concurrent reconciles of different users never lose each
+other's references; the last user out deletes the child.
 Every answer goes back into the cache, so the next reconcile sees the operator's own writes. Imports the
 client, the cache and the pure decision types.
 """
@@ -80,8 +81,32 @@ class Writer:
         count.applied.append(f"{manifest['kind']}/{name}")
 
     def join(self, namespace: str, key: ObjectKey, owner: OwnerRef, count: WriteCount) -> None:
-        """Add `owner` to the owners of a shared child."""
-        self._change_owners(namespace, key, owner, joining=True, count=count)
+        """Add `owner` to the owners of a shared child.
+
+        One JSON patch that appends the reference: the API server applies it to the object as it is
+        then, so joins of several users at once all land without reading the child first. The decision
+        to join comes from the cache, which holds at least the operator's own last write, so a user is
+        never appended twice. A child without owner references (not made by this operator) takes the
+        read-and-compare path.
+        """
+        kind = _KINDS[(key.api_version, key.kind)]
+        append = {
+            "op": "add",
+            "path": "/metadata/ownerReferences/-",
+            "value": pods.owner_reference(owner, controller=False),
+        }
+        try:
+            updated = self.client.json_patch(key.api_version, key.kind, namespace, key.name, [append])
+        except ApiError as error:
+            if error.not_found:
+                self.store.drop(kind, namespace, key.name)
+                return
+            if error.status != 422:
+                raise
+            self._change_owners(namespace, key, owner, joining=True, count=count)
+            return
+        self.store.put(kind, updated)
+        count.owners.append(f"{key.kind}/{key.name}")
 
     def leave(self, namespace: str, key: ObjectKey, owner: OwnerRef, count: WriteCount) -> None:
         """Remove `owner` from a shared child's owners; delete the child if nobody is left."""

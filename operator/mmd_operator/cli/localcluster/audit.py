@@ -1,11 +1,14 @@
-"""The local API server's audit log of write requests: its policy, and reading it back.
+"""The local API server's audit log of write requests (and of workloads' reads): its policy, reading it.
 
 kube-apiserver writes one JSON event per line to `logs/audit.log` for every create, update, patch, delete
 and deletecollection, at level Metadata (who, which verb, which object, the response code; no bodies)
 and only once the response is complete. What is not ours and never stops is left out: node and lease
-heartbeats, the pod status that kwok writes on every transition, and events. Tests count the operator's
-writes with `write_requests`, telling its clients apart by user agent (`mmd-operator/<version>` for
-its own client, `kopf/<version>` for kopf's).
+heartbeats, the pod status that kwok writes on every transition, and events. Reads (get, list, watch)
+are logged only for ServiceAccounts, the identity an operator runs under in a cluster, so the benchmark
+can count the reads of an operator started with its ServiceAccount's token, while the control plane's
+own readers stay out of the log. Tests count the operator's requests with `write_requests` and
+`requests`, telling its clients apart by user agent (`mmd-operator/<version>` for its own client,
+`kopf/<version>` for kopf's).
 
 Imports: the standard library and PyYAML.
 """
@@ -20,6 +23,7 @@ from typing import Any
 import yaml
 
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+READ_VERBS = ("get", "list", "watch")
 # Rotate at this many MB, keeping this many old files next to the log (audit-<time>.log).
 MAX_SIZE_MB = 100
 MAX_BACKUPS = 2
@@ -33,7 +37,7 @@ _NOISE = [
 
 
 def audit_policy() -> dict[str, Any]:
-    """Return the audit policy: writes at level Metadata, once complete, without the noise."""
+    """Return the audit policy: writes (and ServiceAccounts' reads) at level Metadata, without the noise."""
     return {
         "apiVersion": "audit.k8s.io/v1",
         "kind": "Policy",
@@ -42,6 +46,7 @@ def audit_policy() -> dict[str, Any]:
         "rules": [
             {"level": "None", "resources": _NOISE},
             {"level": "Metadata", "verbs": list(WRITE_VERBS)},
+            {"level": "Metadata", "verbs": list(READ_VERBS), "userGroups": ["system:serviceaccounts"]},
             {"level": "None"},
         ],
     }
@@ -79,12 +84,28 @@ def _timestamp(event: dict[str, Any]) -> datetime | None:
 def write_requests(
     audit_log: Path, *, user_agent_prefixes: tuple[str, ...], since: datetime | None = None
 ) -> list[dict[str, Any]]:
-    """Return the audit events of requests whose user agent starts with one of `user_agent_prefixes`.
+    """Return the audit events of write requests whose user agent starts with one of `user_agent_prefixes`.
 
-    Reads `audit_log` and the files it was rotated into, oldest first. Only completed write requests are
-    in the log (see the policy); `since` (a naive datetime is local time) keeps those completed at or
-    after it. The API server writes an event just after the response, so a caller that has just made a
-    request may have to look again. A line being written while we read is skipped.
+    `since` (a naive datetime is local time) keeps those completed at or after it. See `requests`.
+    """
+    return requests(audit_log, user_agent_prefixes=user_agent_prefixes, since=since, verbs=WRITE_VERBS)
+
+
+def requests(
+    audit_log: Path,
+    *,
+    user_agent_prefixes: tuple[str, ...],
+    since: datetime | None = None,
+    verbs: tuple[str, ...] = WRITE_VERBS + READ_VERBS,
+    username: str | None = None,
+) -> list[dict[str, Any]]:
+    """Return the audit events of requests with one of `verbs` whose user agent has one of the prefixes.
+
+    Reads `audit_log` and the files it was rotated into, oldest first. Only completed requests are in
+    the log (see the policy; a watch is logged when it ends); `since` keeps those completed at or after
+    it, `username` those of one user. The API server writes an event just after the response, so a
+    caller that has just made a request may have to look again. A line being written while we read is
+    skipped.
     """
     cutoff = since.astimezone(UTC) if since is not None else None
     events: list[dict[str, Any]] = []
@@ -94,12 +115,17 @@ def write_requests(
         except FileNotFoundError:
             continue
         for line in lines:
+            if username is not None and username not in line:
+                continue  # the log is large after a benchmark; most lines need no parsing
             try:
                 event = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if not isinstance(event, dict) or not str(event.get("userAgent", "")).startswith(
-                user_agent_prefixes
+            if (
+                not isinstance(event, dict)
+                or event.get("verb") not in verbs
+                or not str(event.get("userAgent", "")).startswith(user_agent_prefixes)
+                or (username is not None and (event.get("user") or {}).get("username") != username)
             ):
                 continue
             if cutoff is not None:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -202,18 +203,35 @@ class LocalCluster:
         """Return the binaries, building them first when the cache lacks them."""
         return ensure_binaries(self.layout, self.say)
 
-    def api_client(self) -> k8s.ApiClient:
-        """Return a kubernetes ApiClient for the admin user (the caller closes it)."""
+    def api_client(self, token: str | None = None) -> k8s.ApiClient:
+        """Return a kubernetes ApiClient for the admin user, or for `token` (the caller closes it)."""
         state = self.load_state()
         if state is None:
             raise ClusterError(f"no cluster recorded in {self.state_dir}")
         configuration = k8s.Configuration()
         configuration.host = self.server_url(state)
         configuration.ssl_ca_cert = str(self.credentials.ca_cert)
-        configuration.api_key = {"authorization": self.credentials.token()}
+        configuration.api_key = {"authorization": token or self.credentials.token()}
         configuration.api_key_prefix = {"authorization": "Bearer"}
         api_client: k8s.ApiClient = k8s.ApiClient(configuration)
         return api_client
+
+    def token_kubeconfig(self, token: str, path: Path) -> Path:
+        """Write to `path` a kubeconfig that reaches this cluster with `token` alone (a ServiceAccount's)."""
+        admin = yaml.safe_load(self.kubeconfig.read_text())
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
+                    "users": [{"name": "token", "user": {"token": token}}],
+                    "contexts": [{"name": "token", "context": {"cluster": "local", "user": "token"}}],
+                    "current-context": "token",
+                }
+            )
+        )
+        return path
 
     # -- up ------------------------------------------------------------------------------------
 
