@@ -24,8 +24,9 @@ At the largest N, with every resource Ready and the operator idle:
 Writes `operator-scale.json` (every figure, with the CPU seconds of each process and the API server's
 time by request kind in each run), `operator-scale.png` (resources Ready over time, operator against
 floor, per N) and `operator-scale.md` (the summary table) into the results directory, prints the
-table, and exits non-zero when a target is missed. `--short` (N = 100, a short window, 10 applies) checks the harness inside `make test`; there the
-timing targets are reported but not enforced, only zero steady-state writes is.
+table, and exits non-zero when a target is missed. `--short` (N = 100, a short window, 10 applies)
+checks the harness inside `make test`; there the timing targets are reported but not enforced, only
+zero steady-state writes is.
 """
 
 from __future__ import annotations

@@ -1,18 +1,21 @@
 """Turns watch events into reconciles: a deduplicating work queue, a bounded pool of workers, a resync.
 
 Every event (a resource or one of its children changed) becomes the key of the resource(s) it concerns,
-unless it brings a version the cache already holds (the echo of the operator's own write); a key waits
-in the queue at most once, a resource is never reconciled by two workers at once, and an event that
-arrives during its reconcile runs it once more afterwards. Failed reconciles come back with
-exponential backoff; a reconcile can ask to be looked at again later (a pod's startup budget, a missing
-Secret). A periodic resync queues every resource; with nothing changed it writes nothing. Before the first
-reconcile every watched kind is listed once into the cache, so decisions never rest on a cache that has
-not heard of existing children yet. asyncio; no kopf (the handlers feed it).
+unless it brings a version the cache already holds (the echo of the operator's own write) or changes
+only a shared child's owners (a user joining a build Job: every other user would be queued for nothing,
+hundreds of times at a thousand resources). A key waits in the queue at most once, a resource is never
+reconciled by two workers at once, and an event that arrives during its reconcile runs it once more
+afterwards. Failed reconciles come back with exponential backoff; a reconcile can ask to be looked at
+again later (a pod's startup budget, a missing Secret). A periodic resync queues every resource; with
+nothing changed it writes nothing. Before the first reconcile every watched kind is listed once into the
+cache, so decisions never rest on a cache that has not heard of existing children yet. asyncio; no kopf
+(the handlers feed it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -21,6 +24,7 @@ from typing import Any
 
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import labels
+from mmd_operator.facts import Meta
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.reconcile import Reconciler
@@ -40,6 +44,22 @@ WATCHED: tuple[tuple[cached.Kind, str | None], ...] = (
     (cached.CONFIGMAPS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
     (cached.CLAIMS, None),
 )
+
+
+def _without_version_and_owners(fact: Any) -> Any:
+    meta = fact if isinstance(fact, Meta) else getattr(fact, "meta", None)
+    if not isinstance(meta, Meta):
+        return None
+    bare = dataclasses.replace(meta, resource_version="", owners=())
+    return bare if fact is meta else dataclasses.replace(fact, meta=bare)
+
+
+def _only_owners_changed(before: Any, after: Any) -> bool:
+    """Whether two facts of one child differ in nothing but their version and owner list."""
+    if before is None or after is None:
+        return False
+    bare = _without_version_and_owners(before)
+    return bare is not None and bare == _without_version_and_owners(after)
 
 
 class WorkQueue:
@@ -183,10 +203,13 @@ class Controller:
         """A child (or an engine-cache claim) changed: reconcile every resource it concerns."""
         metadata = body.get("metadata", {})
         namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+        before = self.store.get(kind, namespace, name)
         if event_type == "DELETED":
             self.store.drop(kind, namespace, name)
         elif not self.store.put(kind, body):
             return  # a version the cache holds: the echo of the operator's own write, or a replay
+        elif _only_owners_changed(before, self.store.get(kind, namespace, name)):
+            return  # a user joined or left a shared child: that user wrote it and knows
         for key in self._concerned(kind, namespace, name, body):
             self.queue.add(key)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import ctypes.util
 import json
 import logging
 import signal
@@ -23,6 +25,7 @@ from mmd_operator import __version__, handlers
 from mmd_operator.config import ConfigError, OperatorConfig
 
 _log = logging.getLogger("mmd_operator")
+_M_ARENA_MAX = -8  # mallopt's parameter number, from glibc's malloc.h
 
 
 class _JsonFormatter(logging.Formatter):
@@ -52,8 +55,24 @@ def configure_logging(config: OperatorConfig) -> None:
     logging.getLogger("urllib3").setLevel(logging.WARNING)
 
 
+def limit_malloc_arenas(arenas: int = 2) -> None:
+    """Cap glibc's malloc arenas before any thread starts.
+
+    glibc gives each thread that allocates its own arena (up to eight per core), and each keeps what it
+    freed; with the reconcile workers parsing API answers in parallel that was tens of MiB of resident
+    memory at a thousand resources. Two arenas cost nothing measurable in speed. Elsewhere than glibc
+    this does nothing.
+    """
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(_M_ARENA_MAX, arenas)
+    except (OSError, AttributeError):
+        pass
+
+
 def run(config: OperatorConfig) -> int:
     """Run the operator until SIGINT or SIGTERM; returns the exit code."""
+    limit_malloc_arenas()
     configure_logging(config)
     start_http_server(config.metrics_port)
     namespaces = list(config.namespaces)

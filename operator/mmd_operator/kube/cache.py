@@ -9,6 +9,7 @@ safe: watch handlers run on the event loop, reconciles in worker threads. Import
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -23,21 +24,34 @@ from mmd_operator.kube.engine_index import EngineIndex
 Key = tuple[str, str]  # namespace, name
 
 
+def _as_is(value: Any) -> Any:
+    return value
+
+
 @dataclass(frozen=True)
 class Kind:
-    """A kind the cache holds: its API coordinates and how an object becomes a fact."""
+    """A kind the cache holds: its API coordinates, how an object becomes a fact, and back for readers."""
 
     api_version: str
     kind: str
     convert: Callable[[Mapping[str, Any]], Any]
+    expand: Callable[[Any], Any] = _as_is
 
 
-def _slim_resource(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A MultimodalDeployment without its managed fields (the bulk of its metadata)."""
-    body = dict(obj)
+def _slim_resource(obj: Mapping[str, Any]) -> bytes:
+    """A MultimodalDeployment without its managed fields, held as compact JSON.
+
+    Reconciles need the whole resource (its spec, and the status to compare with), but read one at a
+    time: parsed, a resource took about 17 KiB of dicts and strings, as JSON under 4 KiB, and parsing it
+    back for a reconcile costs a fraction of a millisecond.
+    """
     metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
-    body["metadata"] = metadata
-    return body
+    return json.dumps({**obj, "metadata": metadata}, separators=(",", ":")).encode()
+
+
+def _parsed(value: bytes) -> dict[str, Any]:
+    parsed: dict[str, Any] = json.loads(value)
+    return parsed
 
 
 def _configmap(obj: Mapping[str, Any]) -> Meta | EngineIndex:
@@ -47,7 +61,7 @@ def _configmap(obj: Mapping[str, Any]) -> Meta | EngineIndex:
     return facts
 
 
-RESOURCES = Kind("serving.multimodal.dev/v1alpha1", "MultimodalDeployment", _slim_resource)
+RESOURCES = Kind("serving.multimodal.dev/v1alpha1", "MultimodalDeployment", _slim_resource, _parsed)
 JOBS = Kind("batch/v1", "Job", objects.job)
 PODS = Kind("v1", "Pod", objects.pod)
 DEPLOYMENTS = Kind("apps/v1", "Deployment", objects.deployment)
@@ -127,13 +141,16 @@ class Cache:
     def get(self, kind: Kind, namespace: str, name: str) -> Any:
         """The fact of one object, or None."""
         with self._lock:
-            return self._objects[kind.kind].get((namespace, name))
+            value = self._objects[kind.kind].get((namespace, name))
+        return kind.expand(value) if value is not None else None
 
     def all(self, kind: Kind, namespace: str | None = None) -> list[Any]:
         """Every fact of `kind` (in `namespace`)."""
         with self._lock:
             return [
-                v for (ns, _), v in self._objects[kind.kind].items() if namespace is None or ns == namespace
+                kind.expand(v)
+                for (ns, _), v in self._objects[kind.kind].items()
+                if namespace is None or ns == namespace
             ]
 
     def keys(self, kind: Kind) -> list[Key]:
@@ -145,13 +162,13 @@ class Cache:
         """Children of `kind` labelled as belonging to `instance`."""
         with self._lock:
             names = self._by_instance.get((kind.kind, namespace, instance), set())
-            return [self._objects[kind.kind][(namespace, n)] for n in sorted(names)]
+            return [kind.expand(self._objects[kind.kind][(namespace, n)]) for n in sorted(names)]
 
     def of_cache_key(self, kind: Kind, namespace: str, cache_key: str) -> list[Any]:
         """Objects of `kind` labelled with `cache_key`."""
         with self._lock:
             names = self._by_cache_key.get((kind.kind, namespace, cache_key), set())
-            return [self._objects[kind.kind][(namespace, n)] for n in sorted(names)]
+            return [kind.expand(self._objects[kind.kind][(namespace, n)]) for n in sorted(names)]
 
     def pods_of_job(self, namespace: str, job: str) -> list[PodFacts]:
         """The pods a Job created."""
