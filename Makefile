@@ -81,11 +81,13 @@ cluster-kubeconfig: venv
 triton-server: venv
 	@scripts/install-tritonserver.sh $(VENV)
 
-# Per-request overhead of the ensemble against the LLM double alone (200 requests each).
-# The operator at scale against the API server's floor (benchmarks/operator_scale.py; issue 11, in progress).
+# The operator at scale against the API server's floor (docs/benchmark.md): N = 100, 300 and 1000, the
+# steady state and the latencies; writes benchmarks/results/ and exits non-zero when a target is missed.
+# About 15 minutes on 2 cores. ARGS="--sizes 100,300" or ARGS=--short for less.
 .PHONY: bench
 bench: venv
 	$(BIN)/python -m benchmarks.operator_scale $(ARGS)
 
+# Per-request overhead of the ensemble against the LLM double alone (200 requests each).
 bench-triton: triton-server
 	$(BIN)/python -m benchmarks.ensemble_overhead

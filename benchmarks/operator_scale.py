@@ -113,23 +113,35 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
+# Per ten engines: seven llava, two whisper, one llava with TP 2 and an FP8 KV cache.
+ENGINE_KINDS = (
+    "llava",
+    "whisper",
+    "llava-tp2-fp8",
+    "llava",
+    "llava",
+    "whisper",
+    "llava",
+    "llava",
+    "llava",
+    "llava",
+)
+
+
 def resource_mix(count: int) -> list[dict[str, Any]]:
-    """`count` resources, about a tenth of them with an engine of their own; one in a hundred TP 2."""
+    """`count` resources over `count / 10` distinct engines (every engine shared by about ten)."""
     templates = {
-        name: yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text())
-        for name in ("llava", "whisper", "llava-tp2-fp8")
+        name: yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text()) for name in set(ENGINE_KINDS)
     }
-    engines = max(count // 10, 3)
     variants = []
-    for index in range(engines):
-        base = ("llava", "whisper", "llava-tp2-fp8")[index % 3] if index < 3 else "llava"
-        document = copy.deepcopy(templates[base])
-        if index >= 3:
-            document["spec"].setdefault("engine", {})["maxBatchSize"] = 2 + index
+    for index in range(max(count // 10, 3)):
+        document = copy.deepcopy(templates[ENGINE_KINDS[index % len(ENGINE_KINDS)]])
+        engine = document["spec"].setdefault("engine", {})
+        engine["maxBatchSize"] = int(engine.get("maxBatchSize", 8)) + index  # an engine of its own
         variants.append(document)
     resources = []
     for index in range(count):
-        document = copy.deepcopy(variants[index % engines])
+        document = copy.deepcopy(variants[index % len(variants)])
         document["metadata"] = {"name": f"r{index:04d}"}
         resources.append(document)
     return resources
@@ -302,13 +314,23 @@ def floor(api: k8s.ApiClient, namespace: str, resources: list[dict[str, Any]]) -
 
 
 def release(core: k8s.CoreV1Api, namespace: str) -> None:
-    """Delete a namespace and wait until its pods are gone (they hold the GPUs the next N needs)."""
+    """Delete a namespace and wait until it is gone.
+
+    Its pods hold the GPUs the next run needs, and the controllers' clean-up of its objects must not
+    load the API server while the next run is timed.
+    """
     core.delete_namespace(namespace, propagation_policy="Background")
-    deadline = time.monotonic() + 300
-    while core.list_namespaced_pod(namespace, limit=1).items:
+    deadline = time.monotonic() + 600
+    while True:
+        try:
+            core.read_namespace(namespace)
+        except k8s.ApiException as error:
+            if error.status == 404:
+                return
+            raise
         if time.monotonic() > deadline:
-            raise SystemExit(f"the pods of {namespace} were not gone after 300 s")
-        time.sleep(0.5)
+            raise SystemExit(f"namespace {namespace} was not gone after 600 s")
+        time.sleep(1)
 
 
 def operator_identity(cluster: LocalCluster, api: k8s.ApiClient, work: Path) -> Path:
@@ -649,7 +671,7 @@ def summary(report: Report) -> str:
 @contextmanager
 def control_plane(work: Path, sizes: list[int], extra: int) -> Iterator[LocalCluster]:
     """A local control plane with GPUs for the largest N, the latency resources and rollouts."""
-    gpus = max(sizes) * 11 // 10 + 2 * extra + 64
+    gpus = max(sizes) * 12 // 10 + 2 * extra + 64  # one in ten TP 2, and the builds
     cluster = LocalCluster(work / "cluster", say=say, bind_to_parent=True)
     try:
         cluster.up(NodePool(count=-(-gpus // 8), gpus_per_node=8))
