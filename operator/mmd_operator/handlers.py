@@ -24,6 +24,7 @@ from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import KubeClient
 
 _log = logging.getLogger(__name__)
+WATCH_WORKERS = 64
 # Set by `startup`; the event handlers below only run after it.
 _controller: Controller | None = None
 _PLURALS = {
@@ -75,6 +76,11 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
     settings.execution.max_workers = 4
+    # kopf runs one asyncio worker per object with events; the handlers only hand events over, so a
+    # few dozen workers that exit soon after their last event keep up, where the defaults (no limit,
+    # 5 s idle) kept one alive for every object of a thousand-resource burst: the operator's memory peak.
+    settings.queueing.worker_limit = WATCH_WORKERS
+    settings.queueing.idle_timeout = 0.5
     for kind, selector in WATCHED:
         if selector is not None and kind.kind in _PLURALS:
             group, version, plural = _PLURALS[kind.kind]
