@@ -24,7 +24,6 @@ from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import KubeClient
 
 _log = logging.getLogger(__name__)
-WATCH_WORKERS = 64
 # Set by `startup`; the event handlers below only run after it.
 _controller: Controller | None = None
 _PLURALS = {
@@ -76,11 +75,11 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
     settings.execution.max_workers = 4
-    # kopf runs one asyncio worker per object with events; the handlers only hand events over, so a
-    # few dozen workers that exit soon after their last event keep up, where the defaults (no limit,
-    # 5 s idle) kept one alive for every object of a thousand-resource burst: the operator's memory peak.
-    settings.queueing.worker_limit = WATCH_WORKERS
-    settings.queueing.idle_timeout = 0.5
+    # kopf runs one asyncio worker per object with events, kept for `idle_timeout` after the last one.
+    # The handlers only hand events over, so a worker can go at once: with the default 5 s, a burst of
+    # a thousand resources kept one alive for nearly every object, the operator's memory peak. (A
+    # limit on their number instead held back the watch streams while idle workers waited to exit.)
+    settings.queueing.idle_timeout = 0.05
     for kind, selector in WATCHED:
         if selector is not None and kind.kind in _PLURALS:
             group, version, plural = _PLURALS[kind.kind]
