@@ -52,3 +52,26 @@ def test_only_a_new_version_or_a_new_reading_of_one_is_news() -> None:
         == "b"
     )
     assert store.put(cached.DEPLOYMENTS, _deployment("121", "b")) is True
+
+
+def test_a_resource_is_held_compactly_and_read_back_whole_and_relabelling_it_leaves_no_stale_index() -> None:
+    store = cached.Cache()
+    resource = {
+        "apiVersion": "serving.multimodal.dev/v1alpha1",
+        "kind": "MultimodalDeployment",
+        "metadata": {
+            "name": "llava",
+            "namespace": "ml",
+            "resourceVersion": "7",
+            "labels": {"app.kubernetes.io/instance": "argo-app"},  # as Argo CD labels what it tracks
+            "managedFields": [{"manager": "kubectl"}],
+        },
+        "spec": {"model": {"type": "llava"}},
+    }
+    store.put(cached.RESOURCES, resource)
+    read = store.get(cached.RESOURCES, "ml", "llava")
+    assert read["spec"] == resource["spec"] and "managedFields" not in read["metadata"]
+    assert [r["metadata"]["name"] for r in store.of_instance(cached.RESOURCES, "ml", "argo-app")] == ["llava"]
+    relabelled = {**resource, "metadata": {**resource["metadata"], "resourceVersion": "8", "labels": {}}}
+    store.put(cached.RESOURCES, relabelled)
+    assert store.of_instance(cached.RESOURCES, "ml", "argo-app") == []

@@ -206,6 +206,8 @@ class Cache:
         if old is None:
             return
         namespace, name = key
+        if isinstance(old, bytes):
+            old = _parsed(old)
         old_labels = _labels_of(old) or (
             old.get("metadata", {}).get("labels") or {} if isinstance(old, dict) else {}
         )
