@@ -83,7 +83,7 @@ triton-server: venv
 
 # The operator at scale against the API server's floor (docs/benchmark.md): N = 100, 300 and 1000, the
 # steady state and the latencies; writes benchmarks/results/ and exits non-zero when a target is missed.
-# About 15 minutes on 2 cores. ARGS="--sizes 100,300" or ARGS=--short for less.
+# About 12 minutes on 2 cores. ARGS="--sizes 100,300" or ARGS=--short for less.
 .PHONY: bench
 bench: venv
 	$(BIN)/python -m benchmarks.operator_scale $(ARGS)
