@@ -1,0 +1,108 @@
+"""The Hugging Face token is referenced, never copied.
+
+A full run of a resource whose model is gated: refused while the Secret or its key is missing, then
+built, served, changed and deleted. Afterwards the token's value, plain or base64-encoded, is in no
+ConfigMap, resource (status included), Event, Job, pod, Deployment, Service or claim of the namespace,
+in none of their labels or annotations, and not in the operator's log; the build Job reads it through
+a `secretKeyRef`, and the user's Secret is left as it was.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from .conftest import Kube, OperatorProcess, Resources
+
+pytestmark = pytest.mark.cluster
+MLLAMA = Path(__file__).resolve().parents[2] / "examples" / "mllama.yaml"
+
+
+def _everything(kube: Kube, namespace: str) -> dict[str, list[Any]]:
+    """Every object of the namespace the operator or its children could have written, as plain data."""
+    batch = k8s.BatchV1Api(kube.core.api_client)
+    custom = k8s.CustomObjectsApi(kube.core.api_client)
+    plain = kube.core.api_client.sanitize_for_serialization
+    listing: dict[str, Any] = custom.list_namespaced_custom_object(
+        "serving.multimodal.dev", "v1alpha1", namespace, "multimodaldeployments"
+    )
+    return {
+        "configmaps": plain(kube.core.list_namespaced_config_map(namespace).items),
+        "events": plain(kube.core.list_namespaced_event(namespace).items),
+        "jobs": plain(batch.list_namespaced_job(namespace).items),
+        "pods": plain(kube.core.list_namespaced_pod(namespace).items),
+        "deployments": plain(kube.apps.list_namespaced_deployment(namespace).items),
+        "services": plain(kube.core.list_namespaced_service(namespace).items),
+        "claims": plain(kube.core.list_namespaced_persistent_volume_claim(namespace).items),
+        "resources": listing["items"],
+    }
+
+
+def _leaks(objects: dict[str, list[Any]], secrets: tuple[str, ...]) -> list[str]:
+    return [
+        f"{kind}/{item['metadata']['name']}"
+        for kind, items in objects.items()
+        for item in items
+        if any(secret in json.dumps(item) for secret in secrets)
+    ]
+
+
+def test_the_token_is_referenced_and_never_copied(
+    kube: Kube, resources: Resources, namespace: str, operator: OperatorProcess
+) -> None:
+    token = f"hf_{uuid.uuid4().hex}"  # unique to this test: any hit is a copy
+    secrets = (token, base64.b64encode(token.encode()).decode())
+    document = yaml.safe_load(MLLAMA.read_text())
+    resources.apply(document)
+    kube.wait_for(
+        "SecretNotFound", lambda: resources.condition("mllama", "Ready").get("reason") == "SecretNotFound"
+    )
+    kube.core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "huggingface"}, "stringData": {"other": token}}
+    )
+    kube.wait_for(
+        "SecretKeyNotFound",
+        lambda: resources.condition("mllama", "Ready").get("reason") == "SecretKeyNotFound",
+    )
+    kube.core.patch_namespaced_secret("huggingface", namespace, {"stringData": {"token": token}})
+    resources.wait_phase("mllama", "Ready")
+    document["spec"]["serving"] = {**document["spec"].get("serving", {}), "kvCacheFreeGpuMemFraction": 0.8}
+    resources.apply(document)
+    resources.wait_phase("mllama", "Ready")
+    kube.wait_for(  # events are posted from a thread of their own
+        "the Ready event",
+        lambda: any(
+            e.reason == "Ready"
+            for e in kube.core.list_namespaced_event(namespace).items
+            if e.involved_object.name == "mllama"
+        ),
+    )
+
+    objects = _everything(kube, namespace)
+    assert objects["jobs"] and objects["configmaps"] and objects["events"] and objects["deployments"]
+    assert _leaks(objects, secrets) == []
+    (job,) = objects["jobs"]
+    (variable,) = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert variable == {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "huggingface", "key": "token"}},
+    }
+
+    resources.delete("mllama")
+    kube.wait_for("the resource to go", lambda: not _everything(kube, namespace)["resources"])
+    secret = kube.core.read_namespaced_secret("huggingface", namespace)
+    assert secret.data == {"other": secrets[1], "token": secrets[1]}  # the user's, untouched
+    # The scan finds the value where it is: in the Secret, and nowhere else.
+    assert _leaks({"secrets": [kube.core.api_client.sanitize_for_serialization(secret)]}, secrets) == [
+        "secrets/huggingface"
+    ]
+    assert secret.metadata.owner_references is None
+    log = operator.output()
+    assert "mllama" in log and not any(value in log for value in secrets)
