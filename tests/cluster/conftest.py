@@ -33,6 +33,9 @@ from tests.support.progress import terminal_printer
 
 _CLUSTER_DIR = Path(__file__).parent
 
+# What the cluster tier's namespaces enforce (pods that break it are refused at creation).
+POD_SECURITY = {"pod-security.kubernetes.io/enforce": "baseline"}
+
 
 def _wants_cluster(session: pytest.Session) -> bool:
     return any(_CLUSTER_DIR in Path(str(item.path)).parents for item in session.items)
@@ -117,10 +120,17 @@ def kube(api_client: k8s.ApiClient) -> Kube:
 
 @pytest.fixture
 def namespace(request: pytest.FixtureRequest, kube: Kube) -> Iterator[str]:
-    """A fresh namespace with its default ServiceAccount (pods are rejected before it exists)."""
+    """A fresh namespace with its default ServiceAccount (pods are rejected before it exists).
+
+    The API server's Pod Security admission enforces `baseline` in it, so every pod the operator's
+    Jobs and Deployments make is judged by the API server itself: builder and serving pods pass
+    `baseline`; `restricted` needs the serving images to run as a non-root user (not yet).
+    """
     stem = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"{stem}-{uuid.uuid4().hex[:6]}"
-    kube.core.create_namespace({"metadata": {"name": name, "labels": {"mmd.test/session": "cluster"}}})
+    kube.core.create_namespace(
+        {"metadata": {"name": name, "labels": {"mmd.test/session": "cluster", **POD_SECURITY}}}
+    )
     kube.wait_for(
         f"serviceaccount default in {name}",
         lambda: kube.core.read_namespaced_service_account("default", name),

@@ -1,4 +1,4 @@
-"""The Hugging Face token is referenced, never copied.
+"""The Hugging Face token is referenced, never copied; the namespaces enforce Pod Security.
 
 A full run of a resource whose model is gated: refused while the Secret or its key is missing, then
 built, served, changed and deleted. Afterwards the token's value, plain or base64-encoded, is in no
@@ -106,3 +106,29 @@ def test_the_token_is_referenced_and_never_copied(
     assert secret.metadata.owner_references is None
     log = operator.output()
     assert "mllama" in log and not any(value in log for value in secrets)
+
+
+def test_the_namespaces_enforce_pod_security_and_the_operators_pods_pass_it(
+    kube: Kube, resources: Resources, namespace: str, operator: OperatorProcess
+) -> None:
+    labels = kube.core.read_namespace(namespace).metadata.labels
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    privileged = {
+        "metadata": {"name": "privileged"},
+        "spec": {"containers": [{"name": "c", "image": "x", "securityContext": {"privileged": True}}]},
+    }
+    with pytest.raises(k8s.ApiException) as refused:
+        kube.core.create_namespaced_pod(namespace, privileged)
+    assert refused.value.status == 403
+    assert 'violates PodSecurity "baseline:latest"' in json.loads(refused.value.body)["message"]
+    # The controllers create the build and serving pods; a refused pod would leave them at zero.
+    document = yaml.safe_load(MLLAMA.read_text())
+    kube.core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "huggingface"}, "stringData": {"token": "hf_not_a_real_token"}}
+    )
+    resources.apply(document)
+    resources.wait_phase("mllama", "Ready")
+    (job,) = k8s.BatchV1Api(kube.core.api_client).list_namespaced_job(namespace).items
+    assert job.status.succeeded == 1  # its pod was admitted and ran
+    serving = kube.apps.read_namespaced_deployment("mllama", namespace)
+    assert serving.status.ready_replicas == 1
