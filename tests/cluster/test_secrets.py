@@ -128,7 +128,11 @@ def test_the_namespaces_enforce_pod_security_and_the_operators_pods_pass_it(
     )
     resources.apply(document)
     resources.wait_phase("mllama", "Ready")
-    (job,) = k8s.BatchV1Api(kube.core.api_client).list_namespaced_job(namespace).items
-    assert job.status.succeeded == 1  # its pod was admitted and ran
+    batch = k8s.BatchV1Api(kube.core.api_client)
+    # The operator may see the build pod's result before the Job controller counts it.
+    kube.wait_for(
+        "the build Job to count its pod",  # the pod was admitted and ran
+        lambda: [job.status.succeeded for job in batch.list_namespaced_job(namespace).items] == [1],
+    )
     serving = kube.apps.read_namespaced_deployment("mllama", namespace)
     assert serving.status.ready_replicas == 1
