@@ -385,7 +385,6 @@ class Operator:
                 "--",
                 *command,
             ]
-        self.log = log
         with log.open("ab") as output:
             self.process = subprocess.Popen(command, env=env, stdout=output, stderr=output)
         deadline = time.monotonic() + 60

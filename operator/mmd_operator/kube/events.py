@@ -31,11 +31,13 @@ class EventRecorder:
         self._sender.submit(self._post, dict(involved), type, reason, message)
 
     def _post(self, involved: Mapping[str, Any], type: str, reason: str, message: str) -> None:
+        # The client logs the API server's refusals itself; what reaches here is a lost connection and
+        # the like, which would otherwise vanish unseen in the sender's future.
         try:
             self.client.post_event(
                 involved, type=type, reason=reason, message=message, component=self.component
             )
-        except Exception as error:  # a courtesy: log it and go on
+        except Exception as error:
             _log.warning("Could not post event %s: %s", reason, error)
 
     def close(self) -> None:
