@@ -46,6 +46,10 @@ RUN git clone --depth 1 --branch ${TEMPLATE_TAG} --filter=blob:none --sparse \
     && rm -rf /tmp/backend
 ADD https://raw.githubusercontent.com/Howe-Young/tensorrtllm_backend/${XCOMPOSER2_BACKEND_COMMIT}/all_models/internlm_xcomposer2/preprocessing/1/model.py \
     ${MODEL_CODE_DIR}/internlm_xcomposer2/preprocessing/1/model.py
+# Non-root, as the pods' securityContext says: the base image's `triton-server` user (uid and gid 1000,
+# no home directory, hence HOME for caches).
+ENV HOME=/tmp
+USER 1000:1000
 
 # The build Job's image: the serving image itself (engines load only with the TensorRT-LLM they were built
 # with), TensorRT-LLM's example scripts of the same tag, VILA's code, and this package.
@@ -75,4 +79,6 @@ ADD https://raw.githubusercontent.com/Njuapp/TensorRT-LLM/${XCOMPOSER2_FORK_COMM
     /opt/internlm-xcomposer2/build_visual_engine.py
 COPY --from=wheel /dist/ /dist/
 RUN pip install --no-cache-dir "$(ls /dist/*.whl)[builder]" && rm -rf /dist
+ENV HOME=/tmp
+USER 1000:1000
 ENTRYPOINT ["python3", "-m", "engine_builder"]

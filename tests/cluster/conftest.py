@@ -29,12 +29,19 @@ from mmd_operator.cli.localcluster.binaries import Binaries, ensure_binaries
 from mmd_operator.cli.localcluster.cluster import LocalCluster
 from mmd_operator.cli.localcluster.gitops_check import ensure_gitops_check
 from mmd_operator.cli.localcluster.layout import Layout
+from mmd_operator.desired import pods
 from tests.support.progress import terminal_printer
 
 _CLUSTER_DIR = Path(__file__).parent
 
 # What the cluster tier's namespaces enforce (pods that break it are refused at creation).
-POD_SECURITY = {"pod-security.kubernetes.io/enforce": "baseline"}
+POD_SECURITY = {"pod-security.kubernetes.io/enforce": "restricted"}
+
+
+def restricted(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """`pod_spec` with the settings the `restricted` level requires (the operator's own, for its pods)."""
+    containers = [{**c, "securityContext": pods.container_security_context()} for c in pod_spec["containers"]]
+    return {**pod_spec, "securityContext": pods.pod_security_context(), "containers": containers}
 
 
 def _wants_cluster(session: pytest.Session) -> bool:
@@ -122,9 +129,9 @@ def kube(api_client: k8s.ApiClient) -> Kube:
 def namespace(request: pytest.FixtureRequest, kube: Kube) -> Iterator[str]:
     """A fresh namespace with its default ServiceAccount (pods are rejected before it exists).
 
-    The API server's Pod Security admission enforces `baseline` in it, so every pod the operator's
-    Jobs and Deployments make is judged by the API server itself: builder and serving pods pass
-    `baseline`; `restricted` needs the serving images to run as a non-root user (not yet).
+    The API server's Pod Security admission enforces `restricted` in it, so every pod the operator's
+    Jobs and Deployments make is judged by the API server itself; tests that make pods of their own
+    pass them through `restricted()`.
     """
     stem = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"{stem}-{uuid.uuid4().hex[:6]}"

@@ -26,7 +26,7 @@ from mmd_operator.cli.localcluster.stages import (
 )
 from mmd_operator.desired import labels
 
-from .conftest import Kube
+from .conftest import Kube, restricted
 
 pytestmark = pytest.mark.cluster
 
@@ -61,7 +61,7 @@ def build_job(
             "backoffLimit": 0,
             "template": {
                 "metadata": {"labels": pod_labels, "annotations": annotations or {}},
-                "spec": {"restartPolicy": "Never", "containers": containers},
+                "spec": restricted({"restartPolicy": "Never", "containers": containers}),
             },
         },
     }

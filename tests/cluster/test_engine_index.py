@@ -25,7 +25,7 @@ from mmd_operator.kube.engine_index import EngineIndex, record_build
 from mmd_operator.status.engine import pod_result
 from tests.support.builds import summary
 
-from .conftest import Kube
+from .conftest import Kube, restricted
 
 CLAIM = "mmd-engine-cache"
 INDEX = names.engine_index(CLAIM)
@@ -75,17 +75,25 @@ def build_job(name: str, *, outcome: str, message: str, exit_code: int = 0) -> d
             "backoffLimit": 0,
             "template": {
                 "metadata": {"labels": {FAULT_LABEL: outcome}, "annotations": annotations},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "engine-builder",
-                            "image": "registry.invalid/engine-builder:test",
-                            "args": ["build", "--plan", "/plan/build_plan.json", "--cache-dir", "/engines"],
-                            "terminationMessagePolicy": "FallbackToLogsOnError",
-                        }
-                    ],
-                },
+                "spec": restricted(
+                    {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {
+                                "name": "engine-builder",
+                                "image": "registry.invalid/engine-builder:test",
+                                "args": [
+                                    "build",
+                                    "--plan",
+                                    "/plan/build_plan.json",
+                                    "--cache-dir",
+                                    "/engines",
+                                ],
+                                "terminationMessagePolicy": "FallbackToLogsOnError",
+                            }
+                        ],
+                    }
+                ),
             },
         },
     }

@@ -12,7 +12,7 @@ from mmd_operator.cli.localcluster.stages import (
     FAULT_MESSAGE_ANNOTATION,
 )
 
-from .conftest import Kube
+from .conftest import Kube, restricted
 
 pytestmark = pytest.mark.cluster
 
@@ -40,7 +40,7 @@ def test_a_failing_job_pod_fails_the_job_with_its_termination_message(kube: Kube
                         FAULT_EXIT_CODE_ANNOTATION: "137",
                     },
                 },
-                "spec": {"restartPolicy": "Never", "containers": [_container()]},
+                "spec": restricted({"restartPolicy": "Never", "containers": [_container()]}),
             },
         },
     }
@@ -69,7 +69,7 @@ def _deployment(name: str, fault: str) -> dict[str, Any]:
             "selector": {"matchLabels": {"app": name}},
             "template": {
                 "metadata": {"labels": {"app": name, FAULT_LABEL: fault}},
-                "spec": {"containers": [_container()]},
+                "spec": restricted({"containers": [_container()]}),
             },
         },
     }

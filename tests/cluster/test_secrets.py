@@ -1,4 +1,4 @@
-"""The Hugging Face token is referenced, never copied; the namespaces enforce Pod Security.
+"""The Hugging Face token is referenced, never copied; the namespaces enforce restricted Pod Security.
 
 A full run of a resource whose model is gated: refused while the Secret or its key is missing, then
 built, served, changed and deleted. Afterwards the token's value, plain or base64-encoded, is in no
@@ -112,15 +112,15 @@ def test_the_namespaces_enforce_pod_security_and_the_operators_pods_pass_it(
     kube: Kube, resources: Resources, namespace: str, operator: OperatorProcess
 ) -> None:
     labels = kube.core.read_namespace(namespace).metadata.labels
-    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
-    privileged = {
-        "metadata": {"name": "privileged"},
-        "spec": {"containers": [{"name": "c", "image": "x", "securityContext": {"privileged": True}}]},
-    }
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    # A pod that merely runs as the image's user (root, for the NGC images) is refused.
+    plain = {"metadata": {"name": "plain"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
     with pytest.raises(k8s.ApiException) as refused:
-        kube.core.create_namespaced_pod(namespace, privileged)
+        kube.core.create_namespaced_pod(namespace, plain)
     assert refused.value.status == 403
-    assert 'violates PodSecurity "baseline:latest"' in json.loads(refused.value.body)["message"]
+    message = json.loads(refused.value.body)["message"]
+    assert 'violates PodSecurity "restricted:latest"' in message
+    assert "runAsNonRoot" in message and "allowPrivilegeEscalation" in message
     # The controllers create the build and serving pods; a refused pod would leave them at zero.
     document = yaml.safe_load(MLLAMA.read_text())
     kube.core.create_namespaced_secret(
@@ -136,3 +136,5 @@ def test_the_namespaces_enforce_pod_security_and_the_operators_pods_pass_it(
     )
     serving = kube.apps.read_namespaced_deployment("mllama", namespace)
     assert serving.status.ready_replicas == 1
+    for pod in kube.core.list_namespaced_pod(namespace).items:
+        assert (pod.spec.security_context.run_as_user, pod.spec.security_context.fs_group) == (1000, 1000)

@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from mmd_operator.cli.localcluster.binaries import Binaries
 from mmd_operator.cli.localcluster.objects import GPU_RESOURCE
 
-from .conftest import Kube, Tools
+from .conftest import Kube, Tools, restricted
 
 pytestmark = pytest.mark.cluster
 
@@ -24,9 +24,9 @@ def _pod_template(
     resources = {"limits": {GPU_RESOURCE: str(gpus)}} if gpus else {}
     return {
         "metadata": {"labels": labels, "annotations": annotations or {}},
-        "spec": {
-            "containers": [{"name": "main", "image": "registry.invalid/fake:1", "resources": resources}]
-        },
+        "spec": restricted(
+            {"containers": [{"name": "main", "image": "registry.invalid/fake:1", "resources": resources}]}
+        ),
     }
 
 

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from engine_builder import versions
+from mmd_operator.desired import pods
 from tests.engine_builder.conftest import REPO, rendered_plan
 from tests.support.reference_workflow import flag_values
 
@@ -144,3 +145,13 @@ def test_the_build_context_holds_the_package_sources_only() -> None:
         for path in args.split()[:-1]
     }
     assert copied == set(kept)
+
+
+@pytest.mark.parametrize("stage", ["serving", "engine-builder"])
+def test_the_gpu_images_run_as_the_user_the_pods_require(stage: str) -> None:
+    _, named = stages()
+    users = [args for instruction, args in named[stage] if instruction == "USER"]
+    # The pods' runAsUser decides, but an image whose last USER differs would fail where it writes.
+    assert users[-1] == f"{pods.IMAGE_UID}:{pods.IMAGE_UID}"
+    assert ("ENV", "HOME=/tmp") in named[stage]
+    assert pods.pod_security_context()["runAsUser"] == pods.IMAGE_UID

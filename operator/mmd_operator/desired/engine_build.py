@@ -98,6 +98,7 @@ def build_job(
         ],
         # A crash that leaves no result line still reports its last log lines.
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": pods.container_security_context(),
     }
     token = spec.model.source.huggingface.token_secret_ref if spec.model.source.huggingface else None
     if token is not None:
@@ -119,6 +120,7 @@ def build_job(
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         **pods.scheduling(build.pod),
+        "securityContext": pods.pod_security_context(),
         "containers": [container],
         "volumes": volumes,
     }

@@ -157,15 +157,18 @@ def deployment(
         "resources": pods.resources(serving.pod, plan.settings.tensor_parallel_size),
         **_probes(resource),
         "volumeMounts": [*mounts, {"name": "shm", "mountPath": "/dev/shm"}],
+        "securityContext": pods.container_security_context(),
     }
     assemble: dict[str, Any] = {
         "name": ASSEMBLY_CONTAINER,
         "image": image,
         "command": ["/bin/sh", "-c", assembly_script(plan, code_dir)],
         "volumeMounts": [*mounts, {"name": "repository-config", "mountPath": CONFIG_MOUNT, "readOnly": True}],
+        "securityContext": pods.container_security_context(),
     }
     pod_spec: dict[str, Any] = {
         **pods.scheduling(serving.pod),
+        "securityContext": pods.pod_security_context(),
         "initContainers": [assemble],
         "containers": [server],
         "volumes": [
