@@ -78,6 +78,9 @@ class PodFacts:
     # The model repository ConfigMap the pod mounts (serving pods).
     repository: str | None = None
     node: str | None = None
+    # Ready=False while its containers are ready: the node controller's mark when the node stopped
+    # reporting (a kubelet never writes that combination).
+    node_lost: bool = False
 
 
 @dataclass(frozen=True)

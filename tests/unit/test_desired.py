@@ -32,6 +32,7 @@ from mmd_operator.facts import (
 from mmd_operator.plan.model_repository import ModelRepository
 from mmd_operator.plan.resource_plan import ResourcePlan
 from mmd_operator.status import report
+from mmd_operator.status.engine import describe_failure
 from tests.support.builds import summary
 from tests.support.examples import EXAMPLE_PATHS, plan_example
 
@@ -533,6 +534,12 @@ def test_serving_trouble_makes_the_phase_degraded_with_what_kubernetes_said() ->
         decide(resource, plan, **served(resource, plan), deployment=live, serving_pods=(crash,))
     )
     assert (status.phase, condition(status, "Ready").reason) == (Phase.DEGRADED, "CrashLoop")
+    lost = PodFacts(meta=meta("llava-1"), phase=PodPhase.RUNNING, node="gpu-node-3", node_lost=True)
+    status = status_of(
+        decide(resource, plan, **served(resource, plan), deployment=live, serving_pods=(lost,))
+    )
+    assert (status.phase, condition(status, "Ready").reason) == (Phase.DEGRADED, "NodeLost")
+    assert "gpu-node-3 stopped reporting" in condition(status, "Ready").message
 
 
 def test_a_pod_still_loading_within_its_budget_is_deploying_and_past_it_degraded() -> None:
@@ -619,3 +626,26 @@ def test_reconciling_and_stalled_say_what_the_phase_says_in_the_kstatus_conventi
             # The abnormal condition carries the reason and message of Ready, so tools show the cause.
             abnormal = reconciling if reconciling.status == "True" else stalled
             assert (abnormal.reason, abnormal.message) == (ready.reason, ready.message)
+
+
+@pytest.mark.parametrize(
+    ("failure", "message"),
+    [
+        (
+            BuildFailed(step="build-llm", exit_code=1, reason="CUDA out of memory"),
+            "step build-llm failed (exit code 1): CUDA out of memory",
+        ),
+        (BuildFailed(reason="Traceback: boom"), "Traceback: boom"),
+        (
+            BuildFailed(exit_code=137, reason="writing rank0.engine"),
+            "the builder exited (exit code 137), killed by SIGKILL (out of memory or evicted) without a "
+            "result; its last line: writing rank0.engine",
+        ),
+        (
+            BuildFailed(exit_code=2, reason="usage: engine_builder"),
+            "the builder exited (exit code 2) without a result; its last line: usage: engine_builder",
+        ),
+    ],
+)
+def test_a_failed_build_is_described_with_what_is_known(failure: BuildFailed, message: str) -> None:
+    assert describe_failure(failure) == message

@@ -85,6 +85,7 @@ def pod(obj: Mapping[str, Any]) -> PodFacts:
     ):
         unschedulable = str(scheduled.get("message") or "Unschedulable")
     ready = _condition(status, "Ready")
+    containers_ready = _condition(status, "ContainersReady")
     terminated = next(
         (c["state"]["terminated"] for c in containers if (c.get("state") or {}).get("terminated")), None
     )
@@ -110,6 +111,11 @@ def pod(obj: Mapping[str, Any]) -> PodFacts:
         exit_code=int(terminated["exitCode"]) if terminated and "exitCode" in terminated else None,
         repository=repository,
         node=spec.get("nodeName"),
+        node_lost=status.get("phase") == "Running"
+        and ready is not None
+        and ready.get("status") == "False"
+        and containers_ready is not None
+        and containers_ready.get("status") == "True",
     )
 
 

@@ -36,6 +36,10 @@ class EngineState:
     waiting_for_claim: bool = False
 
 
+# 128 + 9: what a container's exit code is when the kernel or the kubelet sent SIGKILL.
+SIGKILL_EXIT = 137
+
+
 def pod_result(pod: PodFacts) -> BuildSucceeded | BuildFailed | None:
     """What a finished build pod reported, or None while it has not finished."""
     if pod.phase not in (PodPhase.SUCCEEDED, PodPhase.FAILED):
@@ -48,9 +52,12 @@ def pod_result(pod: PodFacts) -> BuildSucceeded | BuildFailed | None:
 
 def describe_failure(failure: BuildFailed) -> str:
     """A failed build in one line: the step, its exit code and the builder's reason, verbatim."""
-    if failure.step is None:
-        return failure.reason
     code = f" (exit code {failure.exit_code})" if failure.exit_code is not None else ""
+    if failure.step is None:  # it died before reporting: the reason is its last log line
+        if failure.exit_code is None:
+            return failure.reason
+        killed = ", killed by SIGKILL (out of memory or evicted)" if failure.exit_code == SIGKILL_EXIT else ""
+        return f"the builder exited{code}{killed} without a result; its last line: {failure.reason}"
     return f"step {failure.step} failed{code}: {failure.reason}"
 
 

@@ -1,7 +1,8 @@
 """How the serving pods are doing: available, rolling out, or in trouble, and why.
 
 Trouble is named from what Kubernetes itself reports: the scheduler's message for a pod it cannot place
-(InsufficientGPUs when it is GPUs), CrashLoopBackOff with what the container last said, a pod that is
+(InsufficientGPUs when it is GPUs), a pod the node controller marked not ready because its node stopped
+reporting (NodeLost), CrashLoopBackOff with what the container last said, a pod that is
 still not ready when its startup budget is spent, or the Deployment controller's own progress deadline.
 Pure: imports the facts.
 """
@@ -43,6 +44,12 @@ def _pod_trouble(pods: list[PodFacts], now: datetime, startup_budget: float) -> 
     for pod in pods:
         if pod.unschedulable:
             return scheduling_reason(pod.unschedulable), f"pod {pod.meta.name}: {pod.unschedulable}"
+    for pod in pods:
+        if pod.node_lost:
+            return (
+                "NodeLost",
+                f"pod {pod.meta.name}: its node {pod.node} stopped reporting; the pod is not ready",
+            )
     for pod in pods:
         if pod.crash_loop:
             return "CrashLoop", f"pod {pod.meta.name}: {pod.crash_loop}"

@@ -1,0 +1,368 @@
+"""Faults in loops, each with a count: the operator killed at random points, the API server and etcd
+restarted under it, serving pods that stop being ready, a node that goes away, builds that fail or die
+mid-write, two operators at once. After every round the namespace passes the whole consistency check
+(`tests/support/consistency.py`) and no cacheKey was ever built by a second Job.
+
+`make test` runs a few rounds of each; `make soak` runs the full counts (MMD_FAULT_ROUNDS and friends).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import os
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from mmd_operator.cli.localcluster.cluster import LocalCluster
+from mmd_operator.cli.localcluster.objects import NODE_ANNOTATION, NodePool, gpu_node
+from mmd_operator.cli.localcluster.stages import (
+    FAULT_EXIT_CODE_ANNOTATION,
+    FAULT_LABEL,
+    FAULT_MESSAGE_ANNOTATION,
+)
+from mmd_operator.config import DEFAULT_CLAIM
+from mmd_operator.desired import labels
+from tests.support import consistency
+
+from .conftest import Kube, OperatorProcess, Resources
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+KILL_ROUNDS = int(os.environ.get("MMD_FAULT_KILL_ROUNDS", "3"))
+FLEET = int(os.environ.get("MMD_FAULT_RESOURCES", "50"))
+RESTART_ROUNDS = int(os.environ.get("MMD_FAULT_RESTART_ROUNDS", "1"))
+UNREADY_ROUNDS = int(os.environ.get("MMD_FAULT_UNREADY_ROUNDS", "2"))
+SEED = int(os.environ.get("MMD_FAULT_SEED", str(time.time_ns() % 100_000)))
+EXTRA_NODES = NodePool(count=6, name_prefix="fault-node")
+
+
+def say(text: str) -> None:
+    print(f"\n[faults] {text}", flush=True)
+
+
+@pytest.fixture(scope="module")
+def capacity(kube: Kube) -> Iterator[list[str]]:
+    """Six more GPU nodes (48 GPUs) for a fleet of fifty and room to reschedule."""
+    names = EXTRA_NODES.node_names()
+    for name in names:
+        kube.core.create_node(gpu_node(name, EXTRA_NODES))
+    kube.wait_for(
+        "the extra nodes to be Ready",
+        lambda: all(
+            any(
+                c.type == "Ready" and c.status == "True"
+                for c in kube.core.read_node(n).status.conditions or []
+            )
+            for n in names
+        ),
+        timeout=60,
+    )
+    yield names
+    for name in names:
+        kube.core.delete_node(name)
+
+
+def fleet(count: int) -> list[dict[str, Any]]:
+    """`count` resources over five engines (three llava, two whisper), ten per engine."""
+    llava = yaml.safe_load((EXAMPLES / "llava.yaml").read_text())
+    whisper = yaml.safe_load((EXAMPLES / "whisper.yaml").read_text())
+    engines = []
+    for index, template in enumerate((llava, llava, llava, whisper, whisper)):
+        document = copy.deepcopy(template)
+        document["spec"].setdefault("engine", {})["maxBatchSize"] = 8 + index
+        engines.append(document)
+    documents = []
+    for index in range(count):
+        document = copy.deepcopy(engines[index % len(engines)])
+        document["metadata"] = {"name": f"f{index:02d}"}
+        documents.append(document)
+    return documents
+
+
+def apply_all(resources: Resources, documents: list[dict[str, Any]]) -> None:
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(resources.apply, documents))
+
+
+def converge(api: k8s.ApiClient, namespace: str, what: str, timeout: float = 300) -> float:
+    """Wait until the namespace passes the consistency check; the seconds it took."""
+    started = time.monotonic()
+    found: list[str] = []
+    while time.monotonic() - started < timeout:
+        found = consistency.problems(api, namespace)
+        if not found:
+            return time.monotonic() - started
+        time.sleep(2)
+    pytest.fail(
+        f"{what}: not consistent after {timeout:.0f} s; {len(found)} problems:\n" + "\n".join(found[:30])
+    )
+
+
+def one_job_per_cache_key(ledger: consistency.JobLedger) -> dict[str, int]:
+    created = ledger.created()
+    assert created, "no build Job was ever seen"
+    twice = {key: count for key, count in created.items() if count != 1}
+    assert not twice, f"cacheKeys built by more than one Job: {twice}"
+    return created
+
+
+def change(document: dict[str, Any], rng: random.Random, round_number: int, engine_move: bool) -> None:
+    """A serving change (a new repository, a rollout) or a move to an engine no round used before."""
+    spec = document["spec"]
+    if engine_move:
+        spec["engine"]["maxBatchSize"] = 8 + 5 * (round_number + 1) + rng.randrange(2)
+    else:
+        spec.setdefault("serving", {}).setdefault("queue", {})["maxQueueDelayMicroseconds"] = rng.randrange(
+            1, 10_000
+        )
+
+
+@pytest.mark.usefixtures("capacity")
+def test_sigkill_at_random_points_loses_nothing(
+    api_client: k8s.ApiClient, resources: Resources, namespace: str, operator: OperatorProcess
+) -> None:
+    rng = random.Random(SEED)
+    say(f"SIGKILL: {KILL_ROUNDS} rounds over {FLEET} resources, seed {SEED}")
+    documents = fleet(FLEET)
+    ledger = consistency.JobLedger(api_client, namespace)
+    try:
+        apply_all(resources, documents)
+        first = converge(api_client, namespace, "the first apply")
+        say(f"{FLEET} resources consistent after {first:.1f} s")
+        for round_number in range(KILL_ROUNDS):
+            changed = rng.sample(documents, 10)
+            for position, document in enumerate(changed):
+                change(document, rng, round_number, engine_move=position % 2 == 0)
+            applying = concurrent.futures.ThreadPoolExecutor(1).submit(apply_all, resources, changed)
+            delay = rng.uniform(0.0, 3.0)
+            time.sleep(delay)
+            operator.kill()
+            applying.result()
+            operator.start()
+            seconds = converge(api_client, namespace, f"round {round_number + 1}")
+            say(f"round {round_number + 1}: killed {delay:.2f} s in; consistent after {seconds:.1f} s")
+        created = one_job_per_cache_key(ledger)
+    finally:
+        ledger.close()
+    say(f"SIGKILL: {KILL_ROUNDS} of {KILL_ROUNDS} rounds survived; {len(created)} cacheKeys, one Job each")
+
+
+@pytest.mark.usefixtures("capacity")
+def test_the_api_server_and_etcd_restart_under_a_running_operator(
+    api_client: k8s.ApiClient,
+    resources: Resources,
+    namespace: str,
+    operator: OperatorProcess,
+    local_cluster: LocalCluster,
+) -> None:
+    rng = random.Random(SEED + 1)
+    documents = fleet(20)
+    pid = operator.process.pid if operator.process else None
+    ledger = consistency.JobLedger(api_client, namespace)
+    try:
+        apply_all(resources, documents)
+        for round_number in range(RESTART_ROUNDS):
+            time.sleep(rng.uniform(0.5, 2.0))  # mid-reconcile
+            local_cluster.restart(("etcd", "kube-apiserver"), downtime=2.0)
+            # What changes after the restart reaches the operator only through watches made again.
+            changed = rng.sample(documents, 5)
+            for position, document in enumerate(changed):
+                change(document, rng, round_number, engine_move=position == 0)
+            apply_all(resources, changed)
+            seconds = converge(api_client, namespace, f"restart {round_number + 1}")
+            say(f"restart {round_number + 1}: etcd and API server down 2 s; consistent after {seconds:.1f} s")
+        assert operator.process is not None and operator.process.pid == pid and operator.running
+        one_job_per_cache_key(ledger)
+    finally:
+        ledger.close()
+    say(f"API server and etcd: {RESTART_ROUNDS} of {RESTART_ROUNDS} restarts, no operator restart")
+
+
+def _serving_pod(kube: Kube, namespace: str, name: str) -> Any:
+    pods = kube.core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/instance={name}").items
+    live = [p for p in pods if p.metadata.deletion_timestamp is None and p.status.phase == "Running"]
+    return live[0] if len(live) == 1 else None
+
+
+def _set_ready(kube: Kube, namespace: str, pod: Any, ready: bool, restarts: int) -> None:
+    """Write the pod's status as its kubelet would when the readiness probe starts or stops failing."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = "True" if ready else "False"
+    conditions = [
+        {"type": kind, "status": status, "lastTransitionTime": now} for kind in ("Ready", "ContainersReady")
+    ]
+    containers = [
+        {
+            "name": c.name,
+            "image": c.image,
+            "imageID": c.image_id or "",
+            "ready": ready,
+            "restartCount": restarts,
+            "started": True,
+            "state": {"running": {"startedAt": now}},
+        }
+        for c in pod.status.container_statuses
+    ]
+    kube.core.patch_namespaced_pod_status(
+        pod.metadata.name, namespace, {"status": {"conditions": conditions, "containerStatuses": containers}}
+    )
+
+
+def test_serving_pods_that_stop_being_ready_degrade_and_recover(
+    kube: Kube, resources: Resources, namespace: str, operator: OperatorProcess
+) -> None:
+    document = fleet(1)[0]
+    resources.apply(document)
+    resources.wait_phase("f00", "Ready")
+    for round_number in range(UNREADY_ROUNDS):
+        pod = kube.wait_for("one running serving pod", lambda: _serving_pod(kube, namespace, "f00"))
+        _set_ready(kube, namespace, pod, ready=False, restarts=round_number + 1)
+        degraded = resources.wait_phase("f00", "Degraded")
+        ready = next(c for c in degraded["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "False" and ready["reason"] == "PodsNotReady", ready
+        assert pod.metadata.name in ready["message"], ready
+        _set_ready(kube, namespace, pod, ready=True, restarts=round_number + 1)
+        resources.wait_phase("f00", "Ready")
+    say(f"unready serving pods: {UNREADY_ROUNDS} of {UNREADY_ROUNDS} rounds Degraded, then Ready")
+
+
+def _node_ready(kube: Kube, name: str) -> bool:
+    conditions = kube.core.read_node(name).status.conditions or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def _restart_kwok_without(kube: Kube, cluster: LocalCluster, node: str, *, lost: bool) -> None:
+    """kwok plays the kubelet of every annotated node; a node it no longer plays stops renewing its lease."""
+    kube.core.patch_node(node, {"metadata": {"annotations": {NODE_ANNOTATION: None if lost else "fake"}}})
+    cluster.restart(("kwok",))
+
+
+def test_a_node_that_goes_away_has_its_serving_pods_rescheduled(
+    kube: Kube,
+    resources: Resources,
+    namespace: str,
+    operator: OperatorProcess,
+    capacity: list[str],
+    local_cluster: LocalCluster,
+) -> None:
+    document = fleet(1)[0]
+    resources.apply(document)
+    resources.wait_phase("f00", "Ready")
+    pod = kube.wait_for("one running serving pod", lambda: _serving_pod(kube, namespace, "f00"))
+    node = pod.spec.node_name
+    started = time.monotonic()
+    _restart_kwok_without(kube, local_cluster, node, lost=True)
+    phases: list[tuple[float, str, str]] = []
+
+    def rescheduled() -> Any:
+        status = resources.get("f00").get("status") or {}
+        ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
+        seen = (status.get("phase", ""), ready.get("message", ""))
+        if not phases or phases[-1][1:] != seen:
+            phases.append((time.monotonic() - started, *seen))
+        replacement = _serving_pod(kube, namespace, "f00")
+        if replacement is None or replacement.spec.node_name == node or seen[0] != "Ready":
+            return None
+        return replacement
+
+    try:
+        kube.wait_for(f"{node} to be NotReady", lambda: not _node_ready(kube, node), timeout=120)
+        lost = time.monotonic() - started
+        replacement = kube.wait_for("the serving pod to run elsewhere", rescheduled, timeout=180)
+    finally:
+        _restart_kwok_without(kube, local_cluster, node, lost=False)
+        kube.wait_for(f"{node} to be Ready again", lambda: _node_ready(kube, node), timeout=120)
+    assert replacement.spec.node_name != node
+    said = [p for p in phases if p[1] == "Degraded" and f"its node {node} stopped reporting" in p[2]]
+    assert said, f"the status never said the node was lost: {phases}"
+    say(f"{node} NotReady after {lost:.0f} s; pod moved to {replacement.spec.node_name}; status: {phases}")
+
+
+def test_two_operators_at_once_never_create_duplicates(
+    api_client: k8s.ApiClient,
+    resources: Resources,
+    namespace: str,
+    operator: OperatorProcess,
+    local_cluster: LocalCluster,
+    tmp_path: Path,
+) -> None:
+    second = OperatorProcess(local_cluster.kubeconfig, tmp_path / "second.log")
+    second.start()
+    ledger = consistency.JobLedger(api_client, namespace)
+    try:
+        documents = fleet(20)
+        apply_all(resources, documents)
+        converge(api_client, namespace, "two operators")
+        rng = random.Random(SEED + 2)
+        for document in documents[:10]:
+            change(document, rng, 0, engine_move=True)
+        apply_all(resources, documents[:10])
+        converge(api_client, namespace, "two operators, after engine moves")
+        created = one_job_per_cache_key(ledger)
+    finally:
+        ledger.close()
+        second.stop()
+    say(f"two operators: {len(created)} cacheKeys, one Job each, namespace consistent")
+
+
+def test_a_builder_killed_mid_write_is_retried_as_configured_and_never_served(
+    kube: Kube, resources: Resources, namespace: str, operator: OperatorProcess
+) -> None:
+    """kwok plays a builder the kernel kills while it writes the engine (exit 137, no result line)."""
+    serving = fleet(1)[0]
+    resources.apply(serving)
+    first = resources.wait_phase("f00", "Ready")["status"]["engine"]["cacheKey"]
+    retries = 2
+    for round_number in range(UNREADY_ROUNDS):
+        broken = copy.deepcopy(serving)
+        broken["spec"]["engine"]["maxBatchSize"] = 20 + round_number
+        broken["spec"]["build"] = {
+            "backoffLimit": retries,
+            "pod": {
+                "labels": {FAULT_LABEL: "fail"},
+                "annotations": {
+                    FAULT_EXIT_CODE_ANNOTATION: "137",
+                    FAULT_MESSAGE_ANNOTATION: "[build-llm] writing rank0.engine: 6.2 of 13.5 GiB",
+                },
+            },
+        }
+        resources.apply(broken)
+        served: set[str] = set()
+
+        def failed(served: set[str] = served) -> Any:
+            deployment = kube.apps.read_namespaced_deployment("f00", namespace)
+            served.add(deployment.spec.template.metadata.labels[labels.CACHE_KEY])
+            body = resources.get("f00")
+            status = body.get("status") or {}
+            current = status.get("observedGeneration") == body["metadata"]["generation"]
+            return body if current and status.get("phase") == "Failed" else None
+
+        body = kube.wait_for("the killed build to fail after its retries", failed, timeout=120)
+        key = body["status"]["engine"]["cacheKey"]
+        ready = next(c for c in body["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["reason"] == "BuildFailed" and "(exit code 137), killed by SIGKILL" in ready["message"]
+        assert "writing rank0.engine" in ready["message"], ready
+        available = next(c for c in body["status"]["conditions"] if c["type"] == "Available")
+        assert available["status"] == "True"  # the old engine still serves
+        attempts = kube.core.list_namespaced_pod(namespace, label_selector=f"{labels.CACHE_KEY}={key}").items
+        assert sorted(p.status.phase for p in attempts) == ["Failed"] * (retries + 1)
+        assert served <= {first}, f"a Deployment referenced the partial engine {key}"
+        index = kube.core.read_namespaced_config_map(f"{DEFAULT_CLAIM}-index", namespace).data or {}
+        assert key not in index
+        fixed = copy.deepcopy(broken)
+        fixed["spec"]["build"] = {"backoffLimit": retries}
+        resources.apply(fixed)
+        resources.wait_phase("f00", "Ready")
+        deployment = kube.apps.read_namespaced_deployment("f00", namespace)
+        assert deployment.spec.template.metadata.labels[labels.CACHE_KEY] == key
+        serving, first = fixed, key
+    say(f"builder killed mid-write: {UNREADY_ROUNDS} of {UNREADY_ROUNDS} rounds, never served, then built")
