@@ -211,7 +211,9 @@ def check_spec(
     """
     try:
         # Strict JSON validation, as the API server's schema: `"8"` is not an integer nor `"yes"` a boolean.
-        spec = v1alpha1.MultimodalDeploymentSpec.model_validate_json(json.dumps(document), strict=True)
+        # YAML's dates and times become strings, as kubectl sends them.
+        text = json.dumps(document, default=str)
+        spec = v1alpha1.MultimodalDeploymentSpec.model_validate_json(text, strict=True)
     except ValidationError as error:
         return None, _schema_problems(error, "spec")
     defaulted = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
