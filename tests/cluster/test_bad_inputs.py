@@ -29,6 +29,7 @@ from tests.support.bad_inputs import (
     LORA_CLAIM,
     MISSING,
     REFUSED,
+    SMALL_NODE_TAINT,
     UNSCHEDULABLE,
     UPDATE,
     YAML,
@@ -41,7 +42,8 @@ from .conftest import Kube, Resources, Tools
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
 # Every fixed case serves one pod with one GPU (two for the TP case): the session's 4 x 8 GPUs are not
-# enough, so this test adds 8 more such nodes, and one node of 2 GPUs that a TP 4 pod cannot fit on.
+# enough, so this test adds 8 more such nodes, and one node of 2 GPUs that a TP 4 pod cannot fit on. Only
+# the tensor-parallel case may use the small node (it tolerates its taint), so no other pod takes its GPUs.
 MORE_NODES = (
     NodePool(count=8, name_prefix="bad-input-gpu"),
     NodePool(count=1, gpus_per_node=2, name_prefix="bad-input-small"),
@@ -53,8 +55,11 @@ def more_gpu_nodes(kube: Kube) -> Iterator[None]:
     names = [name for pool in MORE_NODES for name in pool.node_names()]
     for pool in MORE_NODES:
         for name in pool.node_names():
+            node = gpu_node(name, pool)
+            if pool.gpus_per_node < 8:
+                node["spec"]["taints"] = [{"key": SMALL_NODE_TAINT, "value": "true", "effect": "NoSchedule"}]
             try:
-                kube.core.create_node(gpu_node(name, pool))
+                kube.core.create_node(node)
             except ApiException as error:
                 if error.status != 409:
                     raise

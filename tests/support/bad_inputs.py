@@ -52,6 +52,12 @@ MODELS: dict[str, dict[str, Any]] = {
 }
 # Every lora source of the bases names this claim; the cluster test creates it once for the namespace.
 LORA_CLAIM = "adapters"
+# The taint of the small GPU node the tensor-parallel case is pinned to (only that case tolerates it).
+SMALL_NODE_TAINT = "bad-input.mmd.dev/small"
+_SMALL_NODE = {
+    "nodeSelector": {"nvidia.com/gpu.count": "2"},
+    "tolerations": [{"key": SMALL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+}
 # Schema refusals: the API server's words and the offline validator's differ; these name the same rule.
 SERVER_TYPE = "must be of type"
 
@@ -834,8 +840,8 @@ CASES: list[BadInput] = [
             "llava",
             _spec(
                 engine={"tensorParallelSize": 4},
-                build={"pod": {"nodeSelector": {"nvidia.com/gpu.count": "2"}}},
-                serving={"pod": {"nodeSelector": {"nvidia.com/gpu.count": "2"}}},
+                build={"pod": _SMALL_NODE},
+                serving={"pod": _SMALL_NODE},
             ),
         ),
         UNSCHEDULABLE,
