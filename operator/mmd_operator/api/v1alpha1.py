@@ -53,6 +53,11 @@ def _only_for(attribute: str, condition: str, what: str, field_path: str) -> Jso
 
 # Names the operator derives objects from (Service names are DNS-1035 labels).
 DNS_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# Names of other objects (Secrets, claims, ServiceAccounts, classes): DNS-1123 subdomains, as the API server
+# requires of the objects the operator creates with them.
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# Keys of a Secret's data.
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 # Kubernetes' own quantity syntax: a decimal number, then a binary or decimal suffix or an exponent.
 _NUMBER = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
 QUANTITY_PATTERN = rf"^(\+|-)?{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?{_NUMBER}))?$"
@@ -73,9 +78,9 @@ class _Schema(BaseModel):
 class SecretKeyRef(_Schema):
     """A key of a Secret in the resource's namespace."""
 
-    name: str = Field(min_length=1, max_length=253)
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     """Name of the Secret."""
-    key: str = Field(min_length=1, max_length=253)
+    key: str = Field(min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)
     """Key inside the Secret whose value is used."""
 
 
@@ -96,6 +101,24 @@ StringMap = dict[str, Annotated[str, Field(max_length=63 * 1024)]]
 
 class Toleration(_Schema):
     """A taint the pod tolerates (core/v1 Toleration)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule(
+                    "!has(self.operator) || self.operator != 'Exists' || "
+                    "!has(self.value) || self.value == ''",
+                    "value must be empty when operator is Exists",
+                    field_path=".value",
+                ),
+                cel_rule(
+                    "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+                    "operator must be Exists when key is empty (an empty key matches every taint)",
+                    field_path=".operator",
+                ),
+            ]
+        }
+    )
 
     key: str | None = Field(None, max_length=317)
     """Taint key; empty with operator Exists matches every taint."""
@@ -132,7 +155,7 @@ class ResourceRequirements(_Schema):
 class LocalObjectReference(_Schema):
     """A reference to an object in the same namespace, by name."""
 
-    name: str = Field(min_length=1, max_length=253)
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     """Name of the object."""
 
 
@@ -151,13 +174,13 @@ class PodSettings(_Schema):
         None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
     )
     """Node and pod affinity (core/v1 Affinity), passed to the pods unchanged."""
-    priority_class_name: str | None = Field(None, max_length=253)
+    priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     """PriorityClass of the pods."""
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     """Resources of the main container besides GPUs."""
     image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list, max_length=16)
     """Secrets for pulling the image from a private registry."""
-    service_account_name: str | None = Field(None, max_length=253)
+    service_account_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     """ServiceAccount the pods run as (default: the namespace's default)."""
 
 
@@ -173,7 +196,7 @@ class EngineCacheSpec(_Schema):
     """Claim to build into and serve from (default `mmd-engine-cache`). Created if it does not exist."""
     size: Quantity | None = None
     """Size of a claim the operator creates (default from the operator's configuration)."""
-    storage_class_name: str | None = Field(None, max_length=253)
+    storage_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     """StorageClass of a claim the operator creates (default: the cluster's default class)."""
     access_mode: Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"] | None = None
     """Access mode of a claim the operator creates (default ReadWriteMany: pods on several nodes read
@@ -227,7 +250,7 @@ class VolumeSource(_Schema):
         }
     )
 
-    claim_name: str = Field(min_length=1, max_length=253)
+    claim_name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     """Name of the PersistentVolumeClaim."""
     path: str = Field("/", max_length=1024)
     """Directory inside the claim that holds the model (Hugging Face layout, or the `.pt` for Whisper)."""
@@ -365,6 +388,19 @@ class InstanceCounts(_Schema):
 class LoraCacheSpec(_Schema):
     """LoRA adapter cache of `tensorrt_llm`. Defaults per model type."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule(
+                    "!has(self.optimalAdapterSize) || !has(self.maxAdapterSize) || "
+                    "self.optimalAdapterSize <= self.maxAdapterSize",
+                    "optimalAdapterSize must not exceed maxAdapterSize",
+                    field_path=".optimalAdapterSize",
+                )
+            ]
+        }
+    )
+
     optimal_adapter_size: int | None = Field(None, ge=1, le=4096)
     """Adapter size (rank x layers x modules) the cache pages are sized for."""
     max_adapter_size: int | None = Field(None, ge=1, le=4096)
@@ -446,6 +482,13 @@ def _spec_rules() -> list[JsonValue]:
     lora_types = types_where("lora")
     encoder_decoder = types_where("encoder_decoder")
     rules: list[JsonValue] = [
+        # A transition rule: only an update can break it (the API server gives it the stored spec as oldSelf).
+        cel_rule(
+            "self.model.type == oldSelf.model.type",
+            "model.type is immutable: another model type is another deployment (engines, repository layout "
+            "and serving pods all differ); create a new MultimodalDeployment instead",
+            field_path=".model.type",
+        ),
         cel_rule(
             f"(self.model.type in {cel_list(WHISPER_TYPES)}) == has(self.model.variant)",
             f"model.variant is required for {', '.join(WHISPER_TYPES)} and not allowed for other types",
