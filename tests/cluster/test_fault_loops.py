@@ -21,6 +21,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
+from mmd_operator.api.v1alpha1 import API_VERSION, KIND
 from mmd_operator.cli.localcluster.cluster import LocalCluster
 from mmd_operator.cli.localcluster.objects import NODE_ANNOTATION, NodePool, gpu_node
 from mmd_operator.cli.localcluster.stages import (
@@ -28,7 +29,7 @@ from mmd_operator.cli.localcluster.stages import (
     FAULT_LABEL,
     FAULT_MESSAGE_ANNOTATION,
 )
-from mmd_operator.config import DEFAULT_CLAIM
+from mmd_operator.config import DEFAULT_CLAIM, OperatorConfig
 from mmd_operator.desired import labels
 from tests.support import consistency
 
@@ -41,6 +42,7 @@ KILL_ROUNDS = int(os.environ.get("MMD_FAULT_KILL_ROUNDS", "3"))
 FLEET = int(os.environ.get("MMD_FAULT_RESOURCES", "50"))
 RESTART_ROUNDS = int(os.environ.get("MMD_FAULT_RESTART_ROUNDS", "1"))
 UNREADY_ROUNDS = int(os.environ.get("MMD_FAULT_UNREADY_ROUNDS", "2"))
+NODE_ROUNDS = int(os.environ.get("MMD_FAULT_NODE_ROUNDS", "1"))
 SEED = int(os.environ.get("MMD_FAULT_SEED", str(time.time_ns() % 100_000)))
 EXTRA_NODES = NodePool(count=6, name_prefix="fault-node")
 
@@ -257,10 +259,18 @@ def test_a_node_that_goes_away_has_its_serving_pods_rescheduled(
     document = fleet(1)[0]
     resources.apply(document)
     resources.wait_phase("f00", "Ready")
+    for round_number in range(NODE_ROUNDS):
+        _lose_the_serving_node(kube, resources, namespace, local_cluster, round_number)
+    say(f"lost nodes: {NODE_ROUNDS} of {NODE_ROUNDS} rounds, the pod rescheduled and the status said so")
+
+
+def _lose_the_serving_node(
+    kube: Kube, resources: Resources, namespace: str, cluster: LocalCluster, round_number: int
+) -> None:
     pod = kube.wait_for("one running serving pod", lambda: _serving_pod(kube, namespace, "f00"))
     node = pod.spec.node_name
     started = time.monotonic()
-    _restart_kwok_without(kube, local_cluster, node, lost=True)
+    _restart_kwok_without(kube, cluster, node, lost=True)
     phases: list[tuple[float, str, str]] = []
 
     def rescheduled() -> Any:
@@ -268,7 +278,7 @@ def test_a_node_that_goes_away_has_its_serving_pods_rescheduled(
         ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
         seen = (status.get("phase", ""), ready.get("message", ""))
         if not phases or phases[-1][1:] != seen:
-            phases.append((time.monotonic() - started, *seen))
+            phases.append((round(time.monotonic() - started, 1), *seen))
         replacement = _serving_pod(kube, namespace, "f00")
         if replacement is None or replacement.spec.node_name == node or seen[0] != "Ready":
             return None
@@ -279,12 +289,13 @@ def test_a_node_that_goes_away_has_its_serving_pods_rescheduled(
         lost = time.monotonic() - started
         replacement = kube.wait_for("the serving pod to run elsewhere", rescheduled, timeout=180)
     finally:
-        _restart_kwok_without(kube, local_cluster, node, lost=False)
+        _restart_kwok_without(kube, cluster, node, lost=False)
         kube.wait_for(f"{node} to be Ready again", lambda: _node_ready(kube, node), timeout=120)
     assert replacement.spec.node_name != node
     said = [p for p in phases if p[1] == "Degraded" and f"its node {node} stopped reporting" in p[2]]
     assert said, f"the status never said the node was lost: {phases}"
-    say(f"{node} NotReady after {lost:.0f} s; pod moved to {replacement.spec.node_name}; status: {phases}")
+    say(f"round {round_number + 1}: {node} NotReady after {lost:.0f} s; pod to {replacement.spec.node_name}")
+    say(f"status: {phases}")
 
 
 def test_two_operators_at_once_never_create_duplicates(
@@ -366,3 +377,40 @@ def test_a_builder_killed_mid_write_is_retried_as_configured_and_never_served(
         assert deployment.spec.template.metadata.labels[labels.CACHE_KEY] == key
         serving, first = fixed, key
     say(f"builder killed mid-write: {UNREADY_ROUNDS} of {UNREADY_ROUNDS} rounds, never served, then built")
+
+
+def test_the_consistency_check_finds_drift_and_the_operator_repairs_it(
+    api_client: k8s.ApiClient, kube: Kube, resources: Resources, namespace: str, operator: OperatorProcess
+) -> None:
+    resources.apply(fleet(1)[0])
+    converge(api_client, namespace, "one resource")
+    owner = resources.get("f00")["metadata"]
+    operator.stop()
+    try:
+        kube.core.delete_namespaced_service("f00", namespace)
+        kube.apps.patch_namespaced_deployment(
+            "f00", namespace, {"metadata": {"annotations": {labels.APPLIED_HASH: "half-written"}}}
+        )
+        stale = {
+            "metadata": {
+                "name": "f00-repo-0000000000",
+                "labels": labels.for_instance("f00", labels.MODEL_REPOSITORY),
+                "ownerReferences": [
+                    {"apiVersion": API_VERSION, "kind": KIND, "name": "f00", "uid": owner["uid"]}
+                ],
+            },
+            "data": {"config.pbtxt": "stale"},
+        }
+        kube.core.create_namespaced_config_map(namespace, stale)
+        found = consistency.problems(api_client, namespace)
+        wanted = consistency.expected_children(resources.get("f00"), OperatorConfig())["ConfigMap"]
+        repositories = sorted(["f00-repo-0000000000", wanted["metadata"]["name"]])
+        assert sorted(found) == [
+            "f00: its Deployment is not the one its spec wants",
+            "f00: no Service",
+            f"f00: repository ConfigMaps {repositories}, wanted {wanted['metadata']['name']}",
+        ], found
+    finally:
+        operator.start()
+    seconds = converge(api_client, namespace, "the repairs")
+    say(f"the check found 3 drifts; the operator repaired them in {seconds:.1f} s")
