@@ -425,6 +425,14 @@ class ServingSpec(_Schema):
     """Python model instances."""
     lora_cache: LoraCacheSpec = Field(default_factory=LoraCacheSpec)
     """LoRA adapter cache (internlm_xcomposer2)."""
+    image_url_input: bool = False
+    """Let clients send `image_url_input`: an http(s) URL (or a `data:image/jpeg;base64,` string) that
+    the server itself fetches. Off by default, because the serving pod then requests any URL a client
+    names, from inside the cluster network (server-side request forgery); with it off the rendered
+    repository does not declare the input and Triton refuses a request that carries it, while
+    `image_bytes_input` (pixels sent by the client) still works. Only for model types whose
+    preprocessing loads images (llava_onevision, mllama, qwen2_vl). When on, restrict where the pods
+    may connect with `networkPolicy.egress`."""
     zero_pad: bool = False
     """Whisper only: trim audio to its true length instead of padding the mel spectrogram to 30 s."""
     pod: PodSettings = Field(default_factory=PodSettings)
@@ -485,6 +493,12 @@ def _spec_rules() -> list[JsonValue]:
         ),
         _only_for(
             "fp8_kv_cache", "self.engine.kvCacheDtype == 'fp8'", "kvCacheDtype fp8", ".engine.kvCacheDtype"
+        ),
+        _only_for(
+            "image_urls",
+            "self.serving.imageUrlInput",
+            "imageUrlInput (the server fetching image URLs)",
+            ".serving.imageUrlInput",
         ),
         _only_for("kv_cache_reuse", "self.serving.kvCacheReuse", "kvCacheReuse", ".serving.kvCacheReuse"),
         _only_for(
