@@ -43,6 +43,7 @@ WATCHED: tuple[tuple[cached.Kind, str | None], ...] = (
     (cached.SERVICES, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
     (cached.CONFIGMAPS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
     (cached.CLAIMS, None),
+    (cached.NETWORK_POLICIES, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
 )
 
 

@@ -161,3 +161,5 @@ class Observed:
     serving_pods: tuple[PodFacts, ...] = ()
     stale_jobs: tuple[JobFacts, ...] = ()
     stale_claims: tuple[ClaimFacts, ...] = ()
+    # The serving pods' NetworkPolicy, if one exists (there is one only while the spec asks for it).
+    network_policy: Meta | None = None

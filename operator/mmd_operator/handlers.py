@@ -1,12 +1,12 @@
 """The kopf handlers: thin, and write-free. One of the two modules that import kopf.
 
 kopf watches MultimodalDeployments and the children the operator labels (Jobs and pods of builds, the
-serving Deployment and its pods, Services, ConfigMaps) plus engine-cache claims, and hands every event to
-the controller, which queues the resources concerned and reconciles them. Only `on.event` handlers are
-used: they see creations, changes, deletions and, at start-up, every existing object (the resume), and
-unlike kopf's change-detecting handlers they store nothing in the objects, so the operator writes only
-what it means to. The resync is the controller's timer. The children's watches are narrowed server-side
-to the operator's label.
+serving Deployment and its pods, Services, ConfigMaps, NetworkPolicies) plus engine-cache claims, and
+hands every event to the controller, which queues the resources concerned and reconciles them. Only
+`on.event` handlers are used: they see creations, changes, deletions and, at start-up, every existing
+object (the resume), and unlike kopf's change-detecting handlers they store nothing in the objects, so
+the operator writes only what it means to. The resync is the controller's timer. The children's
+watches are narrowed server-side to the operator's label.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ _PLURALS = {
     cached.SERVICES.kind: ("", "v1", "services"),
     cached.CONFIGMAPS.kind: ("", "v1", "configmaps"),
     cached.CLAIMS.kind: ("", "v1", "persistentvolumeclaims"),
+    cached.NETWORK_POLICIES.kind: ("networking.k8s.io", "v1", "networkpolicies"),
 }
 
 
@@ -135,5 +136,6 @@ for _kind in (
     cached.SERVICES,
     cached.CONFIGMAPS,
     cached.CLAIMS,
+    cached.NETWORK_POLICIES,
 ):
     _child_handler(_kind)

@@ -175,6 +175,11 @@ class ModelKnowledge:
         return "model.engine"
 
     @property
+    def image_urls(self) -> bool:
+        """Whether the server can load images from URLs (`image_url_input`) for this type."""
+        return ImageInput.URL in self.image_inputs
+
+    @property
     def uses_prompt_table(self) -> bool:
         """Whether image features reach the LLM as a prompt table (and need `max_multimodal_len`)."""
         return self.features_per_image is not None

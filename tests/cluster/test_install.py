@@ -236,14 +236,24 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
         token_operator.start()
         # Build, serve, change, delete.
         document = yaml.safe_load(LLAVA.read_text())
+        document["spec"].setdefault("serving", {})["networkPolicy"] = {}
         resources.apply(document)
         resources.wait_phase("llava", "Building")
         first = resources.wait_phase("llava", "Ready")["status"]
+        networking = k8s.NetworkingV1Api(kube.apps.api_client)
+        assert [p.metadata.name for p in networking.list_namespaced_network_policy(namespace).items] == [
+            "llava"
+        ]
         changed = copy.deepcopy(document)
-        changed["spec"].setdefault("serving", {})["streaming"] = True
+        changed["spec"]["serving"]["streaming"] = True
+        del changed["spec"]["serving"]["networkPolicy"]  # the operator deletes the policy
         resources.apply(changed)
         second = resources.wait_phase("llava", "Ready")["status"]
         assert second["modelRepository"] != first["modelRepository"]
+        kube.wait_for(
+            "the NetworkPolicy to be deleted",
+            lambda: not networking.list_namespaced_network_policy(namespace).items,
+        )
         if mode == "namespaced":
             # Outside its namespaces the operator sees nothing and touches nothing.
             outside = Resources(kube=kube, custom=resources.custom, namespace=other)

@@ -413,4 +413,18 @@ CASES: list[tuple[str, str, dict[str, Any], str, str]] = [
         "spec.serving.promptTableDatatype",
         "must be 'TYPE_FP16'",
     ),
+    (
+        "image-url-input-without-server-loading",
+        "llava",
+        {"spec": {"serving": {"imageUrlInput": True}}},
+        "spec.serving.imageUrlInput",
+        "imageUrlInput (the server fetching image URLs) is supported only for model types llava_onevision",
+    ),
+    (
+        "network-policy-client-without-selector",
+        "llava",
+        {"spec": {"serving": {"networkPolicy": {"clients": [{}]}}}},
+        "spec.serving.networkPolicy.clients[0]",
+        "a client needs a podSelector, a namespaceSelector or both",
+    ),
 ]

@@ -26,3 +26,12 @@ def load_example(
         document["spec"].setdefault("engine", {}).update(engine or {})
     _, plan = plan_resource(document)
     return plan
+
+
+def load_example_with_urls(name: str) -> ResourcePlan:
+    """The plan of examples/<name>.yaml with `serving.imageUrlInput` on where the type can load URLs
+    (the examples keep it off, the safe default), so every input the type can take is served."""
+    plan = load_example(name)
+    if not plan.settings.knowledge.image_urls:
+        return plan
+    return load_example(name, {"imageUrlInput": True})

@@ -44,6 +44,10 @@ def _serve_beams(
 ) -> Iterator[Served]:
     example = STREAMING_NAME if streaming else NAME
     serving = {"maxBeamWidth": 2, "streaming": streaming} | ({"accumulateTokens": True} if accumulate else {})
+    if streaming:
+        # HTTP reaches a decoupled deployment only through the generate endpoint, whose JSON carries an
+        # image only as a URL (mmctl sends a local one as a data URL).
+        serving["imageUrlInput"] = True
     plan = load_example(example, serving, engine={"maxBeamWidth": 2})
     name = f"{example}-beams{'-streaming' if streaming else ''}{'-accumulating' if accumulate else ''}"
     with serve(name, plan, install, factory.mktemp("beams"), say) as server:

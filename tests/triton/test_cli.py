@@ -15,7 +15,7 @@ from mmd_operator.cli.triton import media
 from mmd_operator.cli.triton.doubles import codec
 from mmd_operator.cli.triton.localserver import TritonInstall, free_ports
 from mmd_operator.cli.triton.serving import Served, serve
-from tests.triton.serving import load_example
+from tests.triton.serving import load_example, load_example_with_urls
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,8 @@ def onevision(
     triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory, say: Callable[[str], None]
 ) -> Iterator[Served]:
     name = "llava_onevision"
-    with serve(name, load_example(name), triton_install, tmp_path_factory.mktemp("cli"), say) as server:
+    plan = load_example_with_urls(name)
+    with serve(name, plan, triton_install, tmp_path_factory.mktemp("cli"), say) as server:
         yield server
 
 

@@ -34,7 +34,7 @@ from mmd_operator.knowledge import ImageInput, ModelKnowledge, ModelType, Reposi
 from mmd_operator.plan.repository_check import check_ensemble, parse_repository
 from tests.triton.conftest import EXAMPLE_NAMES
 from tests.triton.reference import grpc_results
-from tests.triton.serving import load_example
+from tests.triton.serving import load_example, load_example_with_urls
 
 
 @pytest.fixture(scope="module", params=EXAMPLE_NAMES)
@@ -45,7 +45,10 @@ def served(
     say: Callable[[str], None],
 ) -> Iterator[Served]:
     name = request.param
-    with serve(name, load_example(name), triton_install, tmp_path_factory.mktemp("served"), say) as server:
+    # Served with every input the type can take, URLs included; test_image_url_input.py serves the
+    # examples' own default, which refuses URLs.
+    plan = load_example_with_urls(name)
+    with serve(name, plan, triton_install, tmp_path_factory.mktemp("served"), say) as server:
         yield server
 
 
@@ -251,7 +254,8 @@ def streaming_deployment(
     if served.decoupled:
         yield served
         return
-    plan = load_example(served.name, {"streaming": True})
+    urls = {"imageUrlInput": True} if served.knowledge.image_urls else {}
+    plan = load_example(served.name, {"streaming": True, **urls})
     with serve(f"{served.name}-streaming", plan, install, workdir, say) as streaming:
         yield streaming
 

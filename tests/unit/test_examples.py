@@ -7,13 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from google.protobuf import text_format
 
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired.state import manifest_files
 from mmd_operator.plan import model_repository
 from mmd_operator.plan.repository_check import check_repository, model_config_class
+from mmd_operator.plan.resource_plan import plan_resource
 from tests.support.examples import EXAMPLE_PATHS as EXAMPLES
+from tests.support.examples import EXAMPLES_DIR
 from tests.support.examples import plan_example as load_and_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,15 +183,44 @@ def test_xcomposer2_renders_the_lora_cache_and_lora_inputs() -> None:
         ("llava", {"image_input"}),
         ("blip2", {"image_input"}),
         ("vila", {"image_input"}),
-        ("mllama", {"image_bytes_input", "image_url_input"}),
-        ("qwen2_vl", {"image_bytes_input", "image_url_input"}),
-        ("llava_onevision", {"image_bytes_input", "image_url_input", "video_bytes_input"}),
+        ("mllama", {"image_bytes_input"}),
+        ("qwen2_vl", {"image_bytes_input"}),
+        ("llava_onevision", {"image_bytes_input", "video_bytes_input"}),
     ],
 )
 def test_ensemble_declares_only_the_image_inputs_the_type_decodes(stem: str, inputs: set[str]) -> None:
     declared = {t.name for t in _configs(stem)["ensemble"].input}
     image_inputs = {"image_input", "image_bytes_input", "image_url_input", "video_bytes_input"}
     assert declared & image_inputs == inputs
+
+
+def _declared_url_inputs(stem: str, image_url_input: bool) -> dict[str, set[str]]:
+    """Per model directory, which URL inputs it declares (ensemble and BLS: image_url_input;
+    preprocessing: IMAGE_URL), with `serving.imageUrlInput` set as given."""
+    document = yaml.safe_load((EXAMPLES_DIR / f"{stem}.yaml").read_text())
+    document["spec"].setdefault("serving", {})["imageUrlInput"] = image_url_input
+    _, plan = plan_resource(document)
+    declared = {}
+    for name, text in plan.repository.configs.items():
+        config = text_format.Parse(text, model_config_class()())
+        declared[name] = {t.name for t in config.input} & {"image_url_input", "IMAGE_URL"}
+        assert "image_url_input" not in text or image_url_input, name  # nor in an ensemble step's map
+    return declared
+
+
+@pytest.mark.parametrize("stem", ["llava_onevision", "mllama", "qwen2_vl"])
+def test_image_url_input_is_declared_only_when_the_spec_allows_it(stem: str) -> None:
+    assert not any(_declared_url_inputs(stem, False).values())
+    declared = _declared_url_inputs(stem, True)
+    assert declared["ensemble"] == {"image_url_input"}
+    assert declared["preprocessing"] == {"IMAGE_URL"}
+    if "tensorrt_llm_bls" in declared:
+        assert declared["tensorrt_llm_bls"] == {"image_url_input"}
+
+
+@pytest.mark.parametrize("stem", ["llava", "blip2", "vila", "internlm_xcomposer2"])
+def test_types_without_server_side_images_declare_no_url_input(stem: str) -> None:
+    assert not any(_declared_url_inputs(stem, False).values())
 
 
 def test_prompt_table_extra_id_is_not_offered_where_preprocessing_cannot_take_it() -> None:

@@ -411,6 +411,128 @@ class LoraCacheSpec(_Schema):
     """Host memory for cached adapters."""
 
 
+# An IPv4 or IPv6 block in CIDR notation (the API server checks the address itself).
+CIDR_PATTERN = (
+    r"^(([0-9]{1,3}\.){3}[0-9]{1,3}/([0-9]|[12][0-9]|3[0-2])"
+    r"|[0-9a-fA-F:.]*:[0-9a-fA-F:.]*/([0-9]|[1-9][0-9]|1[01][0-9]|12[0-8]))$"
+)
+LABEL_KEY_MAX_LENGTH = 317
+
+
+class LabelSelectorRequirement(_Schema):
+    """One expression of a label selector (metav1.LabelSelectorRequirement)."""
+
+    key: str = Field(min_length=1, max_length=LABEL_KEY_MAX_LENGTH)
+    """Label key."""
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    """In, NotIn, Exists or DoesNotExist."""
+    values: list[Annotated[str, Field(max_length=63, description="A label value.")]] = Field(
+        default_factory=list, max_length=64
+    )
+    """Values for In and NotIn; empty for Exists and DoesNotExist."""
+
+
+class LabelSelector(_Schema):
+    """A label selector (metav1.LabelSelector). Empty selects everything."""
+
+    match_labels: StringMap = Field(default_factory=dict)
+    """Labels that must all be present with these values."""
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list, max_length=32)
+    """Expressions that must all hold."""
+
+
+class NetworkClient(_Schema):
+    """Pods allowed to send inference requests.
+
+    Those matching `podSelector` (in the resource's namespace when no `namespaceSelector` is given),
+    every pod of the namespaces matching `namespaceSelector`, or, with both, the matching pods in the
+    matching namespaces.
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule(
+                    "has(self.podSelector) || has(self.namespaceSelector)",
+                    "a client needs a podSelector, a namespaceSelector or both",
+                )
+            ]
+        }
+    )
+
+    pod_selector: LabelSelector | None = None
+    """Labels of the client pods."""
+    namespace_selector: LabelSelector | None = None
+    """Labels of the client namespaces (e.g. `kubernetes.io/metadata.name: apps`)."""
+
+
+class NetworkPort(_Schema):
+    """A destination port (or range) and protocol."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule(
+                    "!has(self.endPort) || self.endPort >= self.port",
+                    "endPort must not be below port",
+                    field_path=".endPort",
+                )
+            ]
+        }
+    )
+
+    port: int = Field(ge=1, le=65535)
+    """Port number (the first of the range with `endPort`)."""
+    end_port: int | None = Field(None, ge=1, le=65535)
+    """Last port of a range."""
+    protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+    """TCP, UDP or SCTP."""
+
+
+class EgressAllowance(_Schema):
+    """Destinations outside the cluster's DNS that the serving pods may connect to."""
+
+    cidr: str = Field(pattern=CIDR_PATTERN, max_length=64)
+    """Address block, e.g. `203.0.113.0/24` for an image host, `0.0.0.0/0` for anywhere."""
+    except_cidrs: list[
+        Annotated[str, Field(pattern=CIDR_PATTERN, max_length=64, description="A block kept closed.")]
+    ] = Field(default_factory=list, max_length=32)
+    """Blocks inside `cidr` that stay closed, e.g. the pod and service networks or `169.254.169.254/32`
+    (cloud metadata) when `cidr` is wide."""
+    ports: list[NetworkPort] = Field(default_factory=list, max_length=32)
+    """Ports allowed on those addresses; empty allows every port."""
+
+
+def _kube_system() -> LabelSelector:
+    return LabelSelector(match_labels={"kubernetes.io/metadata.name": "kube-system"})
+
+
+def _monitoring() -> LabelSelector:
+    return LabelSelector(match_labels={"kubernetes.io/metadata.name": "monitoring"})
+
+
+class NetworkPolicySpec(_Schema):
+    """A NetworkPolicy for the serving pods, named like the resource and owned by it.
+
+    It denies all traffic to and from the pods except HTTP (8000) and gRPC (8001) from `clients`,
+    metrics (8002) from `monitoringNamespaceSelector`, DNS (UDP and TCP 53) to `dnsNamespaceSelector`,
+    and `egress`. Removing this section deletes the policy. Only a network plugin that enforces
+    NetworkPolicy (Calico, Cilium, ...) makes it effective; kubelet probes come from the node and
+    are not affected on common plugins.
+    """
+
+    clients: list[NetworkClient] = Field(default_factory=list, max_length=32)
+    """Who may send inference requests (HTTP and gRPC). Empty: nobody."""
+    monitoring_namespace_selector: LabelSelector = Field(default_factory=_monitoring)
+    """Namespaces whose pods may scrape the metrics port (default: the namespace `monitoring`)."""
+    dns_namespace_selector: LabelSelector = Field(default_factory=_kube_system)
+    """Namespaces whose pods answer DNS (default: `kube-system`, where CoreDNS runs). A resolver
+    elsewhere (a node-local cache on a link-local address) needs an `egress` entry for port 53."""
+    egress: list[EgressAllowance] = Field(default_factory=list, max_length=32)
+    """Where else the pods may connect. Empty: nowhere but DNS. With `imageUrlInput` on, list the
+    image hosts here: the server fetches URLs only from these."""
+
+
 class ServingSpec(_Schema):
     """How Triton serves the engines. Changing these re-renders the model repository; it never rebuilds."""
 
@@ -461,6 +583,17 @@ class ServingSpec(_Schema):
     """Python model instances."""
     lora_cache: LoraCacheSpec = Field(default_factory=LoraCacheSpec)
     """LoRA adapter cache (internlm_xcomposer2)."""
+    image_url_input: bool = False
+    """Let clients send `image_url_input`: an http(s) URL (or a `data:image/jpeg;base64,` string) that
+    the server itself fetches. Off by default, because the serving pod then requests any URL a client
+    names, from inside the cluster network (server-side request forgery); with it off the rendered
+    repository does not declare the input and Triton refuses a request that carries it, while
+    `image_bytes_input` (pixels sent by the client) still works. Only for model types whose
+    preprocessing loads images (llava_onevision, mllama, qwen2_vl). When on, restrict where the pods
+    may connect with `networkPolicy.egress`."""
+    network_policy: NetworkPolicySpec | None = None
+    """Restrict the serving pods' network traffic with a NetworkPolicy. Omitted: no policy (the
+    namespace's own policies apply)."""
     zero_pad: bool = False
     """Whisper only: trim audio to its true length instead of padding the mel spectrogram to 30 s."""
     pod: PodSettings = Field(default_factory=PodSettings)
@@ -528,6 +661,12 @@ def _spec_rules() -> list[JsonValue]:
         ),
         _only_for(
             "fp8_kv_cache", "self.engine.kvCacheDtype == 'fp8'", "kvCacheDtype fp8", ".engine.kvCacheDtype"
+        ),
+        _only_for(
+            "image_urls",
+            "self.serving.imageUrlInput",
+            "imageUrlInput (the server fetching image URLs)",
+            ".serving.imageUrlInput",
         ),
         _only_for("kv_cache_reuse", "self.serving.kvCacheReuse", "kvCacheReuse", ".serving.kvCacheReuse"),
         _only_for(

@@ -24,7 +24,7 @@ from mmd_operator.cli.triton.requests import (
     load_audio,
     text_request,
 )
-from mmd_operator.knowledge import ModelType, RepositoryLayout, knowledge_of
+from mmd_operator.knowledge import ImageInput, ModelType, RepositoryLayout, knowledge_of
 
 EXIT_FAILED = 1
 
@@ -80,6 +80,10 @@ def _infer(args: argparse.Namespace) -> int:
                 lora_task_id=args.lora_task_id,
                 lora_path=args.lora_path,
                 inline_images_as_urls=client.endpoint.protocol == "http",
+                # Asked only when it matters: a URL-capable type sent an image.
+                server_fetches_urls=bool(args.image)
+                and ImageInput.URL in knowledge.image_inputs
+                and ImageInput.URL in client.input_names(model),
             )
             tensors = text_request(knowledge, request)
         client.check_ready(model)

@@ -15,7 +15,8 @@ The rules, in the order the code follows them:
 - The repository ConfigMap is applied unless it is over the ConfigMap size limit. Superseded ones are
   deleted once neither the Deployment nor any pod uses them.
 - The Deployment is applied only once the engine is ready: until then a running Deployment keeps
-  serving the old engine, untouched. The Service is applied from the start.
+  serving the old engine, untouched. The Service is applied from the start, and so is the
+  NetworkPolicy while the spec asks for one; once it no longer does, the policy is deleted.
 
 Pure: imports the api models, the plan, the config, the facts and the status analyses.
 """
@@ -30,7 +31,7 @@ import yaml
 from engine_builder.result_format import BuildSucceeded
 from mmd_operator.api.v1alpha1 import Endpoints, MultimodalDeployment, MultimodalDeploymentStatus
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import engine_build, hashing, labels, names, pods, serving
+from mmd_operator.desired import engine_build, hashing, labels, names, network, pods, serving
 from mmd_operator.facts import Meta, Observed
 from mmd_operator.plan.resource_plan import ResourcePlan
 from mmd_operator.status import Findings, RepositoryState
@@ -164,6 +165,17 @@ def desired_state(
         apply.append(deployment_manifest)
     if not blocked:
         apply.append(hashing.stamped(serving.service(resource, namespace=namespace, owner=owner)))
+    policy = network.network_policy(resource, namespace=namespace, owner=owner)
+    if policy is not None and not blocked:
+        apply.append(hashing.stamped(policy))
+    live_policy = observed.network_policy
+    if (
+        policy is None
+        and live_policy is not None
+        and live_policy.owned_by(owner.uid)
+        and not live_policy.deleting
+    ):
+        delete.append(ObjectKey(network.API_VERSION, network.KIND, live_policy.name))
 
     in_use = {repository_name}
     if observed.deployment is not None and observed.deployment.repository:
@@ -218,7 +230,8 @@ def manifests(
     """Every object a first apply of `resource` leads to, as if its engine were already built.
 
     What `mmctl render` writes to `manifests/`: the claim, the build Job, the repository ConfigMap, the
-    Deployment and the Service, exactly as the operator applies them.
+    Deployment, the Service and the NetworkPolicy if the spec asks for one, exactly as the operator
+    applies them.
     """
     owner_uid = str(resource.metadata.get("uid", "")) or "<uid of the MultimodalDeployment>"
     resource = resource.model_copy(
@@ -243,6 +256,9 @@ def manifests(
         ),
         serving.service(resource, namespace=namespace, owner=owner),
     ]
+    policy = network.network_policy(resource, namespace=namespace, owner=owner)
+    if policy is not None:
+        objects.append(policy)
     return [hashing.stamped(manifest) for manifest in objects]
 
 

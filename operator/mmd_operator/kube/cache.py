@@ -68,7 +68,8 @@ DEPLOYMENTS = Kind("apps/v1", "Deployment", objects.deployment)
 CONFIGMAPS = Kind("v1", "ConfigMap", _configmap)
 SERVICES = Kind("v1", "Service", objects.meta)
 CLAIMS = Kind("v1", "PersistentVolumeClaim", objects.claim)
-KINDS = (RESOURCES, JOBS, PODS, DEPLOYMENTS, CONFIGMAPS, SERVICES, CLAIMS)
+NETWORK_POLICIES = Kind("networking.k8s.io/v1", "NetworkPolicy", objects.meta)
+KINDS = (RESOURCES, JOBS, PODS, DEPLOYMENTS, CONFIGMAPS, SERVICES, CLAIMS, NETWORK_POLICIES)
 
 
 def _labels_of(value: Any) -> Mapping[str, str]:
@@ -225,6 +226,7 @@ __all__ = [
     "DEPLOYMENTS",
     "JOBS",
     "KINDS",
+    "NETWORK_POLICIES",
     "PODS",
     "RESOURCES",
     "SERVICES",

@@ -37,6 +37,7 @@ _RESOURCES: Mapping[tuple[str, str], str] = {
     ("v1", "Event"): "events",
     ("batch/v1", "Job"): "jobs",
     ("apps/v1", "Deployment"): "deployments",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
     (API_VERSION, KIND): PLURAL,
 }
 

@@ -107,4 +107,5 @@ def observe(
         serving_pods=serving_pods,
         stale_jobs=stale_jobs,
         stale_claims=stale_claims,
+        network_policy=store.get(cached.NETWORK_POLICIES, namespace, names.serving(instance)),
     )

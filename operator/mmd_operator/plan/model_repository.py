@@ -139,6 +139,9 @@ def render_context(settings: Settings, *, cache_key: str) -> dict[str, Any]:
     spec, knowledge, limits = settings.spec, settings.knowledge, settings.limits
     serving, queue = spec.serving, spec.serving.queue
     accepts = knowledge.image_inputs
+    if not serving.image_url_input:
+        # Undeclared, the input is refused by Triton itself, before any model code could fetch a URL.
+        accepts = accepts - {ImageInput.URL}
     lora_cache = settings.lora_cache
     variant = settings.variant
     tokenizer_dir = settings.engine_dir(cache_key, LAYOUT.tokenizer)

@@ -30,7 +30,12 @@ from mmd_operator.cli.triton.requests import IMAGE_SOURCE_INPUTS, Tensor
 from mmd_operator.knowledge import KNOWLEDGE, ImageInput, ModelKnowledge, ModelType, RepositoryLayout
 
 # Ensemble inputs that tell model types apart.
-_SIGNATURE_INPUTS = (*IMAGE_SOURCE_INPUTS, "prompt_table_extra_id", "lora_task_id")
+# `image_url_input` tells no type apart: it is declared only where the resource allows URL inputs.
+_SIGNATURE_INPUTS = (
+    *(name for name in IMAGE_SOURCE_INPUTS if name != ImageInput.URL),
+    "prompt_table_extra_id",
+    "lora_task_id",
+)
 _STREAM_TIMEOUT = 300.0
 
 
@@ -210,7 +215,7 @@ class TritonClient:
         declared = set(self.input_names(model))
         unknown = [t.name for t in tensors if t.name not in declared]
         if unknown:
-            takes = sorted(declared & set(_SIGNATURE_INPUTS)) or ["text only"]
+            takes = sorted(declared & {*_SIGNATURE_INPUTS, ImageInput.URL}) or ["text only"]
             raise ServerError(
                 f"{model} on this server does not accept {', '.join(unknown)} "
                 f"(its {model_type} inputs: {', '.join(takes)})"
@@ -343,7 +348,7 @@ def _signature(knowledge: ModelKnowledge) -> set[str]:
     """The type-telling inputs the operator renders into a type's ensemble."""
     if knowledge.layout is RepositoryLayout.WHISPER:
         return set()
-    names = {str(source) for source in knowledge.image_inputs}
+    names = {str(source) for source in knowledge.image_inputs if source is not ImageInput.URL}
     if knowledge.video:
         names.add("video_bytes_input")
     if knowledge.layout is RepositoryLayout.XCOMPOSER2:

@@ -102,6 +102,9 @@ class TextRequest:
     lora_path: str | None = None
     # Local images as `data:image/jpeg;base64,` URLs instead of raw bytes (HTTP generate takes no tensors).
     inline_images_as_urls: bool = False
+    # Whether the server declares `image_url_input` (the resource's `serving.imageUrlInput`); without
+    # it the client fetches an image URL itself and sends the pixels.
+    server_fetches_urls: bool = True
 
 
 def _scalar(name: str, value: object, datatype: str) -> Tensor:
@@ -256,7 +259,7 @@ def _image_tensors(knowledge: ModelKnowledge, request: TextRequest) -> list[Tens
         raise _refuse(knowledge, "images")
     if len(sources) > 1 and not knowledge.multi_image:
         raise RequestError(f"{knowledge.model_type} takes one image per request, not {len(sources)}")
-    if ImageInput.URL in accepts and len(sources) == 1:
+    if ImageInput.URL in accepts and request.server_fetches_urls and len(sources) == 1:
         source = sources[0]
         if source.startswith(("http://", "https://", JPEG_DATA_URL)):
             return [_text("image_url_input", source)]

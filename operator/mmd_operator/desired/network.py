@@ -1,0 +1,103 @@
+"""The optional NetworkPolicy of a MultimodalDeployment's serving pods (`spec.serving.networkPolicy`).
+
+It selects the serving pods (the Deployment's own selector) and denies everything not listed: inference
+(HTTP and gRPC) only from the clients the spec names, metrics only from the monitoring namespaces, and
+out of the pods only DNS and the address blocks of `egress`. The Service's ports and the policy's come
+from the same constants, so they cannot drift apart. Pure: imports the api models and the serving
+builder's names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mmd_operator.api.v1alpha1 import LabelSelector, MultimodalDeployment, NetworkPort
+from mmd_operator.desired import labels, names, pods, serving
+from mmd_operator.facts import OwnerRef
+from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
+
+DNS_PORT = 53
+API_VERSION = "networking.k8s.io/v1"
+KIND = "NetworkPolicy"
+
+
+def selector(value: LabelSelector) -> dict[str, Any]:
+    """`value` as a metav1.LabelSelector; an empty one stays `{}` (everything)."""
+    result: dict[str, Any] = {}
+    if value.match_labels:
+        result["matchLabels"] = dict(value.match_labels)
+    if value.match_expressions:
+        result["matchExpressions"] = [
+            {"key": e.key, "operator": e.operator, **({"values": list(e.values)} if e.values else {})}
+            for e in value.match_expressions
+        ]
+    return result
+
+
+def _tcp(*numbers: int) -> list[dict[str, Any]]:
+    return [{"protocol": "TCP", "port": number} for number in numbers]
+
+
+def _port(port: NetworkPort) -> dict[str, Any]:
+    rendered: dict[str, Any] = {"protocol": port.protocol, "port": port.port}
+    if port.end_port is not None:
+        rendered["endPort"] = port.end_port
+    return rendered
+
+
+def network_policy(
+    resource: MultimodalDeployment, *, namespace: str, owner: OwnerRef
+) -> dict[str, Any] | None:
+    """The NetworkPolicy of `resource`'s serving pods, or None when its spec asks for none."""
+    spec = resource.spec.serving.network_policy
+    if spec is None:
+        return None
+    instance = str(resource.metadata["name"])
+    ingress: list[dict[str, Any]] = []
+    peers = []
+    for client in spec.clients:
+        peer: dict[str, Any] = {}
+        if client.pod_selector is not None:
+            peer["podSelector"] = selector(client.pod_selector)
+        if client.namespace_selector is not None:
+            peer["namespaceSelector"] = selector(client.namespace_selector)
+        peers.append(peer)
+    if peers:
+        # An ingress rule without `from` would admit everyone: no clients, no rule.
+        ingress.append({"from": peers, "ports": _tcp(HTTP_PORT, GRPC_PORT)})
+    ingress.append(
+        {
+            "from": [{"namespaceSelector": selector(spec.monitoring_namespace_selector)}],
+            "ports": _tcp(METRICS_PORT),
+        }
+    )
+    egress: list[dict[str, Any]] = [
+        {
+            "to": [{"namespaceSelector": selector(spec.dns_namespace_selector)}],
+            "ports": [{"protocol": "UDP", "port": DNS_PORT}, {"protocol": "TCP", "port": DNS_PORT}],
+        }
+    ]
+    for allowance in spec.egress:
+        block: dict[str, Any] = {"cidr": allowance.cidr}
+        if allowance.except_cidrs:
+            block["except"] = list(allowance.except_cidrs)
+        rule: dict[str, Any] = {"to": [{"ipBlock": block}]}
+        if allowance.ports:
+            rule["ports"] = [_port(port) for port in allowance.ports]
+        egress.append(rule)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": names.serving(instance),
+            "namespace": namespace,
+            "labels": labels.for_instance(instance, labels.SERVING),
+            "ownerReferences": [pods.owner_reference(owner, controller=True)],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": serving.selector(instance)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": ingress,
+            "egress": egress,
+        },
+    }
