@@ -33,6 +33,9 @@ _log = logging.getLogger(__name__)
 Key = tuple[str, str]
 MAX_BACKOFF = 60.0
 CRD_WAIT_SECONDS = 2.0
+# When the cache is compared with a fresh listing after start-up (see `Controller.relist`): soon, and
+# once more in case kopf's watches started late (on a loaded machine).
+RELIST_AFTER_START_SECONDS = (5.0, 30.0)
 # What the operator lists and watches, and the label selector each is narrowed to (None: everything,
 # since the engine-cache claims users name are not the operator's).
 WATCHED: tuple[tuple[cached.Kind, str | None], ...] = (
@@ -148,6 +151,44 @@ class Controller:
             "Listed what the operator watches in %.2f s: %s", time.perf_counter() - started, self.store.size()
         )
 
+    def relist(self) -> set[str]:
+        """List every watched kind again and forget what is gone; the namespaces where something was.
+
+        kopf's watches start from listings of their own, made after `prime`'s, and report what those
+        listings hold, not what they lack: an object deleted in between would stay in the cache for good
+        (a superseded repository kept for a pod long gone, found by the SIGKILL loop). Blocking; run in a
+        thread. Only what was cached before the listing is judged, so an object added meanwhile stays.
+        """
+        namespaces: Iterable[str | None] = self.config.namespaces or (None,)
+        forgotten: set[str] = set()
+        for kind, selector in WATCHED:
+            for namespace in namespaces:
+                before = {key for key in self.store.keys(kind) if namespace is None or key[0] == namespace}
+                listed = {
+                    (str(item["metadata"].get("namespace", "")), str(item["metadata"]["name"]))
+                    for item in self._list(kind, namespace, selector)
+                }
+                for key in sorted(before - listed):
+                    _log.info("%s %s/%s is gone without a deletion event; forgetting it", kind.kind, *key)
+                    self.store.drop(kind, *key)
+                    if kind is cached.RESOURCES:
+                        self.reconciler.forget(*key)
+                    forgotten.add(key[0])
+        return forgotten
+
+    async def _relist(self) -> None:
+        forgotten = await asyncio.get_running_loop().run_in_executor(self._executor, self.relist)
+        for key in self.store.keys(cached.RESOURCES):
+            if key[0] in forgotten:
+                self.queue.add(key)
+
+    async def _relist_after_start(self) -> None:
+        slept = 0.0
+        for seconds in RELIST_AFTER_START_SECONDS:
+            await asyncio.sleep(seconds - slept)
+            slept = seconds
+            await self._relist()
+
     def _list(self, kind: cached.Kind, namespace: str | None, selector: str | None) -> list[dict[str, Any]]:
         """One listing; without the CRD there is nothing to do but say so and wait for it."""
         waited = 0.0
@@ -174,6 +215,7 @@ class Controller:
             asyncio.create_task(self._work(), name=f"worker-{n}") for n in range(self.config.workers)
         ]
         self._tasks.append(asyncio.create_task(self._resync(), name="resync"))
+        self._tasks.append(asyncio.create_task(self._relist_after_start(), name="relist"))
         self.ready.set()
 
     async def stop(self) -> None:
@@ -262,5 +304,6 @@ class Controller:
     async def _resync(self) -> None:
         while True:
             await asyncio.sleep(self.config.resync_seconds)
+            await self._relist()
             for key in self.store.keys(cached.RESOURCES):
                 self.queue.add(key)
