@@ -346,6 +346,23 @@ class Resources:
         return found
 
 
+def operator_writes_at_rest(audit_log: Path, namespace: str, seconds: float) -> list[dict[str, Any]]:
+    """The operator's writes in `namespace` during `seconds`, once its last writes' echoes settled."""
+    from datetime import UTC, datetime
+
+    from mmd_operator.cli.localcluster.audit import write_requests
+
+    time.sleep(3)
+    since = datetime.now(UTC)
+    time.sleep(seconds)
+    return [
+        event
+        for event in write_requests(audit_log, user_agent_prefixes=("mmd-operator/", "kopf/"), since=since)
+        # Earlier tests' namespaces may still be going away, and their resources with them.
+        if event["objectRef"].get("namespace") == namespace
+    ]
+
+
 @pytest.fixture
 def resources(api_client: k8s.ApiClient, kube: Kube, namespace: str) -> Resources:
     return Resources(kube=kube, custom=k8s.CustomObjectsApi(api_client), namespace=namespace)

@@ -33,7 +33,7 @@ from mmd_operator.config import DEFAULT_CLAIM, OperatorConfig
 from mmd_operator.desired import labels
 from tests.support import consistency
 
-from .conftest import Kube, OperatorProcess, Resources
+from .conftest import Kube, OperatorProcess, Resources, Tools
 
 pytestmark = pytest.mark.cluster
 
@@ -128,6 +128,7 @@ def change(document: dict[str, Any], rng: random.Random, round_number: int, engi
         )
 
 
+@pytest.mark.timeout(180 + 60 * KILL_ROUNDS)
 @pytest.mark.usefixtures("capacity")
 def test_sigkill_at_random_points_loses_nothing(
     api_client: k8s.ApiClient, resources: Resources, namespace: str, operator: OperatorProcess
@@ -158,6 +159,7 @@ def test_sigkill_at_random_points_loses_nothing(
     say(f"SIGKILL: {KILL_ROUNDS} of {KILL_ROUNDS} rounds survived; {len(created)} cacheKeys, one Job each")
 
 
+@pytest.mark.timeout(180 + 90 * RESTART_ROUNDS)
 @pytest.mark.usefixtures("capacity")
 def test_the_api_server_and_etcd_restart_under_a_running_operator(
     api_client: k8s.ApiClient,
@@ -219,6 +221,7 @@ def _set_ready(kube: Kube, namespace: str, pod: Any, ready: bool, restarts: int)
     )
 
 
+@pytest.mark.timeout(120 + 60 * UNREADY_ROUNDS)
 def test_serving_pods_that_stop_being_ready_degrade_and_recover(
     kube: Kube, resources: Resources, namespace: str, operator: OperatorProcess
 ) -> None:
@@ -248,6 +251,7 @@ def _restart_kwok_without(kube: Kube, cluster: LocalCluster, node: str, *, lost:
     cluster.restart(("kwok",))
 
 
+@pytest.mark.timeout(120 + 300 * NODE_ROUNDS)
 def test_a_node_that_goes_away_has_its_serving_pods_rescheduled(
     kube: Kube,
     resources: Resources,
@@ -305,7 +309,13 @@ def test_two_operators_at_once_never_create_duplicates(
     operator: OperatorProcess,
     local_cluster: LocalCluster,
     tmp_path: Path,
+    tools: Tools,
 ) -> None:
+    # The chart runs one replica (Recreate) and has no setting for more: the values schema refuses it.
+    chart = str(Path(__file__).resolve().parents[2] / "charts" / "mmd-operator")
+    refused = tools.run("helm", "template", chart, "--set", "replicaCount=2", check=False)
+    assert refused.returncode != 0 and "replicaCount" in refused.stderr, refused.stderr
+    # Two at once anyway (a second install elsewhere, `kubectl scale`): never a duplicate.
     second = OperatorProcess(local_cluster.kubeconfig, tmp_path / "second.log")
     second.start()
     ledger = consistency.JobLedger(api_client, namespace)
@@ -325,6 +335,7 @@ def test_two_operators_at_once_never_create_duplicates(
     say(f"two operators: {len(created)} cacheKeys, one Job each, namespace consistent")
 
 
+@pytest.mark.timeout(120 + 90 * UNREADY_ROUNDS)
 def test_a_builder_killed_mid_write_is_retried_as_configured_and_never_served(
     kube: Kube, resources: Resources, namespace: str, operator: OperatorProcess
 ) -> None:

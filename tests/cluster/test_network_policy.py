@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +20,9 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from mmd_operator.cli.localcluster.audit import write_requests
 from mmd_operator.cli.localcluster.cluster import LocalCluster
 
-from .conftest import Kube, Resources
+from .conftest import Kube, Resources, operator_writes_at_rest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
@@ -148,16 +145,7 @@ def test_the_operator_creates_updates_and_deletes_the_serving_pods_network_polic
     assert pods.items and all(selected <= (p.metadata.labels or {}).items() for p in pods.items)
 
     # At rest, the policy is not written again (the digest stamped on it matches what is wanted).
-    time.sleep(3)  # the last status writes and their echoes settle
-    since = datetime.now(UTC)
-    time.sleep(10)
-    writes = [
-        event
-        for event in write_requests(
-            local_cluster.audit_log, user_agent_prefixes=("mmd-operator/", "kopf/"), since=since
-        )
-        if event["objectRef"].get("namespace") == namespace
-    ]
+    writes = operator_writes_at_rest(local_cluster.audit_log, namespace, 10)
     assert writes == [], json.dumps(writes, indent=1)[:3000]
 
     # A change of the section changes the policy, and nothing else is rolled.

@@ -20,7 +20,7 @@ import yaml
 from engine_builder.result_format import BuildFailed, termination_message
 from mmd_operator.cli.localcluster.stages import FAULT_LABEL, FAULT_MESSAGE_ANNOTATION
 
-from .conftest import Kube, OperatorProcess, Resources, Tools
+from .conftest import Kube, OperatorProcess, Resources, Tools, operator_writes_at_rest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
@@ -456,24 +456,9 @@ def test_a_killed_operator_restarts_and_converges_without_duplicates_or_orphans(
 def test_nothing_is_written_while_nothing_changes(
     resources: Resources, namespace: str, local_cluster: Any, tmp_path: Path
 ) -> None:
-    import time
-    from datetime import UTC, datetime
-
-    from mmd_operator.cli.localcluster.audit import write_requests
-
     resources.apply(example("llava"))
     resources.apply(example("whisper"))
     resources.wait_phase("llava", "Ready")
     resources.wait_phase("whisper", "Ready")
-    time.sleep(3)  # the last status writes and their echoes settle
-    since = datetime.now(UTC)
-    time.sleep(30)
-    writes = [
-        event
-        for event in write_requests(
-            local_cluster.audit_log, user_agent_prefixes=("mmd-operator/", "kopf/"), since=since
-        )
-        # Earlier tests' namespaces may still be going away, and their resources with them.
-        if event["objectRef"].get("namespace") == namespace
-    ]
+    writes = operator_writes_at_rest(local_cluster.audit_log, namespace, 30)
     assert writes == [], json.dumps(writes, indent=1)[:3000]

@@ -169,6 +169,7 @@ class Soak:
         self.unready.clear()
 
 
+@pytest.mark.timeout(SECONDS + 900)
 @pytest.mark.usefixtures("room")
 def test_soak_random_changes_and_faults_end_consistent_with_flat_memory(
     api_client: k8s.ApiClient,
