@@ -89,11 +89,11 @@ bench: venv
 	$(BIN)/python -m benchmarks.operator_scale $(ARGS)
 
 # Faults and the soak at full count (docs in README, "Faults"): 20 operator SIGKILL rounds over 50
-# resources, 5 API server and etcd restarts, 10 rounds of each pod fault, 3 lost nodes, then 30 minutes of random
+# resources, 3 API server and etcd restarts, 5 rounds of each pod fault, 2 lost nodes, then 30 minutes of random
 # applies, changes and deletes with faults mixed in. About 45 minutes; `make test` runs a few rounds.
 .PHONY: soak
 soak: venv
-	MMD_FAULT_KILL_ROUNDS=20 MMD_FAULT_RESTART_ROUNDS=5 MMD_FAULT_UNREADY_ROUNDS=10 MMD_FAULT_NODE_ROUNDS=3 \
+	MMD_FAULT_KILL_ROUNDS=20 MMD_FAULT_RESTART_ROUNDS=3 MMD_FAULT_UNREADY_ROUNDS=5 MMD_FAULT_NODE_ROUNDS=2 \
 		MMD_SOAK_SECONDS=1800 \
 		$(BIN)/pytest -s tests/cluster/test_fault_loops.py tests/cluster/test_soak.py $(ARGS)
 

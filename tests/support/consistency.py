@@ -80,9 +80,11 @@ def problems(api: k8s.ApiClient, namespace: str, config: OperatorConfig | None =
             status.get("observedGeneration") != body["metadata"]["generation"]
             or status.get("phase") != "Ready"
         ):
+            ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
             found.append(
                 f"{name}: {status.get('phase')} for generation {status.get('observedGeneration')}, "
-                f"not Ready for {body['metadata']['generation']}"
+                f"not Ready for {body['metadata']['generation']} "
+                f"({ready.get('reason')}: {ready.get('message')})"
             )
             continue
         want = expected_children(body, config)

@@ -42,7 +42,11 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 _PORT_NAMES = ("etcd-client", "etcd-peer", *COMPONENTS[1:])
 _SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 _POD_CIDR = "10.244.0.0/16"
-_NODE_LEASE_SECONDS = 40
+_NODE_LEASE_SECONDS = 20
+# A restarted kwok takes the nodes' leases over only when the old holder's have run out: the grace period
+# must outlast a lease and a renewal, or every node would turn NotReady for a moment (and kwok, unlike a
+# kubelet, never marks the pods ready again).
+_NODE_MONITOR_GRACE_SECONDS = 60
 _LOST_NODE_TOLERATION_SECONDS = 20
 _LOG_TAIL_LINES = 30
 
@@ -378,7 +382,7 @@ class LocalCluster:
                 f"--service-account-private-key-file={pki.service_account_key}",
                 f"--root-ca-file={pki.ca_cert}",
                 "--node-monitor-period=5s",
-                f"--node-monitor-grace-period={_NODE_LEASE_SECONDS}s",
+                f"--node-monitor-grace-period={_NODE_MONITOR_GRACE_SECONDS}s",
                 "--kube-api-qps=100",
                 "--kube-api-burst=200",
                 "--profiling=false",
