@@ -95,6 +95,19 @@ def apply_all(resources: Resources, documents: list[dict[str, Any]]) -> None:
         list(pool.map(resources.apply, documents))
 
 
+def apply_all_as_a_user_would(resources: Resources, documents: list[dict[str, Any]]) -> None:
+    """Apply, and try again for a while when a just-restarted API server is not serving the CRD yet."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return apply_all(resources, documents)
+        except k8s.ApiException as refused:
+            if refused.status not in (404, 429, 500, 503) or time.monotonic() > deadline:
+                raise
+            say(f"the restarted API server said {refused.status} {refused.reason}; applying again")
+            time.sleep(1)
+
+
 def converge(api: k8s.ApiClient, namespace: str, what: str, timeout: float = 300) -> float:
     """Wait until the namespace passes the consistency check; the seconds it took."""
     started = time.monotonic()
@@ -181,7 +194,7 @@ def test_the_api_server_and_etcd_restart_under_a_running_operator(
             changed = rng.sample(documents, 5)
             for position, document in enumerate(changed):
                 change(document, rng, round_number, engine_move=position == 0)
-            apply_all(resources, changed)
+            apply_all_as_a_user_would(resources, changed)
             seconds = converge(api_client, namespace, f"restart {round_number + 1}")
             say(f"restart {round_number + 1}: etcd and API server down 2 s; consistent after {seconds:.1f} s")
         assert operator.process is not None and operator.process.pid == pid and operator.running
@@ -289,7 +302,7 @@ def _lose_the_serving_node(
         return replacement
 
     try:
-        kube.wait_for(f"{node} to be NotReady", lambda: not _node_ready(kube, node), timeout=120)
+        kube.wait_for(f"{node} to be NotReady", lambda: not _node_ready(kube, node), timeout=240)
         lost = time.monotonic() - started
         replacement = kube.wait_for("the serving pod to run elsewhere", rescheduled, timeout=180)
     finally:

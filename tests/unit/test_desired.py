@@ -15,7 +15,7 @@ from engine_builder.plan_format import BuildPlan
 from engine_builder.result_format import BuildFailed, termination_message
 from mmd_operator.api.v1alpha1 import MultimodalDeployment, Phase
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import hashing, labels, names
+from mmd_operator.desired import engine_build, hashing, labels, names
 from mmd_operator.desired.state import Desired, ObjectKey, desired_state, manifests
 from mmd_operator.facts import (
     ClaimFacts,
@@ -274,9 +274,22 @@ def test_a_build_pod_the_scheduler_cannot_place_reports_its_message() -> None:
     assert engine.reason == "InsufficientGPUs" and message in engine.message
 
 
-def _failed_job(plan: ResourcePlan) -> tuple[JobFacts, PodFacts]:
+def _recipe(resource: MultimodalDeployment, plan: ResourcePlan) -> str:
+    job = engine_build.build_job(resource, plan, namespace="default", claim="mmd-engine-cache", owner=ME)
+    return str(job["metadata"]["annotations"][labels.BUILD_RECIPE])
+
+
+def _failed_job(
+    plan: ResourcePlan, resource: MultimodalDeployment | None = None
+) -> tuple[JobFacts, PodFacts]:
+    recipe = _recipe(resource or example()[0], plan)
     job = JobFacts(
-        meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)),
+        meta=Meta(
+            name=names.build_job(plan.cache_key, "mmd-engine-cache"),
+            uid="uid-job",
+            owners=(ME,),
+            annotations=((labels.BUILD_RECIPE, recipe),),
+        ),
         failed=True,
         failure="BackoffLimitExceeded: Job has reached the specified backoff limit",
     )
@@ -315,6 +328,18 @@ def test_a_failed_build_is_built_again_once_the_spec_changed_since_it_was_report
     deleting = dataclasses.replace(job, meta=dataclasses.replace(job.meta, deleting=True))
     assert "Job" not in kinds(decide(changed, plan, previous=reported, job=deleting))  # not while it goes
     assert "Job" in kinds(decide(changed, plan, previous=reported))
+
+
+def test_a_failed_build_of_another_recipe_is_built_again_at_once() -> None:
+    # The Job failed with pod settings the spec no longer has (its fix raced the failure): the cacheKey
+    # is the same, the recipe is not, so the failure says nothing about the spec as it is.
+    resource, plan = example()
+    job, pod = _failed_job(plan)
+    fixed, fixed_plan = example(build={"backoffLimit": 3})
+    assert fixed_plan.cache_key == plan.cache_key and _recipe(fixed, fixed_plan) != _recipe(resource, plan)
+    reported = status_of(decide(fixed, fixed_plan, job=job, build_pods=(pod,)))
+    again = decide(fixed, fixed_plan, previous=reported, job=job, build_pods=(pod,))
+    assert again.delete == (ObjectKey("batch/v1", "Job", job.meta.name),)
 
 
 def test_a_successful_build_is_recorded_and_the_deployment_follows() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from engine_builder.plan_format import BuildPlan
 from mmd_operator.api.v1alpha1 import MultimodalDeployment, VolumeSource
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import labels, names, pods
+from mmd_operator.desired import hashing, labels, names, pods
 from mmd_operator.facts import OwnerRef
 from mmd_operator.plan.build_plan import HF_TOKEN_ENV, SOURCES_MOUNT
 from mmd_operator.plan.resource_plan import ResourcePlan
@@ -124,6 +124,14 @@ def build_job(
         "containers": [container],
         "volumes": volumes,
     }
+    job_spec = {
+        "backoffLimit": build.backoff_limit,
+        "activeDeadlineSeconds": build.active_deadline_seconds,
+        "template": {
+            "metadata": pods.pod_metadata(build.pod, build_labels, {}),
+            "spec": pod_spec,
+        },
+    }
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -131,14 +139,8 @@ def build_job(
             "name": names.build_job(key, claim),
             "namespace": namespace,
             "labels": build_labels,
+            "annotations": {labels.BUILD_RECIPE: hashing.digest(job_spec)},
             "ownerReferences": [pods.owner_reference(owner, controller=False)],
         },
-        "spec": {
-            "backoffLimit": build.backoff_limit,
-            "activeDeadlineSeconds": build.active_deadline_seconds,
-            "template": {
-                "metadata": pods.pod_metadata(build.pod, build_labels, {}),
-                "spec": pod_spec,
-            },
-        },
+        "spec": job_spec,
     }

@@ -31,6 +31,8 @@ CACHE_KEY = f"{PREFIX}/cache-key"
 ENGINE_CACHE_CLAIM = f"{PREFIX}/engine-cache"
 # Digest of the manifest the operator last applied to an object: equal digest, nothing to write.
 APPLIED_HASH = f"{PREFIX}/applied-hash"
+# Digest of a build Job's spec (its recipe: pod settings, retries), which the cacheKey does not cover.
+BUILD_RECIPE = f"{PREFIX}/build-recipe"
 # The rendered repository a serving pod assembled (a new one rolls the pods).
 REPOSITORY = f"{PREFIX}/model-repository"
 

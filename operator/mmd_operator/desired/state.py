@@ -11,7 +11,8 @@ The rules, in the order the code follows them:
 - A cacheKey in the engine index needs no Job. Otherwise the Job of the cacheKey is created once
   (nothing is created while a Secret or a source claim the spec names is missing); every user joins it
   as an owner, and leaves it when its spec moves to another cacheKey (the last one out deletes it). A
-  build that failed is built again only after the spec changed since the failure was reported.
+  build that failed is built again only after the spec changed since the failure was reported, or at
+  once when the failed Job was made from another recipe (pod settings, retries) than the spec's now.
 - The repository ConfigMap is applied unless it is over the ConfigMap size limit. Superseded ones are
   deleted once neither the Deployment nor any pod uses them.
 - The Deployment is applied only once the engine is ready: until then a running Deployment keeps
@@ -120,16 +121,21 @@ def desired_state(
     job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
     job_leaving = observed.job is not None and observed.job.meta.deleting
     job_key = ObjectKey("batch/v1", "Job", names.build_job(key, claim))
-    if job is not None and engine.retry:
+    wanted_job = engine_build.build_job(resource, plan, namespace=namespace, claim=claim, owner=owner)
+    # A Job that failed with another recipe than the spec's now (pod settings, retries; the cacheKey
+    # covers neither), say one the fix of its spec raced, is tried again with this one.
+    other_recipe = (
+        job is not None
+        and job.failed
+        and job.meta.annotation(labels.BUILD_RECIPE)
+        != wanted_job["metadata"]["annotations"][labels.BUILD_RECIPE]
+    )
+    if job is not None and (engine.retry or other_recipe):
         delete.append(job_key)
     elif job is not None and not job.meta.owned_by(owner.uid):
         join.append(job_key)
     elif job is None and not job_leaving and not engine.ready and not observed.missing:
-        apply.append(
-            hashing.stamped(
-                engine_build.build_job(resource, plan, namespace=namespace, claim=claim, owner=owner)
-            )
-        )
+        apply.append(hashing.stamped(wanted_job))
     leave += [ObjectKey("batch/v1", "Job", stale.meta.name) for stale in observed.stale_jobs]
 
     configmap = hashing.stamped(

@@ -43,10 +43,11 @@ _PORT_NAMES = ("etcd-client", "etcd-peer", *COMPONENTS[1:])
 _SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 _POD_CIDR = "10.244.0.0/16"
 _NODE_LEASE_SECONDS = 20
-# A restarted kwok takes the nodes' leases over only when the old holder's have run out: the grace period
-# must outlast a lease and a renewal, or every node would turn NotReady for a moment (and kwok, unlike a
-# kubelet, never marks the pods ready again).
-_NODE_MONITOR_GRACE_SECONDS = 60
+# A restarted kwok takes the nodes' leases over only when the old holder's have run out, and after an API
+# server outage kwok was seen renewing again only a minute later: the grace period must outlast both, or
+# every node would turn NotReady for a moment (and kwok, unlike a kubelet, never marks the pods ready
+# again).
+_NODE_MONITOR_GRACE_SECONDS = 120
 _LOST_NODE_TOLERATION_SECONDS = 20
 _LOG_TAIL_LINES = 30
 
