@@ -88,9 +88,10 @@ triton-server: venv
 bench: venv
 	$(BIN)/python -m benchmarks.operator_scale $(ARGS)
 
-# Faults and the soak at full count (docs in README, "Faults"): 20 operator SIGKILL rounds over 50
-# resources, 3 API server and etcd restarts, 5 rounds of each pod fault, 2 lost nodes, then 30 minutes of random
-# applies, changes and deletes with faults mixed in. About 45 minutes; `make test` runs a few rounds.
+# Faults and the soak at full count (README, "Faults, bad input and least privilege"): 20 operator
+# SIGKILL rounds over 50 resources, 3 API server and etcd restarts, 5 rounds of each pod fault, 2 lost
+# nodes, then 30 minutes of random applies, changes and deletes with faults mixed in. About an hour;
+# `make test` runs a few rounds and a 60 s soak.
 .PHONY: soak
 soak: venv
 	MMD_FAULT_KILL_ROUNDS=20 MMD_FAULT_RESTART_ROUNDS=3 MMD_FAULT_UNREADY_ROUNDS=5 MMD_FAULT_NODE_ROUNDS=2 \
