@@ -121,21 +121,25 @@ def desired_state(
     job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
     job_leaving = observed.job is not None and observed.job.meta.deleting
     job_key = ObjectKey("batch/v1", "Job", names.build_job(key, claim))
-    wanted_job = engine_build.build_job(resource, plan, namespace=namespace, claim=claim, owner=owner)
+
+    def wanted_job() -> dict[str, Any]:
+        # Built only when a Job is created or a failed one judged: most reconciles need neither.
+        return engine_build.build_job(resource, plan, namespace=namespace, claim=claim, owner=owner)
+
     # A Job that failed with another recipe than the spec's now (pod settings, retries; the cacheKey
     # covers neither), say one the fix of its spec raced, is tried again with this one.
     other_recipe = (
         job is not None
         and job.failed
         and job.meta.annotation(labels.BUILD_RECIPE)
-        != wanted_job["metadata"]["annotations"][labels.BUILD_RECIPE]
+        != wanted_job()["metadata"]["annotations"][labels.BUILD_RECIPE]
     )
     if job is not None and (engine.retry or other_recipe):
         delete.append(job_key)
     elif job is not None and not job.meta.owned_by(owner.uid):
         join.append(job_key)
     elif job is None and not job_leaving and not engine.ready and not observed.missing:
-        apply.append(hashing.stamped(wanted_job))
+        apply.append(hashing.stamped(wanted_job()))
     leave += [ObjectKey("batch/v1", "Job", stale.meta.name) for stale in observed.stale_jobs]
 
     configmap = hashing.stamped(
