@@ -12,7 +12,7 @@ watches are narrowed server-side to the operator's label.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import kopf
@@ -64,6 +64,27 @@ class _NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
+class RetryForever:
+    """Delays between attempts of one API request that never run out: 1, 2, 4, 8, then every 10 s.
+
+    kopf's own list ends after eight retries and then fails the request; for a watch that means the
+    watcher, and with it the whole operator, stops. A long enough outage spends those retries on refused
+    connections (which kopf forgives), and one answer from a half-started API server at the last attempt
+    ("before all known HTTP paths have been installed", 503) or a minute of 403s while a binding is being
+    restored then ended the operator. The 30-minute soak found it. A watch must outlast any outage.
+    """
+
+    def __init__(self, first: float = 1.0, longest: float = 10.0) -> None:
+        self.first = first
+        self.longest = longest
+
+    def __iter__(self) -> Iterator[float]:
+        delay = self.first
+        while True:
+            yield delay
+            delay = min(self.longest, delay * 2)
+
+
 def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     """Kopf settings for a write-free, server-side-filtered operator."""
     settings.posting.enabled = False  # events are the operator's own, about phase changes only
@@ -75,6 +96,7 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
+    settings.networking.error_backoffs = RetryForever()
     settings.execution.max_workers = 4
     # kopf runs one asyncio worker per object with events, kept for `idle_timeout` after the last one.
     # The handlers only hand events over, so a worker can go at once: with the default 5 s, a burst of

@@ -169,6 +169,8 @@ class Reconciler:
                 # The namespace is going, and this resource with it: nothing to restore.
                 _log.info("Stopped reconciling %s/%s: its namespace is being deleted", namespace, name)
                 return Outcome(phase=None, writes=0)
+            if error.not_found and self._gone(namespace, name):
+                return Outcome(phase=None, writes=0)
             metrics.RECONCILES.labels(outcome="error").inc()
             raise
         except Exception:
@@ -185,6 +187,20 @@ class Reconciler:
             requeue = min(wait, outcome.requeue_after) if outcome.requeue_after is not None else wait
             outcome = Outcome(phase=outcome.phase, writes=outcome.writes, requeue_after=requeue)
         return outcome
+
+    def _gone(self, namespace: str, name: str) -> bool:
+        """After a 404: whether the resource itself is gone, though no deletion event said so; then forget it.
+
+        A watch broken at the wrong moment (an API server outage) can miss a deletion, and every
+        reconcile of the deleted resource would fail on its status for good. Its children, if this
+        reconcile made any, belong to an owner that no longer exists: the garbage collector takes them.
+        """
+        if self.client.get(API_VERSION, KIND, namespace, name) is not None:
+            return False
+        _log.info("%s/%s is gone without a deletion event; forgetting it", namespace, name)
+        self.store.drop(cached.RESOURCES, namespace, name)
+        self.forget(namespace, name)
+        return True
 
     def _settled_body(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The resource to reconcile, or `_UNSETTLED` while its spec reads two ways.

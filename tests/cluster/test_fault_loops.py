@@ -9,7 +9,9 @@ mid-write, two operators at once. After every round the namespace passes the who
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import copy
+import logging
 import os
 import random
 import time
@@ -30,7 +32,10 @@ from mmd_operator.cli.localcluster.stages import (
     FAULT_MESSAGE_ANNOTATION,
 )
 from mmd_operator.config import DEFAULT_CLAIM, OperatorConfig
+from mmd_operator.controller import Controller
 from mmd_operator.desired import labels
+from mmd_operator.kube import cache as cached
+from mmd_operator.kube.client import KubeClient
 from tests.support import consistency
 
 from .conftest import Kube, OperatorProcess, Resources, Tools
@@ -202,6 +207,131 @@ def test_the_api_server_and_etcd_restart_under_a_running_operator(
     finally:
         ledger.close()
     say(f"API server and etcd: {RESTART_ROUNDS} of {RESTART_ROUNDS} restarts, no operator restart")
+
+
+# kopf's own retries of one request add up to 54 s; the refusal must outlast them.
+REFUSED_SECONDS = 75.0
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.usefixtures("capacity")
+def test_watches_outlast_a_minute_of_refusals_after_an_api_server_restart(
+    api_client: k8s.ApiClient,
+    tools: Tools,
+    resources: Resources,
+    namespace: str,
+    operator: OperatorProcess,
+    local_cluster: LocalCluster,
+    tmp_path: Path,
+) -> None:
+    """The API server restarts and then refuses the operator (403) for over a minute, as when its binding
+    is deleted and restored, or answers 503 while a slow start installs its paths: the operator keeps
+    trying, sees what changed meanwhile once let in, and never restarts. (With kopf's own retry budget
+    its watcher gave up after 54 s and the operator stopped: the 30-minute soak's failure.)"""
+    account = "refused-operator"
+    rbac = k8s.RbacAuthorizationV1Api(api_client)
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"{namespace}-operator"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+    }
+    k8s.CoreV1Api(api_client).create_namespaced_service_account(namespace, {"metadata": {"name": account}})
+    rbac.create_cluster_role_binding(binding)
+    token = tools.run("kubectl", "create", "token", account, "-n", namespace, "--duration=1h").stdout
+    kubeconfig = local_cluster.token_kubeconfig(token.strip(), tmp_path / "token.kubeconfig")
+    operator.stop()  # the session's operator holds cluster-admin for good: this one alone may work here
+    refused = OperatorProcess(kubeconfig, tmp_path / "operator.log", namespaces=(namespace,))
+    documents = fleet(10)
+    try:
+        refused.start()
+        pid = refused.process.pid if refused.process else None
+        apply_all(resources, documents)
+        say(f"10 resources consistent after {converge(api_client, namespace, 'the first apply'):.1f} s")
+        rbac.delete_cluster_role_binding(binding["metadata"]["name"])
+        local_cluster.restart(("kube-apiserver",), downtime=1.0)  # every watch connects again, and is refused
+        refused_at = time.monotonic()
+        changed = documents[:4]
+        for position, document in enumerate(changed):
+            change(document, random.Random(SEED + 2), 0, engine_move=position == 0)
+        apply_all_as_a_user_would(resources, changed)
+        time.sleep(max(0.0, REFUSED_SECONDS - (time.monotonic() - refused_at)))
+        log = refused.output()
+        forbidden = log.count("Forbidden")
+        assert "APIForbiddenError" in log, "the operator's watches were never refused: " + log[-2000:]
+        rbac.create_cluster_role_binding(binding)
+        seconds = converge(api_client, namespace, "after the refusals")
+        say(
+            f"refused for {REFUSED_SECONDS:.0f} s ({forbidden} refusals logged); "
+            f"consistent {seconds:.1f} s after the binding came back, same operator"
+        )
+        assert refused.running and refused.process is not None and refused.process.pid == pid
+        assert "has failed" not in refused.output(), refused.output()[-3000:]
+    finally:
+        refused.stop()
+        with contextlib.suppress(k8s.ApiException):
+            rbac.delete_cluster_role_binding(binding["metadata"]["name"])
+        operator.start()
+
+
+def _gone(resources: Resources, name: str) -> bool:
+    try:
+        resources.get(name)
+    except k8s.ApiException as error:
+        if error.status == 404:
+            return True
+        raise
+    return False
+
+
+@pytest.mark.usefixtures("operator")
+def test_a_resource_deleted_unseen_is_forgotten_at_its_first_404_not_retried_for_ever(
+    api_client: k8s.ApiClient,
+    kube: Kube,
+    resources: Resources,
+    namespace: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A watch that missed a deletion (broken by an outage at that moment) leaves the resource in the cache;
+    the reconcile of a change it did see then meets a 404. The operator asks the API server once, forgets the
+    resource, and does not fail it again (in the soak it had failed every reconcile thereafter)."""
+    whisper = yaml.safe_load((EXAMPLES / "whisper.yaml").read_text())
+    resources.apply({**whisper, "metadata": {"name": "ghost"}})
+    resources.wait_phase("ghost", "Ready")
+    # An operator of its own, with no watches: its cache holds what it listed, and nothing tells it more.
+    blind = Controller(
+        KubeClient(k8s.ApiClient(api_client.configuration), field_manager="mmd-operator"),
+        OperatorConfig(namespaces=(namespace,)),
+    )
+    try:
+        blind.prime()
+        # Its watch brings a change, then breaks before the deletion.
+        whisper["spec"].setdefault("serving", {})["queue"] = {"maxQueueDelayMicroseconds": 500}
+        blind.store.put(cached.RESOURCES, resources.apply({**whisper, "metadata": {"name": "ghost"}}))
+        resources.delete("ghost")
+        kube.wait_for("ghost to be deleted", lambda: _gone(resources, "ghost"))
+        with caplog.at_level(logging.INFO, logger="mmd_operator.reconcile"):
+            outcome = blind.reconciler.reconcile(namespace, "ghost")
+        assert outcome.phase is None and outcome.requeue_after is None
+        assert blind.store.get(cached.RESOURCES, namespace, "ghost") is None
+        assert "gone without a deletion event" in caplog.text
+        assert blind.reconciler.reconcile(namespace, "ghost").writes == 0  # nothing left to do
+    finally:
+        blind.reconciler.events.close()
+        blind.client.close()
+    kube.wait_for(
+        "the garbage collector to take whatever the blind reconcile made for the deleted owner",
+        lambda: (
+            not kube.core.list_namespaced_config_map(
+                namespace, label_selector=f"{labels.INSTANCE}=ghost"
+            ).items
+            and not kube.apps.list_namespaced_deployment(
+                namespace, label_selector=f"{labels.INSTANCE}=ghost"
+            ).items
+        ),
+        timeout=60,
+    )
 
 
 def _serving_pod(kube: Kube, namespace: str, name: str) -> Any:
