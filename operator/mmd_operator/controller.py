@@ -305,5 +305,7 @@ class Controller:
         while True:
             await asyncio.sleep(self.config.resync_seconds)
             await self._relist()
-            for key in self.store.keys(cached.RESOURCES):
+            live = self.store.keys(cached.RESOURCES)
+            self.reconciler.forget_all_but(live)
+            for key in live:
                 self.queue.add(key)

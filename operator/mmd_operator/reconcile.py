@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -42,7 +41,6 @@ from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
 from mmd_operator.status import Findings, Report, report
 
 _log = logging.getLogger(__name__)
-PLAN_CACHE_SIZE = 2048
 # Plans are derived from the spec alone; this stands in for the name while planning.
 PLAN_NAME = "plan"
 # How long to wait before reading again a resource whose spec read two ways.
@@ -80,7 +78,11 @@ class Reconciler:
         self.writer = Writer(client, store)
         self.events = EventRecorder(client, config.field_manager)
         self.clock = clock
-        self._plans: OrderedDict[str, ResourcePlan | InvalidSpecError] = OrderedDict()
+        # Plans by spec digest, kept while some resource has that spec: a plan is ~55 KiB, and with
+        # specs changing all day an LRU of them held megabytes for specs nobody had any more (the soak).
+        self._plans: dict[str, ResourcePlan | InvalidSpecError] = {}
+        self._plan_users: dict[str, set[Key]] = {}
+        self._plan_of: dict[Key, str] = {}
         self._plans_lock = threading.Lock()
         # What each resource's current plan uses, so a change of a shared child finds its users.
         self._users: dict[Key, tuple[str, str]] = {}
@@ -111,6 +113,8 @@ class Reconciler:
 
     def forget(self, namespace: str, name: str) -> None:
         """The resource was deleted: its children go with the garbage collector."""
+        with self._plans_lock:
+            self._release_plan((namespace, name))
         with self._users_lock:
             self._users.pop((namespace, name), None)
         with self._specs_lock:
@@ -118,6 +122,29 @@ class Reconciler:
             self._reread.discard((namespace, name))
             self._confirm.pop((namespace, name), None)
         self._publish_phase(namespace, name, None)
+
+    @property
+    def plans_held(self) -> int:
+        """How many distinct plans are memoised (one per spec some resource has)."""
+        with self._plans_lock:
+            return len(self._plans)
+
+    def forget_all_but(self, live: Iterable[Key]) -> None:
+        """Forget every resource not in `live` (the resources the cache holds).
+
+        A deletion that arrives while the resource's reconcile is still running leaves that reconcile's
+        bookkeeping behind: one plan and one phase each time.
+        """
+        with self._plans_lock:
+            known = set(self._plan_of)
+        with self._users_lock:
+            known.update(self._users)
+        with self._specs_lock:
+            known.update(self._specs)
+        with self._phases_lock:
+            known.update(self._phases)
+        for namespace, name in known - set(live):
+            self.forget(namespace, name)
 
     # -- one reconcile ---------------------------------------------------------------------------
 
@@ -129,10 +156,9 @@ class Reconciler:
             return InvalidSpecError(name_problems)
         filled_spec = self.config.with_spec_defaults(body.get("spec"))
         fingerprint = hashing.digest(filled_spec)
+        key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
         with self._plans_lock:
             cached_plan = self._plans.get(fingerprint)
-            if cached_plan is not None:
-                self._plans.move_to_end(fingerprint)
         if cached_plan is None:
             document = {
                 "apiVersion": body.get("apiVersion"),
@@ -144,14 +170,27 @@ class Reconciler:
                 cached_plan = plan_resource(document)[1]
             except InvalidSpecError as invalid:
                 cached_plan = invalid
-            with self._plans_lock:
-                self._plans[fingerprint] = cached_plan
-                while len(self._plans) > PLAN_CACHE_SIZE:
-                    self._plans.popitem(last=False)
+        with self._plans_lock:
+            if self._plan_of.get(key) != fingerprint:
+                self._release_plan(key)
+                self._plan_of[key] = fingerprint
+            self._plan_users.setdefault(fingerprint, set()).add(key)
+            cached_plan = self._plans.setdefault(fingerprint, cached_plan)
         if isinstance(cached_plan, InvalidSpecError):
             return cached_plan
         spec = cached_plan.settings.spec
         return MultimodalDeployment(metadata=metadata, spec=spec), cached_plan
+
+    def _release_plan(self, key: Key) -> None:
+        """`key` no longer has the spec it had; its plan goes with the last resource that had it."""
+        fingerprint = self._plan_of.pop(key, None)
+        users = self._plan_users.get(fingerprint or "")
+        if fingerprint is None or users is None:
+            return
+        users.discard(key)
+        if not users:
+            del self._plan_users[fingerprint]
+            self._plans.pop(fingerprint, None)
 
     def reconcile(self, namespace: str, name: str) -> Outcome:
         """Bring one resource's children and status in line with its spec."""

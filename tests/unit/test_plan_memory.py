@@ -1,0 +1,69 @@
+"""The operator holds a resource's plan while some resource has that spec, and not after.
+
+A plan (settings, limits, rendered repository, build and launch plans) is about 55 KiB; specs change all
+day, and an LRU of 2048 plans held plans of specs nobody had any more (up to 110 MiB). Tested on the real
+Reconciler, whose client is never called here: planning is pure.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from mmd_operator.config import OperatorConfig
+from mmd_operator.kube import cache as cached
+from mmd_operator.kube.client import KubeClient
+from mmd_operator.reconcile import Reconciler
+
+LLAVA = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "llava.yaml").read_text())
+
+
+def _body(name: str, queue_delay: int) -> dict[str, Any]:
+    body = copy.deepcopy(LLAVA)
+    body["metadata"] = {"name": name, "namespace": "ml", "generation": queue_delay}
+    body["spec"].setdefault("serving", {})["queue"] = {"maxQueueDelayMicroseconds": queue_delay}
+    return body
+
+
+@pytest.fixture
+def reconciler() -> Iterator[Reconciler]:
+    offline = KubeClient(k8s.ApiClient(k8s.Configuration()), field_manager="mmd-operator")
+    made = Reconciler(offline, cached.Cache(), OperatorConfig())
+    yield made
+    made.events.close()
+
+
+def test_plans_of_specs_nobody_has_any_more_are_let_go(reconciler: Reconciler) -> None:
+    names = ("a", "b", "c")
+    for round_number in range(1, 21):  # 60 plans made, the last 3 still wanted
+        for index, name in enumerate(names):
+            assert not isinstance(reconciler._plan(_body(name, 10 * round_number + index)), Exception)
+    assert reconciler.plans_held == 3
+    for name in names:
+        reconciler.forget("ml", name)
+    assert reconciler.plans_held == 0
+
+
+def test_resources_with_one_spec_share_its_plan_until_the_last_one_goes(reconciler: Reconciler) -> None:
+    first = reconciler._plan(_body("a", 7))
+    assert not isinstance(first, Exception)
+    assert reconciler._plan(_body("b", 7))[1] is first[1]  # the same plan object: not planned again
+    reconciler.forget("ml", "a")
+    assert reconciler._plan(_body("c", 7))[1] is first[1]  # "b" still holds it
+    reconciler.forget("ml", "b")
+    reconciler.forget("ml", "c")
+    assert reconciler._plan(_body("d", 7))[1] is not first[1]  # planned again: nobody held it
+
+
+def test_bookkeeping_left_by_a_deletion_during_a_reconcile_goes_at_the_resync(reconciler: Reconciler) -> None:
+    reconciler._plan(_body("a", 1))
+    reconciler._plan(_body("b", 2))
+    assert reconciler.plans_held == 2
+    reconciler.forget_all_but([("ml", "b")])  # "a" was deleted while its reconcile ran
+    assert reconciler.plans_held == 1
