@@ -174,7 +174,7 @@ class Reconciler:
             if self._plan_of.get(key) != fingerprint:
                 self._release_plan(key)
                 self._plan_of[key] = fingerprint
-            self._plan_users.setdefault(fingerprint, set()).add(key)
+                self._plan_users.setdefault(fingerprint, set()).add(key)
             cached_plan = self._plans.setdefault(fingerprint, cached_plan)
         if isinstance(cached_plan, InvalidSpecError):
             return cached_plan
@@ -184,9 +184,9 @@ class Reconciler:
     def _release_plan(self, key: Key) -> None:
         """`key` no longer has the spec it had; its plan goes with the last resource that had it."""
         fingerprint = self._plan_of.pop(key, None)
-        users = self._plan_users.get(fingerprint or "")
-        if fingerprint is None or users is None:
+        if fingerprint is None:
             return
+        users = self._plan_users[fingerprint]  # `_plan` sets both together
         users.discard(key)
         if not users:
             del self._plan_users[fingerprint]
