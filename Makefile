@@ -29,7 +29,7 @@ lint: venv
 unit: venv
 	$(BIN)/pytest tests/unit
 
-test: lint runtime-deps triton-server
+test: lint runtime-deps triton-server node-deps
 	@echo "==> pytest"
 	$(BIN)/pytest
 
@@ -50,7 +50,7 @@ generate: venv
 
 # The operator's main job on the local control plane; sets everything up itself.
 # ARGS=--keep-cluster leaves the control plane running.
-demo: venv triton-server
+demo: venv triton-server node-deps
 	scripts/demo.sh $(ARGS)
 
 clean:
@@ -74,6 +74,12 @@ cluster-status: venv
 
 cluster-kubeconfig: venv
 	@$(BIN)/mmctl cluster kubeconfig --shell
+
+# What real nodes need from Debian (runc, iptables, ipset, buildah, mmdebstrap, busybox-static); the rest
+# is built from the Go module proxy (docs/real-pods.md).
+.PHONY: node-deps
+node-deps:
+	@scripts/install-node-deps.sh
 
 # The triton tier's real tritonserver (nvidia-pytriton wheel) and Open MPI (docs/triton-tier.md).
 .PHONY: triton-server bench-triton

@@ -11,9 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from mmd_operator.cli.localcluster.binaries import BuildError, ensure_binaries
-from mmd_operator.cli.localcluster.cluster import ClusterError, LocalCluster
+from mmd_operator.cli.localcluster.cluster import REAL_NODE_PREFIX, ClusterError, LocalCluster
 from mmd_operator.cli.localcluster.layout import Layout, LayoutError, default_state_dir
+from mmd_operator.cli.localcluster.network import NetworkError
+from mmd_operator.cli.localcluster.nodebinaries import ensure_node_binaries
 from mmd_operator.cli.localcluster.objects import GPU_MODELS, NodePool
+from mmd_operator.cli.localcluster.ocilayout import ImageLoadError
+from mmd_operator.cli.localcluster.realnodes import NodeStartError
 
 # `status` exit codes: everything healthy, something dead or unhealthy, nothing started.
 EXIT_HEALTHY, EXIT_DEGRADED, EXIT_NOT_RUNNING = 0, 1, 3
@@ -38,6 +42,18 @@ def register(subparsers: Any) -> None:
     up.add_argument("--nodes", type=int, default=NodePool.count, help="fake GPU nodes (default %(default)s)")
     up.add_argument("--gpus-per-node", type=int, default=NodePool.gpus_per_node, help="default %(default)s")
     up.add_argument("--gpu-model", choices=sorted(GPU_MODELS), default=NodePool.gpu_model)
+    up.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        help="real nodes (kubelet, containerd, runc, CNI, kube-proxy, kube-router) beside kwok's (default 0)",
+    )
+    up.add_argument(
+        "--real-gpus-per-node",
+        type=int,
+        default=8,
+        help="nvidia.com/gpu each real node advertises (default 8)",
+    )
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for each step")
     up.set_defaults(handler=_up)
 
@@ -54,6 +70,11 @@ def register(subparsers: Any) -> None:
     kubeconfig.set_defaults(handler=_kubeconfig)
 
     build = actions.add_parser("build", help="only build (or find) the cached binaries and print where")
+    build.add_argument(
+        "--nodes",
+        action="store_true",
+        help="also the real nodes' binaries (kubelet, containerd, CNI, add-ons)",
+    )
     build.set_defaults(handler=_build)
 
 
@@ -69,9 +90,15 @@ def _cluster(args: argparse.Namespace) -> LocalCluster:
 
 def _up(args: argparse.Namespace) -> int:
     pool = NodePool(count=args.nodes, gpus_per_node=args.gpus_per_node, gpu_model=args.gpu_model)
+    real = NodePool(
+        count=args.real_nodes,
+        gpus_per_node=args.real_gpus_per_node,
+        gpu_model=args.gpu_model,
+        name_prefix=REAL_NODE_PREFIX,
+    )
     try:
-        _cluster(args).up(pool, timeout=args.timeout)
-    except (ClusterError, BuildError, LayoutError) as error:
+        _cluster(args).up(pool, timeout=args.timeout, real_nodes=real)
+    except (ClusterError, BuildError, LayoutError, NodeStartError, NetworkError, ImageLoadError) as error:
         print(f"mmctl cluster up: {error}", file=sys.stderr)
         return 1
     return 0
@@ -119,8 +146,10 @@ def _kubeconfig(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     try:
         binaries = ensure_binaries(Layout.discover(), say=_say)
+        print(binaries.bin_dir)
+        if args.nodes:
+            print(ensure_node_binaries(Layout.discover(), say=_say).bin_dir)
     except (BuildError, LayoutError) as error:
         print(f"mmctl cluster build: {error}", file=sys.stderr)
         return 1
-    print(binaries.bin_dir)
     return 0

@@ -39,7 +39,7 @@ BINARY_NAMES = (
 )
 
 # Upstream release builds (hack/lib/golang.sh) use these tags for the Kubernetes binaries.
-_KUBERNETES_TAGS = ("selinux", "notest", "grpcnotrace")
+KUBERNETES_TAGS = ("selinux", "notest", "grpcnotrace")
 
 
 _HEARTBEAT_SECONDS = 60.0
@@ -87,7 +87,8 @@ class Binaries:
         return loaded
 
 
-def _kubernetes_ldflags(version: str, minor: int, commit: str, build_date: str) -> tuple[str, ...]:
+def kubernetes_ldflags(version: str, minor: int, commit: str, build_date: str) -> tuple[str, ...]:
+    """Return the ldflags of a Kubernetes binary: stripped, with its version stamped as the release does."""
     flags = ["-s", "-w"]
     # hack/lib/version.sh stamps both packages; kubectl reads client-go's, servers component-base's.
     for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
@@ -119,12 +120,12 @@ def _helm_ldflags(helm_version: str, kubernetes_minor: int) -> tuple[str, ...]:
 
 def binary_specs(versions: Versions, kubernetes_commit: str, kubernetes_date: str) -> list[BinarySpec]:
     """Return the build recipe of every binary, in build order."""
-    kube_ldflags = _kubernetes_ldflags(
+    kube_ldflags = kubernetes_ldflags(
         versions.kubernetes, versions.kubernetes_minor, kubernetes_commit, kubernetes_date
     )
-    specs = [BinarySpec("etcd", "kubernetes", "go.etcd.io/etcd/server/v3", _KUBERNETES_TAGS, ("-s", "-w"))]
+    specs = [BinarySpec("etcd", "kubernetes", "go.etcd.io/etcd/server/v3", KUBERNETES_TAGS, ("-s", "-w"))]
     specs += [
-        BinarySpec(name, "kubernetes", f"k8s.io/kubernetes/cmd/{name}", _KUBERNETES_TAGS, kube_ldflags)
+        BinarySpec(name, "kubernetes", f"k8s.io/kubernetes/cmd/{name}", KUBERNETES_TAGS, kube_ldflags)
         for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
     ]
     specs.append(BinarySpec("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", (), ("-s", "-w")))
@@ -158,7 +159,7 @@ def build_jobs() -> int:
     return int(os.environ.get("MMD_BUILD_JOBS") or os.cpu_count() or 1)
 
 
-def _run_go(toolchain: Toolchain, args: list[str], cwd: Path, what: str, say: Printer) -> str:
+def run_go(toolchain: Toolchain, args: list[str], cwd: Path, what: str, say: Printer) -> str:
     """Run `go args` in `cwd`, printing a heartbeat while it runs; return its stdout."""
     command = [str(toolchain.go), *args]
     started = time.monotonic()
@@ -185,14 +186,40 @@ def _run_go(toolchain: Toolchain, args: list[str], cwd: Path, what: str, say: Pr
     return result.stdout
 
 
+def go_build_all(
+    toolchain: Toolchain,
+    specs: list[BinarySpec],
+    wrapper_dir: Callable[[str], Path],
+    bin_dir: Path,
+    say: Printer,
+) -> dict[str, float]:
+    """`go build` every spec into `bin_dir` (its name may hold a sub-directory); return seconds per name."""
+    jobs = build_jobs()
+    seconds: dict[str, float] = {}
+    for index, spec in enumerate(specs, start=1):
+        say(f"--> [{index}/{len(specs)}] go build {spec.name} ({spec.package})")
+        started = time.monotonic()
+        output = bin_dir / spec.name
+        output.parent.mkdir(parents=True, exist_ok=True)
+        args = ["build", "-p", str(jobs), "-trimpath", "-o", str(output)]
+        if spec.tags:
+            args += ["-tags", ",".join(spec.tags)]
+        args += ["-ldflags", " ".join(spec.ldflags), spec.package]
+        run_go(toolchain, args, wrapper_dir(spec.wrapper), f"building {spec.name}", say)
+        seconds[spec.name] = time.monotonic() - started
+        say(f"    {spec.name}: {seconds[spec.name]:.0f} s, {output.stat().st_size / 1e6:.0f} MB")
+    return seconds
+
+
 def _is_complete(root: Path) -> bool:
     return (root / "manifest.json").is_file() and all(
         (root / "bin" / name).is_file() for name in BINARY_NAMES
     )
 
 
-def _module_info(toolchain: Toolchain, wrapper: Path, module: str, say: Printer) -> dict[str, object]:
-    output = _run_go(toolchain, ["mod", "download", "-json", module], wrapper, f"looking up {module}", say)
+def module_info(toolchain: Toolchain, wrapper: Path, module: str, say: Printer) -> dict[str, object]:
+    """Return what `go mod download -json` says about `module` (its version time, origin commit)."""
+    output = run_go(toolchain, ["mod", "download", "-json", module], wrapper, f"looking up {module}", say)
     info: dict[str, object] = json.loads(output)
     return info
 
@@ -224,7 +251,7 @@ def _build_into(layout: Layout, toolchain: Toolchain, root: Path, say: Printer) 
 
     started = time.monotonic()
     kubernetes_wrapper = layout.wrapper_dir("kubernetes")
-    info = _module_info(toolchain, kubernetes_wrapper, f"k8s.io/kubernetes@{versions.kubernetes}", say)
+    info = module_info(toolchain, kubernetes_wrapper, f"k8s.io/kubernetes@{versions.kubernetes}", say)
     origin = info.get("Origin")
     commit = str(origin.get("Hash", "unknown")) if isinstance(origin, dict) else "unknown"
     build_date = str(info.get("Time") or "1970-01-01T00:00:00Z")
@@ -233,27 +260,17 @@ def _build_into(layout: Layout, toolchain: Toolchain, root: Path, say: Printer) 
         packages = [spec.package for spec in specs if spec.wrapper == wrapper]
         say(f"--> downloading the modules of tools/controlplane/{wrapper}")
         # `go list -deps` fetches exactly the modules these packages need (not the whole graph).
-        _run_go(
+        run_go(
             toolchain, ["list", "-deps", "-f", "{{.ImportPath}}", *packages], layout.wrapper_dir(wrapper),
             f"downloading modules for {wrapper}", say,
         )  # fmt: skip
     seconds["download"] = time.monotonic() - started
     say(f"    modules ready in {seconds['download']:.0f} s")
 
-    for index, spec in enumerate(specs, start=1):
-        say(f"--> [{index}/{len(specs)}] go build {spec.name} ({spec.package})")
-        started = time.monotonic()
-        args = ["build", "-p", str(jobs), "-trimpath", "-o", str(scratch / "bin" / spec.name)]
-        if spec.tags:
-            args += ["-tags", ",".join(spec.tags)]
-        args += ["-ldflags", " ".join(spec.ldflags), spec.package]
-        _run_go(toolchain, args, layout.wrapper_dir(spec.wrapper), f"building {spec.name}", say)
-        seconds[spec.name] = time.monotonic() - started
-        size_mb = (scratch / "bin" / spec.name).stat().st_size / 1e6
-        say(f"    {spec.name}: {seconds[spec.name]:.0f} s, {size_mb:.0f} MB")
+    seconds.update(go_build_all(toolchain, specs, layout.wrapper_dir, scratch / "bin", say))
 
     kwok_dir = Path(
-        _run_go(
+        run_go(
             toolchain, ["list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"], layout.wrapper_dir("kwok"),
             "locating the kwok module", say,
         ).strip()

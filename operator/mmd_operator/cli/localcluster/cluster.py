@@ -27,10 +27,12 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from mmd_operator.cli.localcluster import processes
+from mmd_operator.cli.localcluster import network, nodes, processes, realnodes
 from mmd_operator.cli.localcluster.audit import audit_flags, write_audit_policy
 from mmd_operator.cli.localcluster.binaries import Binaries, ensure_binaries
 from mmd_operator.cli.localcluster.layout import Layout
+from mmd_operator.cli.localcluster.network import ClusterNetwork
+from mmd_operator.cli.localcluster.nodebinaries import NodeBinaries, ensure_node_binaries
 from mmd_operator.cli.localcluster.objects import GPU_MODELS, NodePool, gpu_node, storage_class
 from mmd_operator.cli.localcluster.pki import Credentials, generate_credentials, write_kubeconfig
 from mmd_operator.cli.localcluster.processes import ProcessRecord
@@ -50,6 +52,7 @@ _NODE_LEASE_SECONDS = 20
 _NODE_MONITOR_GRACE_SECONDS = 120
 _LOST_NODE_TOLERATION_SECONDS = 20
 _LOG_TAIL_LINES = 30
+REAL_NODE_PREFIX = "real-node"
 
 
 class ClusterError(RuntimeError):
@@ -64,6 +67,20 @@ class ClusterState:
     processes: dict[str, ProcessRecord] = field(default_factory=dict)
     binaries: str = ""
     pool: NodePool = field(default_factory=NodePool)
+    real_pool: NodePool = field(default_factory=lambda: NodePool(count=0, name_prefix=REAL_NODE_PREFIX))
+    node_binaries: str = ""
+    network_index: int | None = None
+
+    @property
+    def network(self) -> ClusterNetwork | None:
+        """The node network, in a cluster with real nodes."""
+        return None if self.network_index is None else ClusterNetwork(self.network_index)
+
+    @property
+    def address(self) -> str:
+        """Where the API server listens: loopback, or the host's address on the node bridge."""
+        network = self.network
+        return "127.0.0.1" if network is None else network.host_address
 
     def to_json(self) -> dict[str, Any]:
         """Return the state as JSON data."""
@@ -72,6 +89,9 @@ class ClusterState:
             "processes": {name: record.to_json() for name, record in self.processes.items()},
             "binaries": self.binaries,
             "pool": asdict(self.pool),
+            "real_pool": asdict(self.real_pool),
+            "node_binaries": self.node_binaries,
+            "network_index": self.network_index,
         }
 
     @classmethod
@@ -82,6 +102,9 @@ class ClusterState:
             processes={name: ProcessRecord.from_json(record) for name, record in data["processes"].items()},
             binaries=str(data.get("binaries", "")),
             pool=NodePool(**data.get("pool", {})),
+            real_pool=NodePool(**data.get("real_pool", {"count": 0, "name_prefix": REAL_NODE_PREFIX})),
+            node_binaries=str(data.get("node_binaries", "")),
+            network_index=data.get("network_index"),
         )
 
 
@@ -203,7 +226,7 @@ class LocalCluster:
 
     def server_url(self, state: ClusterState) -> str:
         """Return the API server's URL."""
-        return f"https://127.0.0.1:{state.ports['kube-apiserver']}"
+        return f"https://{state.address}:{state.ports['kube-apiserver']}"
 
     def binaries(self) -> Binaries:
         """Return the binaries, building them first when the cache lacks them."""
@@ -247,21 +270,43 @@ class LocalCluster:
             lock, lambda: self.say(f"==> waiting for another mmctl holding {lock}")
         )
 
-    def up(self, pool: NodePool | None = None, timeout: float = 180.0) -> ClusterState:
-        """Start the cluster (or keep the healthy one running) and wait for Ready GPU nodes."""
-        binaries = self.binaries()
-        with self._lock():
-            return self._up(binaries, pool, timeout)
+    def up(
+        self, pool: NodePool | None = None, timeout: float = 180.0, *, real_nodes: NodePool | None = None
+    ) -> ClusterState:
+        """Start the cluster (or keep the healthy one running) and wait for Ready GPU nodes.
 
-    def _up(self, binaries: Binaries, pool: NodePool | None, timeout: float) -> ClusterState:
+        `real_nodes` (a pool with a count) adds real nodes: kubelet, containerd, runc, CNI, kube-proxy,
+        kube-router, and the DNS and volume add-ons. A cluster running with another count is restarted.
+        """
+        real = real_nodes or NodePool(count=0, name_prefix=REAL_NODE_PREFIX)
+        if real.count:
+            problems = realnodes.preflight(self.state_dir)
+            if problems:
+                raise ClusterError("cannot start real nodes: " + "; ".join(problems))
+        binaries = self.binaries()
+        node_binaries = ensure_node_binaries(self.layout, self.say) if real.count else None
+        with self._lock():
+            return self._up(binaries, pool, timeout, real, node_binaries)
+
+    def _up(
+        self,
+        binaries: Binaries,
+        pool: NodePool | None,
+        timeout: float,
+        real: NodePool,
+        node_binaries: NodeBinaries | None,
+    ) -> ClusterState:
         started = time.monotonic()
         state = self.load_state()
         if state is not None:
-            dead = [
-                name for name in COMPONENTS if name not in state.processes or not self._running(state, name)
-            ]
+            dead = [name for name in self._component_names(state) if not self._running(state, name)]
             if not dead and state.binaries != str(binaries.root):
                 self.say(f"==> the running cluster uses other binaries ({state.binaries}); restarting it")
+                self._down()
+            elif not dead and (state.real_pool != real or state.node_binaries != _root(node_binaries)):
+                self.say(
+                    f"==> the running cluster has other real nodes ({state.real_pool.count}); restarting it"
+                )
                 self._down()
             elif not dead:
                 self.say(f"==> cluster in {self.state_dir} is already running; checking it")
@@ -277,10 +322,22 @@ class LocalCluster:
             ports={name: processes.free_port() for name in _PORT_NAMES},
             binaries=str(binaries.root),
             pool=pool or NodePool(),
+            real_pool=real,
+            node_binaries=_root(node_binaries),
         )
         self._prepare_state_dir()
         self.say(f"==> starting a local control plane in {self.state_dir} ({binaries.versions.describe()})")
-        credentials = generate_credentials(self.credentials.directory)
+        if real.count:
+            state.network_index = network.allocate(self.state_dir, _is_stale).index
+            self.say(
+                f"    node network {state.network and state.network.supernet}, API server at {state.address}"
+            )
+        extra = (
+            () if state.network is None else (state.network.host_address, state.network.kubernetes_service_ip)
+        )
+        credentials = generate_credentials(self.credentials.directory, extra_addresses=extra)
+        if state.network is not None:
+            realnodes.NodeRunner.issue_apiserver_certificate(credentials)
         write_kubeconfig(self.kubeconfig, self.server_url(state), credentials)
         # The fake engine builder reports the GPU of the pool the cluster starts with.
         gpu = GPU_MODELS[state.pool.gpu_model]
@@ -297,6 +354,8 @@ class LocalCluster:
                 self._start(state, binaries, component)
                 self._wait_healthy(state, component, timeout)
             self._ensure_cluster_objects(state, state.pool, timeout)
+            if node_binaries is not None:
+                self._node_runner(state, node_binaries).start(state.ports["kube-apiserver"], timeout)
         except BaseException:
             self.say("==> start-up failed; stopping what was started")
             self._down()
@@ -305,8 +364,10 @@ class LocalCluster:
         return state
 
     def _prepare_state_dir(self) -> None:
-        # Logs survive a restart (each start is marked in the log); everything else is new.
+        # Logs survive a restart (each start is marked in the log); everything else is new. A crashed run's
+        # mounts (kubelet volumes, container root file systems) are undone first: never delete through one.
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        nodes.unmount_all(self.state_dir)
         for entry in self.state_dir.iterdir():
             if entry.name in ("logs", ".lock"):
                 continue
@@ -328,6 +389,32 @@ class LocalCluster:
             "--leader-elect=false",
             f"--tls-cert-file={self.credentials.serving_cert}",
             f"--tls-private-key-file={self.credentials.serving_key}",
+        ]
+
+    def _real_node_apiserver_flags(self, state: ClusterState) -> list[str]:
+        """The API server's flags for kubelets: client certificates, NodeRestriction, a kubelet client."""
+        if state.network is None:
+            return []
+        pki = self.credentials
+        return [
+            f"--client-ca-file={pki.ca_cert}",
+            "--enable-admission-plugins=NodeRestriction",
+            f"--kubelet-client-certificate={pki.directory / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki.directory / 'apiserver-kubelet-client.key'}",
+            f"--kubelet-certificate-authority={pki.ca_cert}",
+            "--kubelet-preferred-address-types=InternalIP",
+        ]
+
+    def _real_node_controller_flags(self, state: ClusterState) -> list[str]:
+        """The controller manager's node IPAM: a pod /24 per node from the cluster's pod range."""
+        network = state.network
+        if network is None:
+            return []
+        return [
+            "--allocate-node-cidrs=true",
+            f"--cluster-cidr={network.cluster_cidr}",
+            "--node-cidr-mask-size=24",
+            f"--service-cluster-ip-range={network.service_cidr}",
         ]
 
     def _command(self, state: ClusterState, binaries: Binaries, component: str) -> list[str]:
@@ -357,17 +444,19 @@ class LocalCluster:
             return [
                 binary,
                 f"--etcd-servers=http://127.0.0.1:{ports['etcd-client']}",
-                "--bind-address=127.0.0.1",
+                f"--bind-address={state.address}",
                 # Without it a loopback bind address makes the server look for a default route.
-                "--advertise-address=127.0.0.1",
+                f"--advertise-address={state.address}",
                 f"--secure-port={ports['kube-apiserver']}",
+                *self._real_node_apiserver_flags(state),
                 *serving,
                 f"--token-auth-file={pki.token_file}",
-                "--authorization-mode=RBAC",
+                # Nodes are authorized as nodes (what NodeRestriction then narrows further).
+                f"--authorization-mode={'Node,RBAC' if state.network else 'RBAC'}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki.service_account_public_key}",
                 f"--service-account-signing-key-file={pki.service_account_key}",
-                f"--service-cluster-ip-range={_SERVICE_CLUSTER_IP_RANGE}",
+                f"--service-cluster-ip-range={_service_range(state)}",
                 "--allow-privileged=true",
                 "--enable-priority-and-fairness=false",
                 # Pods leave a lost node after 20 s instead of 5 min, so a node fault plays out in a test.
@@ -387,6 +476,7 @@ class LocalCluster:
                 "--kube-api-qps=100",
                 "--kube-api-burst=200",
                 "--profiling=false",
+                *self._real_node_controller_flags(state),
             ]
         if component == "kube-scheduler":
             return [binary, *self._delegated_auth_flags(state, component), "--profiling=false"]
@@ -415,6 +505,35 @@ class LocalCluster:
         self._save_state(state)
         self.say(f"--> started {component} (pid {record.pid}, log {self.log_path(component)})")
 
+    def _component_names(self, state: ClusterState) -> list[str]:
+        """The control plane's components, then every real node's, in start order."""
+        names = list(COMPONENTS)
+        if state.network is not None:
+            for index in range(state.real_pool.count):
+                node = f"{state.real_pool.name_prefix}-{index}"
+                names += [f"{node}/{component}" for component in nodes.NODE_COMPONENTS]
+        return names
+
+    def _node_runner(self, state: ClusterState, node_binaries: NodeBinaries | None) -> realnodes.NodeRunner:
+        assert state.network is not None
+        if node_binaries is None:
+            node_binaries = NodeBinaries(Path(state.node_binaries), self.layout.node_versions)
+        return realnodes.NodeRunner(
+            self,
+            state.network,
+            state.real_pool,
+            node_binaries,
+            state.processes,
+            lambda: self._save_state(state),
+        )
+
+    def load_images(self, archives: list[Path]) -> None:
+        """Import image archives (OCI layout tars) into every real node's container runtime."""
+        state = self.load_state()
+        if state is None or state.network is None:
+            raise ClusterError(f"no cluster with real nodes is running in {self.state_dir}")
+        self._node_runner(state, None).load_images(archives)
+
     def _running(self, state: ClusterState, component: str) -> bool:
         record = state.processes.get(component)
         return record is not None and processes.is_alive(record)
@@ -428,7 +547,7 @@ class LocalCluster:
         if component == "kwok":
             return f"http://127.0.0.1:{ports['kwok']}/healthz"
         if component == "kube-apiserver":
-            return f"https://127.0.0.1:{ports['kube-apiserver']}/readyz"
+            return f"https://{state.address}:{ports['kube-apiserver']}/readyz"
         return f"https://127.0.0.1:{ports[component]}/healthz"
 
     def _probe(self, state: ClusterState, component: str) -> tuple[bool, str]:
@@ -479,7 +598,8 @@ class LocalCluster:
         with self.api_client() as api_client:
             core = k8s.CoreV1Api(api_client)
             storage = k8s.StorageV1Api(api_client)
-            _create_if_missing(storage.create_storage_class, storage_class())
+            # With real nodes, local-path-provisioner's class is the default; kwok's stays for kwok's tests.
+            _create_if_missing(storage.create_storage_class, storage_class(default=state.network is None))
             names = pool.node_names()
             for name in names:
                 _create_if_missing(core.create_node, gpu_node(name, pool))
@@ -541,8 +661,15 @@ class LocalCluster:
         if state is None:
             return []
         stopped = []
+        if state.network is not None:
+            runner = self._node_runner(state, None)
+            stopped += runner.stop()
+            self._save_state(state)
         for component in reversed(list(state.processes)):
-            if processes.stop(state.processes[component]):
+            # Bound to the node bridge, the API server's graceful shutdown waits out its 15 s-plus HTTP
+            # shutdown timeout (on loopback it ends in about a second); its data is thrown away anyway.
+            grace = 3.0 if component == "kube-apiserver" and state.network is not None else 15.0
+            if processes.stop(state.processes[component], timeout=grace):
                 stopped.append(component)
                 self.say(f"--> stopped {component} (pid {state.processes[component].pid})")
         self._state_file.unlink(missing_ok=True)
@@ -554,7 +681,7 @@ class LocalCluster:
         if state is None:
             return ClusterStatus(components=[], nodes_ready=None, nodes_total=None, server=None)
         components = []
-        for name in COMPONENTS:
+        for name in self._component_names(state):
             record = state.processes.get(name)
             if record is None:
                 components.append(ComponentStatus(name, None, False, False, "never started"))
@@ -573,6 +700,24 @@ class LocalCluster:
             nodes_total = len(nodes)
             nodes_ready = sum(1 for node in nodes if _node_schedulable(node))
         return ClusterStatus(components, nodes_ready, nodes_total, self.server_url(state))
+
+
+def _root(node_binaries: NodeBinaries | None) -> str:
+    return "" if node_binaries is None else str(node_binaries.root)
+
+
+def _is_stale(state_dir: Path) -> bool:
+    """Whether the cluster in `state_dir` has no live process (its network may be reclaimed)."""
+    try:
+        state = ClusterState.from_json(json.loads((state_dir / "state.json").read_text()))
+    except (OSError, ValueError, KeyError):
+        return True
+    return not any(processes.is_alive(record) for record in state.processes.values())
+
+
+def _service_range(state: ClusterState) -> str:
+    network = state.network
+    return _SERVICE_CLUSTER_IP_RANGE if network is None else network.service_cidr
 
 
 def _create_if_missing(create: Callable[..., object], body: dict[str, Any]) -> None:

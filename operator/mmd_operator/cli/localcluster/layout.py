@@ -31,6 +31,26 @@ _PINNED_MODULES = {
 # Bump when the build recipe changes in a way the digest of the go.mod files cannot see.
 BUILD_RECIPE_VERSION = "1"
 
+# The node components: `kubernetes` is the control plane's wrapper (kubelet and kube-proxy are built from
+# the same k8s.io/kubernetes), the others live in `tools/nodes/`.
+NODE_WRAPPER_MODULES = (
+    "kubernetes",
+    "containerd",
+    "coredns",
+    "kube-router",
+    "local-path-provisioner",
+    "pause",
+)
+_NODE_PINNED_MODULES = {
+    "kubernetes": ("kubernetes", "k8s.io/kubernetes"),
+    "containerd": ("containerd", "github.com/containerd/containerd/v2"),
+    "cni_plugins": ("containerd", "github.com/containernetworking/plugins"),
+    "coredns": ("coredns", "github.com/coredns/coredns"),
+    "kube_router": ("kube-router", "github.com/cloudnativelabs/kube-router/v2"),
+    "local_path_provisioner": ("local-path-provisioner", "github.com/rancher/local-path-provisioner"),
+}
+NODE_BUILD_RECIPE_VERSION = "1"
+
 
 class LayoutError(RuntimeError):
     """The repository, the Go toolchain or a pinned version cannot be found."""
@@ -90,6 +110,26 @@ class Versions:
     def describe(self) -> str:
         """Return a short human-readable summary."""
         return f"kubernetes {self.kubernetes}, etcd {self.etcd}, kwok {self.kwok}, helm {self.helm}"
+
+
+@dataclass(frozen=True)
+class NodeVersions:
+    """The pinned versions of what a real node runs besides the kubelet's Kubernetes."""
+
+    kubernetes: str
+    containerd: str
+    cni_plugins: str
+    coredns: str
+    kube_router: str
+    local_path_provisioner: str
+
+    def describe(self) -> str:
+        """Return a short human-readable summary."""
+        return (
+            f"kubelet {self.kubernetes}, containerd {self.containerd}, CNI plugins {self.cni_plugins}, "
+            f"CoreDNS {self.coredns}, kube-router {self.kube_router}, "
+            f"local-path-provisioner {self.local_path_provisioner}"
+        )
 
 
 @dataclass(frozen=True)
@@ -168,3 +208,44 @@ class Layout:
     def cache_dir(self, toolchain: Toolchain) -> Path:
         """Return the cache directory of this build (it may not exist yet)."""
         return self.cache_root / self.cache_key(toolchain)
+
+    # -- real nodes (kubelet, container runtime, network add-ons) --------------------------------
+
+    @property
+    def node_tools_dir(self) -> Path:
+        """Return `tools/nodes/`, the wrapper modules of the node components beside the kubelet."""
+        return self.repo_root / "tools" / "nodes"
+
+    def node_wrapper_dir(self, name: str) -> Path:
+        """Return the directory of wrapper module `name`: `kubernetes` is the control plane's."""
+        return self.wrapper_dir(name) if name == "kubernetes" else self.node_tools_dir / name
+
+    @cached_property
+    def node_versions(self) -> NodeVersions:
+        """Read the node components' pinned versions from their wrapper go.mod files."""
+        found = {
+            component: _pinned_version(self.node_wrapper_dir(wrapper) / "go.mod", module)
+            for component, (wrapper, module) in _NODE_PINNED_MODULES.items()
+        }
+        return NodeVersions(**found)
+
+    def node_inputs_digest(self) -> str:
+        """Digest every node wrapper module's files and the node recipe version (12 hex digits)."""
+        digest = hashlib.sha256(NODE_BUILD_RECIPE_VERSION.encode())
+        for name in NODE_WRAPPER_MODULES:
+            directory = self.node_wrapper_dir(name)
+            for path in sorted(directory.iterdir()):
+                if path.is_file():
+                    digest.update(f"{name}/{path.name}\0".encode())
+                    digest.update(path.read_bytes())
+        return digest.hexdigest()[:12]
+
+    def node_cache_dir(self, toolchain: Toolchain) -> Path:
+        """Return the cache directory of the node binaries (a sibling tree of the control plane's)."""
+        v = self.node_versions
+        key = (
+            f"k8s-{v.kubernetes}_containerd-{v.containerd}_cni-{v.cni_plugins}_coredns-{v.coredns}"
+            f"_kube-router-{v.kube_router}_lpp-{v.local_path_provisioner}"
+            f"_{toolchain.version}_{self.node_inputs_digest()}"
+        )
+        return self.cache_root.parent / "nodes" / key

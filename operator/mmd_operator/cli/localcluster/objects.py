@@ -54,23 +54,12 @@ class NodePool:
         return [f"{self.name_prefix}-{index}" for index in range(self.count)]
 
 
-def gpu_node(name: str, pool: NodePool) -> dict[str, Any]:
-    """Return the manifest (with status) of one fake GPU node managed by kwok."""
+def gpu_labels(pool: NodePool) -> dict[str, str]:
+    """The labels NVIDIA's GPU feature discovery puts on a node of `pool` (and the usual topology labels)."""
     model = GPU_MODELS[pool.gpu_model]
-    resources = {
-        "cpu": pool.cpu,
-        "memory": pool.memory,
-        "pods": pool.pods,
-        "ephemeral-storage": "1Ti",
-        GPU_RESOURCE: str(pool.gpus_per_node),
-    }
-    labels = {
-        "kubernetes.io/hostname": name,
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
+    return {
         "node.kubernetes.io/instance-type": f"fake-{pool.gpus_per_node}x{pool.gpu_model}",
         "topology.kubernetes.io/zone": "local-a",
-        "type": "kwok",
         "nvidia.com/gpu.present": "true",
         "nvidia.com/gpu.product": model.product,
         "nvidia.com/gpu.count": str(pool.gpus_per_node),
@@ -85,6 +74,24 @@ def gpu_node(name: str, pool: NodePool) -> dict[str, Any]:
         "nvidia.com/cuda.runtime.minor": "4",
         "nvidia.com/mig.capable": "false",
     }
+
+
+def gpu_node(name: str, pool: NodePool) -> dict[str, Any]:
+    """Return the manifest (with status) of one fake GPU node managed by kwok."""
+    resources = {
+        "cpu": pool.cpu,
+        "memory": pool.memory,
+        "pods": pool.pods,
+        "ephemeral-storage": "1Ti",
+        GPU_RESOURCE: str(pool.gpus_per_node),
+    }
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+        **gpu_labels(pool),
+    }
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -98,14 +105,14 @@ def gpu_node(name: str, pool: NodePool) -> dict[str, Any]:
     }
 
 
-def storage_class() -> dict[str, Any]:
-    """Return the default StorageClass whose claims kwok provisions (see `stages`)."""
+def storage_class(*, default: bool = True) -> dict[str, Any]:
+    """Return the StorageClass whose claims kwok provisions (see `stages`), the default one unless told."""
     return {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
         "metadata": {
             "name": STORAGE_CLASS,
-            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            "annotations": {"storageclass.kubernetes.io/is-default-class": str(default).lower()},
         },
         "provisioner": PROVISIONER,
         "reclaimPolicy": "Delete",

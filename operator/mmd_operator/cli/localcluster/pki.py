@@ -1,9 +1,13 @@
 """Credentials of the local control plane, generated fresh for each cluster.
 
-One self-signed CA signs a serving certificate for 127.0.0.1/localhost, used by the API server, the
-controller manager and the scheduler. Clients (the tests, kubectl, helm, the controllers and kwok)
-authenticate with one random bearer token of a `system:masters` user from a static token file; the
-service-account tokens are signed with a separate RSA key. Everything is written with mode 0600.
+One self-signed CA signs a serving certificate for 127.0.0.1/localhost (and, in a cluster with real
+nodes, the host's address on the node bridge and the `kubernetes` Service's ClusterIP), used by the API
+server, the controller manager and the scheduler. Clients (the tests, kubectl, helm, the controllers and
+kwok) authenticate with one random bearer token of a `system:masters` user from a static token file; the
+service-account tokens are signed with a separate RSA key. Real nodes get certificates from the same CA:
+a client certificate per kubelet (`system:node:<name>` in `system:nodes`, what the Node authorizer and
+NodeRestriction expect), one for kube-proxy and kube-router, the API server's client certificate towards
+the kubelets, and a serving certificate per kubelet. Private files are written with mode 0600.
 
 Imports: the standard library, cryptography and PyYAML.
 """
@@ -59,6 +63,11 @@ class Credentials:
         return self.directory / "service-account.pub"
 
     @property
+    def ca_key(self) -> Path:
+        """Return the CA's private key (kept to issue the certificates of nodes added later)."""
+        return self.directory / "ca.key"
+
+    @property
     def token_file(self) -> Path:
         """Return the API server's static token file (token,user,uid,"groups")."""
         return self.directory / "tokens.csv"
@@ -85,8 +94,11 @@ def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
     )
 
 
-def generate_credentials(directory: Path) -> Credentials:
-    """Create a new CA, serving certificate, service-account key pair and admin token in `directory`."""
+def generate_credentials(directory: Path, extra_addresses: tuple[str, ...] = ()) -> Credentials:
+    """Create a new CA, serving certificate, service-account key pair and admin token in `directory`.
+
+    The serving certificate holds 127.0.0.1 and `extra_addresses` (the API server's address for pods).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     credentials = Credentials(directory)
     now = datetime.datetime.now(datetime.UTC)
@@ -137,7 +149,9 @@ def generate_credentials(directory: Path) -> Credentials:
                     x509.DNSName("kubernetes"),
                     x509.DNSName("kubernetes.default"),
                     x509.DNSName("kubernetes.default.svc"),
+                    x509.DNSName("kubernetes.default.svc.cluster.local"),
                     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    *(x509.IPAddress(ipaddress.ip_address(address)) for address in extra_addresses),
                 ]
             ),
             critical=False,
@@ -150,6 +164,7 @@ def generate_credentials(directory: Path) -> Credentials:
         .sign(ca_key, hashes.SHA256())
     )
     credentials.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    _write_private(credentials.ca_key, _pem_key(ca_key))
     credentials.serving_cert.write_bytes(serving_cert.public_bytes(serialization.Encoding.PEM))
     _write_private(credentials.serving_key, _pem_key(serving_key))
 
@@ -182,5 +197,74 @@ def write_kubeconfig(path: Path, server: str, credentials: Credentials) -> None:
         "contexts": [{"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": ADMIN_USER}}],
         "current-context": CLUSTER_NAME,
         "preferences": {},
+    }
+    _write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
+
+
+def issue_certificate(
+    credentials: Credentials,
+    name: str,
+    *,
+    common_name: str,
+    organization: str | None = None,
+    addresses: tuple[str, ...] = (),
+) -> tuple[Path, Path]:
+    """Issue `<name>.crt`/`<name>.key` from the cluster CA: a client certificate, or serving for `addresses`.
+
+    Returns the certificate and key paths.
+    """
+    ca_key = serialization.load_pem_private_key(credentials.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    ca_cert = x509.load_pem_x509_certificate(credentials.ca_cert.read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization:
+        attributes.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(attributes))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+    )
+    if addresses:
+        names = [x509.DNSName(common_name), *(x509.IPAddress(ipaddress.ip_address(a)) for a in addresses)]
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        usage = ExtendedKeyUsageOID.SERVER_AUTH
+    else:
+        usage = ExtendedKeyUsageOID.CLIENT_AUTH
+    certificate = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False).sign(
+        ca_key, hashes.SHA256()
+    )
+    cert_path = credentials.directory / f"{name}.crt"
+    key_path = credentials.directory / f"{name}.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    _write_private(key_path, _pem_key(key))
+    return cert_path, key_path
+
+
+def write_certificate_kubeconfig(
+    path: Path, server: str, credentials: Credentials, cert: Path, key: Path
+) -> None:
+    """Write a kubeconfig that authenticates to `server` with a client certificate (a node's)."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": CLUSTER_NAME,
+                "cluster": {"server": server, "certificate-authority": str(credentials.ca_cert)},
+            }
+        ],
+        "users": [{"name": "default", "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+        "contexts": [{"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": "default"}}],
+        "current-context": CLUSTER_NAME,
     }
     _write_private(path, yaml.safe_dump(config, sort_keys=False).encode())

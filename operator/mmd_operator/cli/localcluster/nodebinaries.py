@@ -1,0 +1,208 @@
+"""Build what a real node runs, from the Go module proxy, once, into a cache beside the control plane's.
+
+A real node of the local cluster is a kubelet and kube-proxy (the pinned k8s.io/kubernetes, built in the
+control plane's wrapper module), containerd v2 with its runc shim and `ctr`, the CNI plugins it calls
+(bridge, host-local, portmap, loopback), kube-router's NetworkPolicy controller, and, as cluster add-ons
+run in pods, CoreDNS (with the plugins a cluster DNS uses) and Rancher's local-path-provisioner. The pod
+sandbox image's `pause` is a few lines of Go in `tools/nodes/pause`. The OCI runtime, runc, is Debian's
+(it needs cgo and libseccomp); `scripts/install-node-deps.sh` installs it with iptables, ipset, buildah
+and mmdebstrap.
+
+Like the control plane: static builds, a scratch directory renamed into place under a file lock, and
+`manifest.json` with the seconds and bytes of each binary.
+
+Imports: the standard library and `binaries`, `layout`, `processes`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from mmd_operator.cli.localcluster.binaries import (
+    KUBERNETES_TAGS,
+    BinarySpec,
+    Printer,
+    build_jobs,
+    go_build_all,
+    kubernetes_ldflags,
+    module_info,
+    run_go,
+)
+from mmd_operator.cli.localcluster.layout import Layout, NodeVersions, Toolchain
+from mmd_operator.cli.localcluster.processes import exclusive_lock
+
+CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
+NODE_BINARY_NAMES = (
+    "kubelet",
+    "kube-proxy",
+    "containerd",
+    "containerd-shim-runc-v2",
+    "ctr",
+    *(f"cni/{plugin}" for plugin in CNI_PLUGINS),
+    "kube-router",
+    "coredns",
+    "local-path-provisioner",
+    "pause",
+)
+# containerd's release builds leave out the snapshotters that need cgo or kernel features we never use.
+_CONTAINERD_TAGS = ("no_btrfs", "no_devmapper", "no_zfs", "no_aufs")
+_CONTAINERD = "github.com/containerd/containerd/v2"
+_CNI = "github.com/containernetworking/plugins"
+_CNI_PACKAGES = {
+    "bridge": "plugins/main/bridge",
+    "host-local": "plugins/ipam/host-local",
+    "loopback": "plugins/main/loopback",
+    "portmap": "plugins/meta/portmap",
+}
+
+
+@dataclass(frozen=True)
+class NodeBinaries:
+    """A complete, built cache directory of node binaries."""
+
+    root: Path
+    versions: NodeVersions
+
+    @property
+    def bin_dir(self) -> Path:
+        """Return the directory holding every binary."""
+        return self.root / "bin"
+
+    @property
+    def cni_dir(self) -> Path:
+        """Return the directory of the CNI plugins (containerd's `bin_dirs`)."""
+        return self.bin_dir / "cni"
+
+    def path(self, name: str) -> Path:
+        """Return the path of the binary `name`."""
+        return self.bin_dir / name
+
+    def manifest(self) -> dict[str, object]:
+        """Return what the build recorded (versions, seconds per binary, sizes)."""
+        loaded: dict[str, object] = json.loads((self.root / "manifest.json").read_text())
+        return loaded
+
+
+def node_binary_specs(
+    versions: NodeVersions, kubernetes_commit: str, kubernetes_date: str
+) -> list[BinarySpec]:
+    """Return the build recipe of every node binary, in build order."""
+    minor = int(versions.kubernetes.lstrip("v").split(".")[1])
+    kube_ldflags = kubernetes_ldflags(versions.kubernetes, minor, kubernetes_commit, kubernetes_date)
+    specs = [
+        BinarySpec(name, "kubernetes", f"k8s.io/kubernetes/cmd/{name}", KUBERNETES_TAGS, kube_ldflags)
+        for name in ("kubelet", "kube-proxy")
+    ]
+    containerd_ldflags = (
+        "-s",
+        "-w",
+        f"-X github.com/containerd/containerd/v2/version.Version={versions.containerd}",
+    )
+    specs += [
+        BinarySpec(name, "containerd", f"{_CONTAINERD}/cmd/{name}", _CONTAINERD_TAGS, containerd_ldflags)
+        for name in ("containerd", "containerd-shim-runc-v2", "ctr")
+    ]
+    specs += [
+        BinarySpec(f"cni/{plugin}", "containerd", f"{_CNI}/{package}", (), ("-s", "-w"))
+        for plugin, package in _CNI_PACKAGES.items()
+    ]
+    specs.append(
+        BinarySpec(
+            "kube-router",
+            "kube-router",
+            "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router",
+            (),
+            (
+                "-s",
+                "-w",
+                f"-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version={versions.kube_router}",
+            ),
+        )
+    )
+    specs.append(BinarySpec("coredns", "coredns", "mmd-operator/tools/nodes/coredns", (), ("-s", "-w")))
+    specs.append(
+        BinarySpec(
+            "local-path-provisioner",
+            "local-path-provisioner",
+            "github.com/rancher/local-path-provisioner",
+            (),
+            ("-s", "-w", f"-X main.VERSION={versions.local_path_provisioner}"),
+        )
+    )
+    specs.append(BinarySpec("pause", "pause", "mmd-operator/tools/nodes/pause", (), ("-s", "-w")))
+    return specs
+
+
+def _is_complete(root: Path) -> bool:
+    return (root / "manifest.json").is_file() and all(
+        (root / "bin" / name).is_file() for name in NODE_BINARY_NAMES
+    )
+
+
+def ensure_node_binaries(layout: Layout, say: Printer = print) -> NodeBinaries:
+    """Return the cached node binaries of the pinned versions, building them first when missing."""
+    toolchain = Toolchain.discover()
+    root = layout.node_cache_dir(toolchain)
+    if _is_complete(root):
+        return NodeBinaries(root=root, versions=layout.node_versions)
+    lock = root.parent / ".build.lock"
+    with exclusive_lock(lock, partial(say, f"==> another build holds {lock}; waiting for it")):
+        if not _is_complete(root):
+            _build_into(layout, toolchain, root, say)
+    return NodeBinaries(root=root, versions=layout.node_versions)
+
+
+def _build_into(layout: Layout, toolchain: Toolchain, root: Path, say: Printer) -> None:
+    versions = layout.node_versions
+    say(
+        f"==> building the node components ({versions.describe()}) "
+        f"with {toolchain.version}, -p {build_jobs()}"
+    )
+    say(f"    cache: {root}")
+    scratch = root.with_name(f"{root.name}.partial-{os.getpid()}")
+    shutil.rmtree(scratch, ignore_errors=True)
+    (scratch / "bin").mkdir(parents=True)
+    total_started = started = time.monotonic()
+    info = module_info(
+        toolchain, layout.node_wrapper_dir("kubernetes"), f"k8s.io/kubernetes@{versions.kubernetes}", say
+    )
+    origin = info.get("Origin")
+    commit = str(origin.get("Hash", "unknown")) if isinstance(origin, dict) else "unknown"
+    specs = node_binary_specs(versions, commit, str(info.get("Time") or "1970-01-01T00:00:00Z"))
+    for wrapper in dict.fromkeys(spec.wrapper for spec in specs):
+        packages = [spec.package for spec in specs if spec.wrapper == wrapper]
+        say(
+            f"--> downloading the modules of {layout.node_wrapper_dir(wrapper).relative_to(layout.repo_root)}"
+        )
+        listing = ["list", "-deps", "-f", "{{.ImportPath}}", *packages]
+        run_go(
+            toolchain, listing, layout.node_wrapper_dir(wrapper), f"downloading modules for {wrapper}", say
+        )
+    seconds = {"download": time.monotonic() - started}
+    say(f"    modules ready in {seconds['download']:.0f} s")
+    seconds.update(go_build_all(toolchain, specs, layout.node_wrapper_dir, scratch / "bin", say))
+    seconds["total"] = time.monotonic() - total_started
+    sizes = {name: (scratch / "bin" / name).stat().st_size for name in NODE_BINARY_NAMES}
+    manifest = {
+        "versions": {name: getattr(versions, name) for name in versions.__dataclass_fields__},
+        "kubernetes_commit": commit,
+        "go": toolchain.version,
+        "jobs": build_jobs(),
+        "cpus": os.cpu_count(),
+        "seconds": {name: round(value, 1) for name, value in seconds.items()},
+        "bytes": sizes,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (scratch / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    shutil.rmtree(root, ignore_errors=True)
+    scratch.rename(root)
+    say(
+        f"==> node components built in {seconds['total']:.0f} s "
+        f"({sum(sizes.values()) / 1e6:.0f} MB of binaries in {root})"
+    )

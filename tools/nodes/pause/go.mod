@@ -1,0 +1,3 @@
+module mmd-operator/tools/nodes/pause
+
+go 1.24.0
