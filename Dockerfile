@@ -1,8 +1,17 @@
 # syntax=docker/dockerfile:1
-# Three images from one build context:
-#   docker build --target operator       -t ghcr.io/mmd-operator/operator:0.1.0 .
-#   docker build --target engine-builder -t ghcr.io/mmd-operator/engine-builder:0.1.0-trtllm0.19.0 .
-#   docker build --target serving        -t ghcr.io/mmd-operator/serving:0.1.0-trtllm0.19.0 .
+# Every image of the project from one build context. `mmctl images build` builds them: it first fills
+# wheelhouse/ with this repository's wheel and every dependency, so no stage that installs our package
+# reaches a package index. Targets:
+#
+#   operator             the operator (python -m mmd_operator), FROM PYTHON_IMAGE
+#   engine-builder       the build Job's image: the NGC TensorRT-LLM image, the examples, VILA, this package
+#   serving              the serving pods' image: the NGC image plus tensorrtllm_backend's model code
+#   engine-builder-cpu   CPU stand-ins of the two above for the local cluster's real pods (no GPU): the same
+#   serving-cpu          paths, a CPU tritonserver, doubles of the GPU parts (docs/real-pods.md)
+#
+#   mmctl images build --registry registry.example.com/ml --push          # the three real images
+#   mmctl images build --local                                            # operator and the CPU stand-ins
+#
 # TRITON_TAG and TRTLLM_VERSION must match engine_builder/engine_builder/versions.py (SERVING_IMAGE,
 # TRTLLM_VERSION); tests/engine_builder/test_dockerfile.py checks the defaults, the engine-builder stage
 # checks the base image's TensorRT-LLM.
@@ -10,21 +19,22 @@
 ARG PYTHON_IMAGE=python:3.11-slim
 ARG TRITON_TAG=25.05
 ARG TRTLLM_VERSION=0.19.0
+ARG SERVING_BASE=nvcr.io/nvidia/tritonserver:${TRITON_TAG}-trtllm-python-py3
+# The CPU serving stand-in's base: Python 3 with its shared library and Open MPI (the local cluster's is a
+# Debian root made by mmdebstrap; python:3.11-slim works too, the stage installs Open MPI where missing).
+ARG SERVING_CPU_BASE=python:3.11-slim
+ARG MODEL_CODE_DIR=/opt/mmd-operator/all_models
 
-# This repository as one wheel (operator and engine builder), built once for both images.
-FROM ${PYTHON_IMAGE} AS wheel
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY operator/ operator/
-COPY engine_builder/ engine_builder/
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+# This repository's wheel and its dependencies, resolved on the build host (mounted, never copied).
+FROM scratch AS wheelhouse
+COPY wheelhouse/ /
 
-# The operator: slim Python with the runtime dependencies only (no cli extra), non-root.
+# The operator: Python with the runtime dependencies only (no cli extra), non-root.
 # Settings come from MMD_* variables; /metrics on 8080, /healthz on 8081.
 FROM ${PYTHON_IMAGE} AS operator
 ENV PYTHONUNBUFFERED=1 HOME=/tmp
-COPY --from=wheel /dist/ /dist/
-RUN pip install --no-cache-dir /dist/*.whl && rm -rf /dist
+RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
+    pip install --no-cache-dir --no-index --find-links /wheelhouse mmd-operator
 USER 65532:65532
 EXPOSE 8080 8081
 ENTRYPOINT ["python", "-m", "mmd_operator"]
@@ -32,9 +42,9 @@ ENTRYPOINT ["python", "-m", "mmd_operator"]
 # The serving pods' image: the pinned base image plus the Triton Python model code of the pinned
 # tensorrtllm_backend tag (the NGC image ships the backends, not that code) and the InternLM-XComposer2
 # fork's preprocessing, laid out as all_models/ under MODEL_CODE_DIR (engine_builder/versions.py).
-FROM nvcr.io/nvidia/tritonserver:${TRITON_TAG}-trtllm-python-py3 AS serving
+FROM ${SERVING_BASE} AS serving
 ARG TEMPLATE_TAG=v0.19.0
-ARG MODEL_CODE_DIR=/opt/mmd-operator/all_models
+ARG MODEL_CODE_DIR
 ARG XCOMPOSER2_BACKEND_COMMIT=76a0d1f53335a9f08b6a750c278651458813948e
 RUN command -v git || (apt-get update && apt-get install -y --no-install-recommends git \
     && rm -rf /var/lib/apt/lists/*)
@@ -53,7 +63,7 @@ USER 1000:1000
 
 # The build Job's image: the serving image itself (engines load only with the TensorRT-LLM they were built
 # with), TensorRT-LLM's example scripts of the same tag, VILA's code, and this package.
-FROM nvcr.io/nvidia/tritonserver:${TRITON_TAG}-trtllm-python-py3 AS engine-builder
+FROM ${SERVING_BASE} AS engine-builder
 ARG TRTLLM_VERSION
 # VILA's repository has no releases; pin a commit here for reproducible images.
 ARG VILA_REF=main
@@ -77,8 +87,50 @@ RUN git clone https://github.com/Efficient-Large-Model/VILA.git /opt/VILA \
 ARG XCOMPOSER2_FORK_COMMIT=3d5cd357f458e242a34fae9df565bbcdcd6b5ba9
 ADD https://raw.githubusercontent.com/Njuapp/TensorRT-LLM/${XCOMPOSER2_FORK_COMMIT}/examples/multimodal/build_visual_engine.py \
     /opt/internlm-xcomposer2/build_visual_engine.py
-COPY --from=wheel /dist/ /dist/
-RUN pip install --no-cache-dir "$(ls /dist/*.whl)[builder]" && rm -rf /dist
+# Our wheel from the wheelhouse; the builder extra's packages (huggingface_hub, openai-whisper) from the index
+# where the base image lacks them (tensorrt_llm and torch are the base image's own).
+RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
+    pip install --no-cache-dir --find-links /wheelhouse "mmd-operator[builder]"
+ENV HOME=/tmp
+USER 1000:1000
+ENTRYPOINT ["python3", "-m", "engine_builder"]
+
+# CPU stand-in of `serving`: the real CPU tritonserver of the nvidia-pytriton wheel at the NGC image's
+# paths, a Python-based `tensorrtllm` backend and, under MODEL_CODE_DIR, one generic model for every
+# model-code directory; each becomes, when loaded, the double of its model for the repository it was
+# assembled into (mmd_operator.cli.triton.doubles.image). mpirun is Open MPI's, as in the NGC image.
+FROM ${SERVING_CPU_BASE} AS serving-cpu
+ARG MODEL_CODE_DIR
+ENV PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONUNBUFFERED=1
+RUN command -v mpirun || (apt-get update && apt-get install -y --no-install-recommends openmpi-bin \
+    && rm -rf /var/lib/apt/lists/*)
+# numpy 1.x: the Python backend stub reads numpy 1.x arrays only.
+RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
+    pip install --no-cache-dir --no-index --find-links /wheelhouse \
+        "numpy<2" pillow protobuf \
+    && pip install --no-cache-dir --no-index --find-links /wheelhouse --no-deps mmd-operator \
+    && pip install --no-cache-dir --no-index --find-links /wheelhouse --no-deps --target /opt/pytriton \
+        nvidia-pytriton \
+    && python3 -m mmd_operator.cli.triton.doubles.image install \
+        --pytriton /opt/pytriton --prefix /opt/tritonserver --model-code-dir ${MODEL_CODE_DIR}
+ENV HOME=/tmp
+USER 1000:1000
+
+# CPU stand-in of `engine-builder`: this package and doubles of the GPU tools at the real image's paths
+# (trtllm-build, huggingface-cli, the example scripts, the XComposer2 recipe, `tensorrt`, openai-whisper's
+# assets). They parse the real tools' command lines and write small files of the real layout.
+FROM ${PYTHON_IMAGE} AS engine-builder-cpu
+ARG TRTLLM_VERSION
+ENV PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONUNBUFFERED=1
+RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
+    pip install --no-cache-dir --no-index --find-links /wheelhouse pydantic "numpy<2" \
+    && pip install --no-cache-dir --no-index --find-links /wheelhouse --no-deps mmd-operator
+COPY tests/engine_builder/doubles/ /opt/doubles/tools/
+RUN chmod 0755 /opt/doubles/tools/*.py && python3 /opt/doubles/tools/toolbox.py --bin /usr/local/bin \
+        --examples /opt/tensorrt_llm/examples --pythonpath /opt/doubles/site \
+        --xcomposer2 /opt/internlm-xcomposer2/build_visual_engine.py
+# The doubles' tensorrt and whisper packages; the builder records the pinned TensorRT-LLM as assumed.
+ENV PYTHONPATH=/opt/doubles/site ENGINE_BUILDER_ASSUME_TRTLLM_VERSION=${TRTLLM_VERSION}
 ENV HOME=/tmp
 USER 1000:1000
 ENTRYPOINT ["python3", "-m", "engine_builder"]

@@ -9,6 +9,7 @@ v0.19.0 templates and docs). Pure data: imports nothing of ours and does no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
@@ -37,6 +38,33 @@ class RepositoryLayout(StrEnum):
     XCOMPOSER2 = "xcomposer2"
     # whisper_bls -> tensorrt_llm (encoder-decoder)
     WHISPER = "whisper"
+
+
+# Where each model's Python code sits in a tensorrtllm_backend `all_models` tree (the serving image's
+# model code directory); a model without an entry has none (the ensemble; tensorrt_llm runs in C++).
+_MODEL_CODE: Mapping[str, str] = MappingProxyType(
+    {
+        "preprocessing": "inflight_batcher_llm/preprocessing",
+        "postprocessing": "inflight_batcher_llm/postprocessing",
+        "tensorrt_llm_bls": "inflight_batcher_llm/tensorrt_llm_bls",
+        "multimodal_encoders": "multimodal/multimodal_encoders",
+        "whisper_bls": "whisper/whisper_bls",
+    }
+)
+# The InternLM-XComposer2 fork's preprocessing, which runs the ViT itself.
+_LAYOUT_MODEL_CODE: Mapping[tuple[RepositoryLayout, str], str] = MappingProxyType(
+    {(RepositoryLayout.XCOMPOSER2, "preprocessing"): "internlm_xcomposer2/preprocessing"}
+)
+
+
+def model_code(layout: RepositoryLayout, model: str) -> str | None:
+    """The directory (relative to the model code directory) whose `1/` holds `model`'s code, if any."""
+    return _LAYOUT_MODEL_CODE.get((layout, model), _MODEL_CODE.get(model))
+
+
+def model_code_directories() -> tuple[str, ...]:
+    """Every model-code directory a rendered repository may copy from the serving image's code dir."""
+    return tuple(sorted({*_MODEL_CODE.values(), *_LAYOUT_MODEL_CODE.values()}))
 
 
 class ImageInput(StrEnum):

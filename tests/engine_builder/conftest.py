@@ -15,31 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from engine_builder import versions
 from engine_builder.__main__ import main
+from tests.engine_builder.doubles.toolbox import install as install_toolbox
 from tests.engine_builder.doubles.trtllm_tools import write_lora_adapter, write_model_repo
 from tests.support.examples import plan_example
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(path.stem for path in (REPO / "examples").glob("*.yaml"))
 DOUBLES = Path(__file__).resolve().parent / "doubles"
-DOUBLE = DOUBLES / "trtllm_tools.py"
-# Every TensorRT-LLM example script a plan may run, relative to the examples directory.
-EXAMPLE_SCRIPTS = (
-    "opt/convert_checkpoint.py",
-    "llama/convert_checkpoint.py",
-    "qwen/convert_checkpoint.py",
-    "mllama/convert_checkpoint.py",
-    "internlm2/convert_checkpoint.py",
-    "whisper/convert_checkpoint.py",
-    "whisper/distil_whisper/convert_from_distil_whisper.py",
-    "quantization/quantize.py",
-    "multimodal/build_multimodal_engine.py",
-    "hf_lora_convert.py",
-)
 SOURCES_MOUNT = "/sources"
 
 _rendered: dict[str, dict[str, Any]] = {}
@@ -51,19 +37,6 @@ def rendered_plan(example: str) -> dict[str, Any]:
         _, plan = plan_example(example)
         _rendered[example] = plan.build.model_dump(mode="json")
     return json.loads(json.dumps(_rendered[example]))  # type: ignore[no-any-return]
-
-
-def write_whisper_package(root: Path) -> None:
-    """A stand-in for the openai-whisper package: just its two assets, shaped like the real ones."""
-    assets = root / "whisper" / "assets"
-    assets.mkdir(parents=True)
-    (root / "whisper" / "__init__.py").write_text('"""openai-whisper test double: assets only."""\n')
-    np.savez(
-        assets / "mel_filters.npz",
-        mel_80=np.zeros((80, 201), np.float32),
-        mel_128=np.zeros((128, 201), np.float32),
-    )
-    (assets / "multilingual.tiktoken").write_text("IQ== 0\nIg== 1\nIw== 2\n")
 
 
 @dataclass
@@ -152,16 +125,7 @@ class Toolbox:
 @pytest.fixture
 def toolbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Toolbox]:
     box = Toolbox(tmp_path)
-    box.bin.mkdir()
-    for tool in ("trtllm-build", "huggingface-cli"):
-        (box.bin / tool).symlink_to(DOUBLE)
-    for script in EXAMPLE_SCRIPTS:
-        (box.examples / script).parent.mkdir(parents=True, exist_ok=True)
-        (box.examples / script).symlink_to(DOUBLE)
-    write_whisper_package(tmp_path / "pythonpath")
-    (tmp_path / "pythonpath" / "tensorrt").mkdir()
-    tensorrt = (DOUBLES / "tensorrt_runtime.py").read_text()
-    (tmp_path / "pythonpath" / "tensorrt" / "__init__.py").write_text(tensorrt)
+    install_toolbox(box.bin, box.examples, tmp_path / "pythonpath")
     # `python3` in the plans' argv is this interpreter, which has engine_builder installed.
     monkeypatch.setenv(
         "PATH", os.pathsep.join([str(box.bin), str(Path(sys.executable).parent), "/usr/bin", "/bin"])

@@ -11,6 +11,7 @@ import pytest
 
 from engine_builder import versions
 from mmd_operator.desired import pods
+from mmd_operator.plan.launch import TRITONSERVER
 from tests.engine_builder.conftest import REPO, rendered_plan
 from tests.support.reference_workflow import flag_values
 
@@ -47,7 +48,10 @@ def stages() -> tuple[dict[str, str], dict[str, list[tuple[str, str]]]]:
 
 
 def expand(text: str, values: dict[str, str]) -> str:
-    return re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], text)
+    """`text` with every `${NAME}` replaced, also inside replaced values."""
+    while (expanded := re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], text)) != text:
+        text = expanded
+    return text
 
 
 def test_the_engine_builder_image_is_the_pinned_serving_image_with_the_pinned_tensorrt_llm() -> None:
@@ -71,7 +75,7 @@ def test_the_engine_builder_image_is_the_pinned_serving_image_with_the_pinned_te
     recipe = f"https://raw.githubusercontent.com/{versions.XCOMPOSER2_FORK_REPOSITORY}/"
     recipe += f"{versions.XCOMPOSER2_FORK_COMMIT}/examples/multimodal/build_visual_engine.py"
     assert [recipe, versions.XCOMPOSER2_VISION_BUILDER] in added
-    assert '"$(ls /dist/*.whl)[builder]"' in run
+    assert '--find-links /wheelhouse "mmd-operator[builder]"' in run
     assert builder[-1] == ("ENTRYPOINT", json.dumps(["python3", "-m", "engine_builder"]))
 
 
@@ -81,7 +85,7 @@ def _entrypoint_module(entrypoint: list[str]) -> str:
     return entrypoint[2]
 
 
-@pytest.mark.parametrize("stage", ["operator", "engine-builder"])
+@pytest.mark.parametrize("stage", ["operator", "engine-builder", "engine-builder-cpu"])
 def test_every_image_runs_a_module_that_exists_and_has_a_main(stage: str) -> None:
     _, named = stages()
     entrypoint = json.loads(next(args for instruction, args in named[stage] if instruction == "ENTRYPOINT"))
@@ -103,14 +107,14 @@ def test_the_operator_image_is_slim_python_running_the_operator_as_a_non_root_us
     assert entrypoint == ["python", "-m", "mmd_operator"]
     # The runtime only: the cli extra would pull in the Triton client, numpy and the rest.
     run = " ".join(args for instruction, args in operator if instruction == "RUN")
-    assert "/dist/*.whl" in run and "[" not in run
+    assert "--no-index --find-links /wheelhouse mmd-operator" in run and "[" not in run
 
 
 def test_the_serving_image_carries_the_model_code_where_the_operator_looks_for_it() -> None:
     defaults, named = stages()
     serving = named["serving"]
     assert expand(serving[0][1], defaults) == versions.BASE_IMAGE
-    arguments = dict(
+    arguments = defaults | dict(
         args.partition("=")[::2] for instruction, args in serving if instruction == "ARG" and "=" in args
     )
     assert arguments["TEMPLATE_TAG"] == versions.TEMPLATE_TAG
@@ -132,22 +136,38 @@ def test_the_serving_image_carries_the_model_code_where_the_operator_looks_for_i
     assert versions.SERVING_IMAGE.endswith(f"-trtllm{versions.TRTLLM_VERSION}")
 
 
-def test_the_build_context_holds_the_package_sources_only() -> None:
+def test_the_build_context_holds_the_wheelhouse_and_the_build_tools_doubles_only() -> None:
     lines = (REPO / ".dockerignore").read_text().splitlines()
     kept = sorted(line[1:].rstrip("/") for line in lines if line.startswith("!"))
-    assert kept == ["README.md", "engine_builder", "operator", "pyproject.toml"]
+    assert kept == ["tests/engine_builder/doubles", "wheelhouse"]
     assert "*" in lines
     _, named = stages()
     copied = {
         path.rstrip("/")
-        for instruction, args in named["wheel"]
-        if instruction == "COPY"
+        for stage in named.values()
+        for instruction, args in stage
+        if instruction == "COPY" and not args.startswith("--from")
         for path in args.split()[:-1]
     }
     assert copied == set(kept)
+    # Package installs read the wheelhouse through a mount, so it never becomes a layer of an image.
+    assert named["wheelhouse"] == [("FROM", "scratch"), ("COPY", "wheelhouse/ /")]
 
 
-@pytest.mark.parametrize("stage", ["serving", "engine-builder"])
+def test_the_cpu_stand_ins_keep_the_real_images_paths() -> None:
+    defaults, named = stages()
+    serving = " ".join(
+        expand(args, defaults) for instruction, args in named["serving-cpu"] if instruction == "RUN"
+    )
+    assert f"--prefix {TRITONSERVER.removesuffix('/bin/tritonserver')}" in serving
+    assert f"--model-code-dir {versions.MODEL_CODE_DIR}" in serving
+    assert defaults["MODEL_CODE_DIR"] == versions.MODEL_CODE_DIR
+    builder = " ".join(args for instruction, args in named["engine-builder-cpu"] if instruction == "RUN")
+    assert f"--examples {versions.TRTLLM_EXAMPLES_DIR}" in builder
+    assert f"--xcomposer2 {versions.XCOMPOSER2_VISION_BUILDER}" in builder
+
+
+@pytest.mark.parametrize("stage", ["serving", "engine-builder", "serving-cpu", "engine-builder-cpu"])
 def test_the_gpu_images_run_as_the_user_the_pods_require(stage: str) -> None:
     _, named = stages()
     users = [args for instruction, args in named[stage] if instruction == "USER"]

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.engine_builder.conftest import write_whisper_package
+from tests.engine_builder.doubles.toolbox import write_whisper_package
 from tests.engine_builder.doubles.trtllm_tools import write_model_repo
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import jinja2
 
-from mmd_operator.knowledge import ImageInput, RepositoryLayout
+from mmd_operator.knowledge import ImageInput, RepositoryLayout, model_code
 from mmd_operator.plan.launch import TRITONSERVER
 from mmd_operator.plan.settings import LAYOUT, Settings
 
@@ -55,19 +55,6 @@ _LAYOUT_TEMPLATES: Mapping[tuple[RepositoryLayout, str], str] = {
 }
 
 
-# Where each model's Python code sits in a tensorrtllm_backend `all_models` tree (the serving image's
-# model code directory); a model without an entry has none (the ensemble; tensorrt_llm runs in C++).
-_MODEL_CODE: Mapping[str, str] = {
-    "preprocessing": "inflight_batcher_llm/preprocessing",
-    "postprocessing": "inflight_batcher_llm/postprocessing",
-    "tensorrt_llm_bls": "inflight_batcher_llm/tensorrt_llm_bls",
-    "multimodal_encoders": "multimodal/multimodal_encoders",
-    "whisper_bls": "whisper/whisper_bls",
-}
-# The InternLM-XComposer2 fork's preprocessing, which runs the ViT itself.
-_LAYOUT_MODEL_CODE: Mapping[tuple[RepositoryLayout, str], str] = {
-    (RepositoryLayout.XCOMPOSER2, "preprocessing"): "internlm_xcomposer2/preprocessing",
-}
 # Files of the engine cache entry a model loads from its own version directory.
 _ENTRY_FILES: Mapping[str, tuple[str, ...]] = {
     "whisper_bls": (f"{LAYOUT.assets}/multilingual.tiktoken", f"{LAYOUT.assets}/mel_filters.npz"),
@@ -221,7 +208,7 @@ def render_repository(settings: Settings, *, cache_key: str) -> ModelRepository:
     assembly = tuple(
         ModelAssembly(
             model=model,
-            code=_LAYOUT_MODEL_CODE.get((layout, model), _MODEL_CODE.get(model)),
+            code=model_code(layout, model),
             entry_files=_ENTRY_FILES.get(model, ()),
         )
         for model in configs

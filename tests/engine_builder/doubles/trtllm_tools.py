@@ -18,6 +18,12 @@ Faults on demand, each naming a substring of the command line it applies to:
   DOUBLE_SLEEP=<sec>     every tool sleeps first (widens the windows a kill can land in)
 Every call is appended as one JSON line to $DOUBLE_CALL_LOG when set.
 
+Knobs that travel with the (fake) weights, for the real-pod tier, where no environment reaches the build
+pod: a model's `config.json` may hold `mmd_double` {"seconds_per_tool": s, "load_seconds": s}. The
+converters copy it into the checkpoint's config (and `trtllm-build` keeps the checkpoint config in the
+engine's, as the real one does), each tool that reads such a config first sleeps `seconds_per_tool`, and
+the serving double of the engine takes `load_seconds` to load it.
+
 Standard library only: it runs under whatever `python3` is first on PATH.
 """
 
@@ -73,6 +79,21 @@ def faults(tool: str, argv: list[str]) -> bool:
         print(f'  File "{tool}", line 1, in <module>', file=sys.stderr)
         die(f"RuntimeError: [TensorRT-LLM][ERROR] {tool} failed on demand (test double)")
     return hit("DOUBLE_NO_OUTPUT")
+
+
+KNOBS = "mmd_double"
+
+
+def knobs_of(config: dict[str, object]) -> dict[str, object]:
+    """The `mmd_double` knobs of a model or checkpoint config (empty when it has none)."""
+    knobs = config.get(KNOBS)
+    return dict(knobs) if isinstance(knobs, dict) else {}
+
+
+def slow_down(knobs: dict[str, object]) -> None:
+    """Sleep the `seconds_per_tool` a model's knobs ask for (a slower tool on bigger weights)."""
+    seconds = knobs.get("seconds_per_tool", 0)
+    time.sleep(float(seconds) if isinstance(seconds, (int, float)) else 0.0)
 
 
 def write_json(path: Path, document: object) -> None:
@@ -179,8 +200,10 @@ def convert_checkpoint(family: str, argv: list[str]) -> None:
     if family == "whisper":
         if not (model_dir / f"{args.model_name}.pt").is_file():
             die(f"FileNotFoundError: [Errno 2] No such file or directory: '{model_dir / args.model_name}.pt'")
+        knobs: dict[str, object] = {}
     else:
-        read_json(model_dir / "config.json", "not a Hugging Face model directory")
+        knobs = knobs_of(read_json(model_dir / "config.json", "not a Hugging Face model directory"))
+    slow_down(knobs)
     if faults(f"{family}/convert_checkpoint.py", argv):
         return
     world = args.tp_size * args.pp_size
@@ -198,6 +221,7 @@ def convert_checkpoint(family: str, argv: list[str]) -> None:
             "dtype": args.dtype,
             "mapping": mapping,
             "quantization": quant,
+            **({KNOBS: knobs} if knobs else {}),
         }
         write_json(output / part / "config.json", config)
         for rank in range(world):
@@ -221,7 +245,8 @@ def quantize(argv: list[str]) -> None:
     parser.add_argument("--tp_size", type=int, default=1)
     parser.add_argument("--pp_size", type=int, default=1)
     args = parser.parse_args(argv)
-    read_json(Path(args.model_dir) / "config.json", "not a Hugging Face model directory")
+    knobs = knobs_of(read_json(Path(args.model_dir) / "config.json", "not a Hugging Face model directory"))
+    slow_down(knobs)
     if args.calib_size <= 0:
         die(f"ValueError: calib_size must be positive, got {args.calib_size}")
     if faults("quantization/quantize.py", argv):
@@ -236,6 +261,7 @@ def quantize(argv: list[str]) -> None:
             "quant_algo": args.qformat.upper(),
             "kv_cache_quant_algo": (args.kv_cache_dtype or "").upper() or None,
         },
+        **({KNOBS: knobs} if knobs else {}),
     }
     output = Path(args.output_dir)
     write_json(output / "config.json", config)
@@ -269,6 +295,7 @@ def trtllm_build(argv: list[str]) -> None:
     if args.checkpoint_dir is None:
         die("ValueError: --checkpoint_dir is required")
     checkpoint = read_json(Path(args.checkpoint_dir) / "config.json", "not a TensorRT-LLM checkpoint")
+    slow_down(knobs_of(checkpoint))
     max_seq_len = args.max_seq_len or args.max_input_len + 1024
     if args.max_input_len > max_seq_len:
         die(f"ValueError: max_input_len ({args.max_input_len}) must not exceed max_seq_len ({max_seq_len})")

@@ -1,0 +1,103 @@
+"""`mmctl images build`: the project's images from its Dockerfile, for a registry or for the local cluster.
+
+A thin shell over `mmd_operator.cli.localcluster.images` (docs/real-pods.md):
+
+    mmctl images build --registry registry.example.com/ml --push     # operator, engine-builder, serving
+    mmctl images build --local [--load]                              # operator and the CPU stand-ins
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from mmd_operator.cli.localcluster import images
+from mmd_operator.cli.localcluster.cluster import ClusterError, LocalCluster
+from mmd_operator.cli.localcluster.layout import Layout, LayoutError, default_state_dir
+from mmd_operator.cli.localcluster.ocilayout import ImageLoadError
+
+
+def register(subparsers: Any) -> None:
+    """Add the `images` sub-command to `subparsers`."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "images",
+        help="build the operator, engine-builder and serving images from the Dockerfile",
+        description="Build the project's images for a registry (NGC-based) or for the local cluster (CPU).",
+    )
+    actions = parser.add_subparsers(dest="images_command", required=True, metavar="ACTION")
+    build = actions.add_parser(
+        "build", help="build the images (and push them, or load them into the cluster)"
+    )
+    where = build.add_mutually_exclusive_group(required=True)
+    where.add_argument("--registry", help="registry and path to tag for, e.g. registry.example.com/ml")
+    where.add_argument(
+        "--local", action="store_true", help="the operator and the CPU stand-ins, as OCI archives (buildah)"
+    )
+    build.add_argument(
+        "--version", default=version("mmd-operator"), help="image version (default %(default)s)"
+    )
+    build.add_argument("--push", action="store_true", help="push to --registry after building")
+    build.add_argument(
+        "--tool", choices=("docker", "buildah"), default="docker", help="builder for --registry"
+    )
+    build.add_argument("--dry-run", action="store_true", help="print the build commands; build nothing")
+    build.add_argument(
+        "--load", action="store_true", help="with --local: import into the local cluster's nodes"
+    )
+    build.add_argument("--dir", type=Path, help="with --load: the local cluster's directory")
+    build.set_defaults(handler=_build)
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _build(args: argparse.Namespace) -> int:
+    try:
+        layout = Layout.discover()
+        if args.local:
+            return _local(args, layout)
+        return _registry(args, layout)
+    except (images.ImageBuildError, LayoutError, ClusterError, ImageLoadError) as error:
+        print(f"mmctl images build: {error}", file=sys.stderr)
+        return 1
+
+
+def _local(args: argparse.Namespace, layout: Layout) -> int:
+    built = images.build_local(layout, _say)
+    references = {target: image.name for target, image in built.items()}
+    if args.load:
+        cluster = LocalCluster(args.dir or default_state_dir(layout.repo_root), layout, say=_say)
+        cluster.load_images([image.archive for image in built.values()])
+        _say(f"==> loaded into every real node of {cluster.state_dir}")
+    _print_values(references)
+    return 0
+
+
+def _registry(args: argparse.Namespace, layout: Layout) -> int:
+    references = images.registry_images(args.registry, args.version)
+    commands = images.registry_commands(layout, references, tool=args.tool, push=args.push)
+    if args.dry_run:
+        for command in commands:
+            print(" ".join(command))
+    else:
+        images.fill_wheelhouse(layout, cpu=False, say=_say)
+        for command in commands:
+            _say(f"--> {' '.join(command)}")
+            if subprocess.run(command, check=False).returncode != 0:
+                print(f"mmctl images build: `{' '.join(command)}` failed", file=sys.stderr)
+                return 1
+    _print_values(references)
+    return 0
+
+
+def _print_values(references: dict[str, str]) -> None:
+    _say("==> install the chart with these images:")
+    _say("    helm install mmd-operator charts/mmd-operator -n mmd-system --create-namespace \\")
+    values = images.chart_values(references)
+    for index, value in enumerate(values):
+        _say(f"      --set {value}" + (" \\" if index < len(values) - 1 else ""))
