@@ -1,6 +1,9 @@
-"""`make demo`: the operator's main job, end to end, on the local control plane.
+"""`make demo`: the operator's main job, end to end, on the local cluster.
 
-Starts (or reuses) the local Kubernetes control plane, installs the CRD, runs the operator, applies three
+By default on real nodes (scripts/demo_real.py): real containers for the operator, its build pods and its
+serving pods, ending with an answer from a serving pod through its Service. Where this machine cannot run
+real nodes (the reason is printed), or with `--kwok`, the demo below runs on kwok's simulated GPU nodes:
+it starts (or reuses) the local control plane, installs the CRD, runs the operator, applies three
 examples and follows them from Building through Deploying to Ready, then shows a cache hit, a failed
 build with the builder's reason and a serving-only change that rolls without a build. Last, it serves the
 llava resource's model repository, exactly as its ConfigMap holds it, on the local CPU tritonserver and
@@ -31,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 
 from engine_builder.result_format import BuildFailed, termination_message
 from mmd_operator.api import crdgen
+from mmd_operator.cli.localcluster import realnodes
 from mmd_operator.cli.localcluster.cluster import LocalCluster
 from mmd_operator.cli.localcluster.layout import default_state_dir
 from mmd_operator.cli.localcluster.processes import free_port
@@ -238,12 +242,29 @@ def operator(cluster: LocalCluster, log: Path, metrics_port: int) -> Iterator[su
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the demo; returns the exit code."""
+    """Run the demo on real nodes where this machine can run them, else on kwok's; returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--keep-cluster", action="store_true", help="leave the control plane running at the end"
     )
+    parser.add_argument("--kwok", action="store_true", help="the demo on kwok's simulated nodes only")
     args = parser.parse_args(argv)
+    problems = [] if args.kwok else realnodes.preflight(default_state_dir(ROOT))
+    if not args.kwok and not problems:
+        from demo_real import real_demo
+
+        code = real_demo(args.keep_cluster)
+        say(f"Demo done in {time.monotonic() - STARTED:.0f} s.")
+        return code
+    if problems:
+        say("Real nodes cannot run on this machine, so this demo runs on kwok's simulated nodes:")
+        for problem in problems:
+            say(f"  {problem}")
+    return kwok_demo(args)
+
+
+def kwok_demo(args: argparse.Namespace) -> int:
+    """The demo on the control plane with kwok's simulated GPU nodes; returns the exit code."""
     out = ROOT / "out" / "demo"
     out.mkdir(parents=True, exist_ok=True)
 

@@ -16,32 +16,20 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
-from mmd_operator.api import crdgen
 from mmd_operator.cli.localcluster.binaries import Binaries, ensure_binaries
 from mmd_operator.cli.localcluster.cluster import LocalCluster
 from mmd_operator.cli.localcluster.gitops_check import ensure_gitops_check
 from mmd_operator.cli.localcluster.layout import Layout
-from mmd_operator.desired import pods
+from tests.support.kube import POD_SECURITY, Kube, Resources, Tools, install_crd
 from tests.support.progress import terminal_printer
 
 _CLUSTER_DIR = Path(__file__).parent
-
-# What the cluster tier's namespaces enforce (pods that break it are refused at creation).
-POD_SECURITY = {"pod-security.kubernetes.io/enforce": "restricted"}
-
-
-def restricted(pod_spec: dict[str, Any]) -> dict[str, Any]:
-    """`pod_spec` with the settings the `restricted` level requires (the operator's own, for its pods)."""
-    containers = [{**c, "securityContext": pods.container_security_context()} for c in pod_spec["containers"]]
-    return {**pod_spec, "securityContext": pods.pod_security_context(), "containers": containers}
 
 
 def _wants_cluster(session: pytest.Session) -> bool:
@@ -88,33 +76,6 @@ def api_client(local_cluster: LocalCluster) -> Iterator[k8s.ApiClient]:
         yield client
 
 
-@dataclass
-class Kube:
-    """Typed-enough handles on the API groups the tests use, plus helpers."""
-
-    core: Any
-    apps: Any
-    batch: Any
-    storage: Any
-
-    def wait_for(
-        self, what: str, check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.3
-    ) -> Any:
-        """Poll `check` until it returns something truthy; fail with `what` after `timeout`."""
-        deadline = time.monotonic() + timeout
-        last_error: Exception | None = None
-        while time.monotonic() < deadline:
-            try:
-                result = check()
-            except ApiException as error:
-                last_error = error
-                result = None
-            if result:
-                return result
-            time.sleep(interval)
-        pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} (last API error: {last_error})")
-
-
 @pytest.fixture(scope="session")
 def kube(api_client: k8s.ApiClient) -> Kube:
     return Kube(
@@ -147,27 +108,6 @@ def namespace(request: pytest.FixtureRequest, kube: Kube) -> Iterator[str]:
     kube.core.delete_namespace(name, propagation_policy="Background")
 
 
-@dataclass(frozen=True)
-class Tools:
-    """kubectl and helm from the binary cache, pointed at the session cluster."""
-
-    bin_dir: Path
-    env: dict[str, str]
-
-    def run(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [str(self.bin_dir / args[0]), *args[1:]],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if check and result.returncode != 0:
-            pytest.fail(f"{' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
-        return result
-
-
 @pytest.fixture(scope="session")
 def tools(local_cluster: LocalCluster, binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Tools:
     home = tmp_path_factory.mktemp("tools-home")
@@ -189,24 +129,7 @@ def tools(local_cluster: LocalCluster, binaries: Binaries, tmp_path_factory: pyt
 @pytest.fixture(scope="session")
 def crd(api_client: k8s.ApiClient) -> None:
     """The generated CRD, installed (or replaced) and Established."""
-    extensions = k8s.ApiextensionsV1Api(api_client)
-    body = crdgen.crd()
-    name = body["metadata"]["name"]
-    try:
-        extensions.create_custom_resource_definition(body)
-    except ApiException as error:
-        if error.status != 409:
-            raise
-        current = extensions.read_custom_resource_definition(name)
-        body["metadata"]["resourceVersion"] = current.metadata.resource_version
-        extensions.replace_custom_resource_definition(name, body)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        conditions = extensions.read_custom_resource_definition(name).status.conditions or []
-        if any(c.type == "Established" and c.status == "True" for c in conditions):
-            return
-        time.sleep(0.3)
-    pytest.fail("the CRD never became Established")
+    install_crd(api_client)
 
 
 class OperatorProcess:
@@ -292,58 +215,6 @@ def operator(
     process.start()
     yield process
     process.stop()
-
-
-@dataclass
-class Resources:
-    """MultimodalDeployments of one namespace, as a test applies and watches them."""
-
-    kube: Kube
-    custom: Any
-    namespace: str
-
-    def apply(self, document: dict[str, Any]) -> dict[str, Any]:
-        """Server-side apply `document` as a user would (field manager `kubectl`)."""
-        document = {**document, "metadata": {**document["metadata"], "namespace": self.namespace}}
-        result: dict[str, Any] = self.custom.patch_namespaced_custom_object(
-            "serving.multimodal.dev",
-            "v1alpha1",
-            self.namespace,
-            "multimodaldeployments",
-            document["metadata"]["name"],
-            document,
-            field_manager="kubectl",
-            force=True,
-            _content_type="application/apply-patch+yaml",
-        )
-        return result
-
-    def get(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.custom.get_namespaced_custom_object(
-            "serving.multimodal.dev", "v1alpha1", self.namespace, "multimodaldeployments", name
-        )
-        return result
-
-    def delete(self, name: str) -> None:
-        self.custom.delete_namespaced_custom_object(
-            "serving.multimodal.dev", "v1alpha1", self.namespace, "multimodaldeployments", name
-        )
-
-    def condition(self, name: str, kind: str) -> dict[str, Any]:
-        conditions = self.get(name).get("status", {}).get("conditions", [])
-        return next((c for c in conditions if c["type"] == kind), {})
-
-    def wait_phase(self, name: str, phase: str, timeout: float = 60.0) -> dict[str, Any]:
-        """Wait until the resource reports `phase` for its current generation."""
-
-        def reached() -> dict[str, Any] | None:
-            body = self.get(name)
-            status = body.get("status") or {}
-            current = status.get("observedGeneration") == body["metadata"]["generation"]
-            return body if current and status.get("phase") == phase else None
-
-        found: dict[str, Any] = self.kube.wait_for(f"{name} to be {phase}", reached, timeout=timeout)
-        return found
 
 
 def operator_writes_at_rest(audit_log: Path, namespace: str, seconds: float) -> list[dict[str, Any]]:

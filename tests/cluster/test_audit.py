@@ -13,8 +13,7 @@ from kubernetes import watch
 
 from mmd_operator.cli.localcluster.audit import requests, write_requests
 from mmd_operator.cli.localcluster.cluster import LocalCluster
-
-from .conftest import Kube
+from tests.support.kube import Kube
 
 pytestmark = pytest.mark.cluster
 

@@ -36,8 +36,7 @@ from tests.support.bad_inputs import (
     BadInput,
     claim,
 )
-
-from .conftest import Kube, Resources, Tools
+from tests.support.kube import Kube, Resources, Tools
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 

@@ -25,8 +25,7 @@ from mmd_operator.cli.localcluster.stages import (
     FAULT_MESSAGE_ANNOTATION,
 )
 from mmd_operator.desired import labels
-
-from .conftest import Kube, restricted
+from tests.support.kube import Kube, restricted
 
 pytestmark = pytest.mark.cluster
 

@@ -16,8 +16,7 @@ from mmd_operator.api import v1alpha1
 from mmd_operator.api.validation import InvalidSpecError, check_resource
 from mmd_operator.plan.resource_plan import plan_resource
 from tests.support.invalid_specs import CASES, resource
-
-from .conftest import Tools
+from tests.support.kube import Tools
 
 pytestmark = pytest.mark.cluster
 

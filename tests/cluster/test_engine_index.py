@@ -24,8 +24,7 @@ from mmd_operator.kube.client import KubeClient
 from mmd_operator.kube.engine_index import EngineIndex, record_build
 from mmd_operator.status.engine import pod_result
 from tests.support.builds import summary
-
-from .conftest import Kube, restricted
+from tests.support.kube import Kube, restricted
 
 CLAIM = "mmd-engine-cache"
 INDEX = names.engine_index(CLAIM)

@@ -37,8 +37,9 @@ from mmd_operator.desired import labels
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import KubeClient
 from tests.support import consistency
+from tests.support.kube import Kube, Resources, Tools
 
-from .conftest import Kube, OperatorProcess, Resources, Tools
+from .conftest import OperatorProcess
 
 pytestmark = pytest.mark.cluster
 

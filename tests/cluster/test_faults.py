@@ -11,8 +11,7 @@ from mmd_operator.cli.localcluster.stages import (
     FAULT_LABEL,
     FAULT_MESSAGE_ANNOTATION,
 )
-
-from .conftest import Kube, restricted
+from tests.support.kube import Kube, restricted
 
 pytestmark = pytest.mark.cluster
 

@@ -22,8 +22,7 @@ from kubernetes import watch
 
 from mmd_operator.cli.localcluster.gitops_check import check
 from mmd_operator.cli.localcluster.stages import FAULT_LABEL
-
-from .conftest import Kube, Resources, Tools
+from tests.support.kube import Kube, Resources, Tools
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 

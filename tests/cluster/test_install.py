@@ -26,8 +26,9 @@ from mmd_operator import __version__
 from mmd_operator.api import crdgen
 from mmd_operator.cli import chart
 from mmd_operator.cli.localcluster.cluster import LocalCluster
+from tests.support.kube import Kube, Resources, Tools
 
-from .conftest import Kube, OperatorProcess, Resources, Tools
+from .conftest import OperatorProcess
 
 pytestmark = pytest.mark.cluster
 

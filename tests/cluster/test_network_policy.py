@@ -21,8 +21,9 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from mmd_operator.cli.localcluster.cluster import LocalCluster
+from tests.support.kube import Kube, Resources
 
-from .conftest import Kube, Resources, operator_writes_at_rest
+from .conftest import operator_writes_at_rest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 

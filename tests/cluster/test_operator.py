@@ -19,8 +19,9 @@ import yaml
 
 from engine_builder.result_format import BuildFailed, termination_message
 from mmd_operator.cli.localcluster.stages import FAULT_LABEL, FAULT_MESSAGE_ANNOTATION
+from tests.support.kube import Kube, Resources, Tools
 
-from .conftest import Kube, OperatorProcess, Resources, Tools, operator_writes_at_rest
+from .conftest import OperatorProcess, operator_writes_at_rest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 

@@ -19,7 +19,9 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from .conftest import Kube, OperatorProcess, Resources
+from tests.support.kube import Kube, Resources
+
+from .conftest import OperatorProcess
 
 pytestmark = pytest.mark.cluster
 MLLAMA = Path(__file__).resolve().parents[2] / "examples" / "mllama.yaml"

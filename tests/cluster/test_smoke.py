@@ -12,8 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mmd_operator.cli.localcluster.binaries import Binaries
 from mmd_operator.cli.localcluster.objects import GPU_RESOURCE
-
-from .conftest import Kube, Tools, restricted
+from tests.support.kube import Kube, Tools, restricted
 
 pytestmark = pytest.mark.cluster
 

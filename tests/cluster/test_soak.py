@@ -24,8 +24,9 @@ from kubernetes import client as k8s
 from mmd_operator.cli.localcluster.cluster import LocalCluster
 from mmd_operator.cli.localcluster.objects import NodePool, gpu_node
 from mmd_operator.cli.localcluster.stages import FAULT_LABEL
+from tests.support.kube import Kube, Resources
 
-from .conftest import Kube, OperatorProcess, Resources
+from .conftest import OperatorProcess
 from .test_fault_loops import _serving_pod, _set_ready, converge
 
 pytestmark = pytest.mark.cluster

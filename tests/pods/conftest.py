@@ -1,0 +1,150 @@
+"""The real-pod tier: the local control plane with real nodes, the project's images, the operator's chart.
+
+Right after collection, if any test of this tier was selected (outside the per-test timeout, with live
+progress): the host is checked (a missing prerequisite fails the tier with the reason, never a skip), the
+control plane and node binaries are built or found in the cache, and the Dockerfile's `operator`,
+`engine-builder-cpu` and `serving-cpu` images are built. The session then starts one cluster with two
+real nodes (kubelet, containerd, runc, CNI, kube-proxy, kube-router, CoreDNS, local-path-provisioner) and
+no kwok node, imports the images into both nodes, and installs the chart into `mmd-system` under Pod
+Security `restricted`, pointed at the local images: the operator runs as a real pod on its ServiceAccount
+token alone. Each test gets a fresh `restricted` namespace.
+
+Nothing here reaches beyond this machine: pods and Services live on the cluster's private /16, which the
+host reaches over its bridge (a Service through the first node's kube-proxy).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from mmd_operator.cli.localcluster import images, realnodes
+from mmd_operator.cli.localcluster.binaries import ensure_binaries
+from mmd_operator.cli.localcluster.cluster import REAL_NODE_PREFIX, LocalCluster
+from mmd_operator.cli.localcluster.layout import Layout
+from mmd_operator.cli.localcluster.nodebinaries import ensure_node_binaries
+from mmd_operator.cli.localcluster.objects import NodePool
+from tests.support.kube import POD_SECURITY, Kube, Resources, Tools, new_namespace
+from tests.support.progress import terminal_printer
+
+_TIER = Path(__file__).parent
+REPO = _TIER.parents[1]
+CHART = REPO / "charts" / "mmd-operator"
+OPERATOR_NAMESPACE = "mmd-system"
+REAL_NODES = 2
+GPUS_PER_NODE = 8
+_BUILT: dict[str, images.BuiltImage] = {}
+
+
+def _wants_pods(session: pytest.Session) -> bool:
+    return any(_TIER in Path(str(item.path)).parents for item in session.items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not _wants_pods(session):
+        return
+    problems = realnodes.preflight()
+    if problems:
+        raise pytest.UsageError("the real-pod tier cannot run here: " + "; ".join(problems))
+    say = terminal_printer(session.config)
+    layout = Layout.discover()
+    ensure_binaries(layout, say=say)
+    ensure_node_binaries(layout, say=say)
+    _BUILT.update(images.build_local(layout, say))
+
+
+@pytest.fixture(scope="session")
+def say(pytestconfig: pytest.Config) -> Callable[[str], None]:
+    return terminal_printer(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def built_images() -> dict[str, images.BuiltImage]:
+    """The local images of this session (operator, engine-builder-cpu, serving-cpu)."""
+    if not _BUILT:
+        _BUILT.update(images.build_local(Layout.discover(), print))
+    return _BUILT
+
+
+@pytest.fixture(scope="session")
+def real_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+    say: Callable[[str], None],
+    built_images: dict[str, images.BuiltImage],
+) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(tmp_path_factory.mktemp("real-cluster"), say=say, bind_to_parent=True)
+    try:
+        cluster.up(
+            NodePool(count=0),
+            real_nodes=NodePool(count=REAL_NODES, gpus_per_node=GPUS_PER_NODE, name_prefix=REAL_NODE_PREFIX),
+        )
+        say(f"--> importing {len(built_images)} images into {REAL_NODES} nodes")
+        cluster.load_images([image.archive for image in built_images.values()])
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+def api_client(real_cluster: LocalCluster) -> Iterator[k8s.ApiClient]:
+    with real_cluster.api_client() as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def kube(api_client: k8s.ApiClient) -> Kube:
+    return Kube(
+        core=k8s.CoreV1Api(api_client),
+        apps=k8s.AppsV1Api(api_client),
+        batch=k8s.BatchV1Api(api_client),
+        storage=k8s.StorageV1Api(api_client),
+    )
+
+
+@pytest.fixture(scope="session")
+def tools(real_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Tools:
+    binaries = ensure_binaries(Layout.discover(), say=print)
+    home = tmp_path_factory.mktemp("tools-home")
+    env = {
+        "PATH": f"{binaries.bin_dir}:{os.environ.get('PATH', '')}",
+        "KUBECONFIG": str(real_cluster.kubeconfig),
+        "HOME": str(home),
+        "HELM_CACHE_HOME": str(home / "helm-cache"),
+        "HELM_CONFIG_HOME": str(home / "helm-config"),
+        "HELM_DATA_HOME": str(home / "helm-data"),
+    }
+    return Tools(bin_dir=binaries.bin_dir, env=env)
+
+
+@pytest.fixture(scope="session")
+def operator_release(
+    kube: Kube, tools: Tools, api_client: k8s.ApiClient, built_images: dict[str, images.BuiltImage]
+) -> dict[str, Any]:
+    """The chart installed as a user would (`helm install --wait`), pointed at the local images."""
+    kube.core.create_namespace({"metadata": {"name": OPERATOR_NAMESPACE, "labels": POD_SECURITY}})
+    references = {target: image.name for target, image in built_images.items()}
+    values = [argument for value in images.chart_values(references) for argument in ("--set", value)]
+    tools.run(
+        "helm", "install", "mmd-operator", str(CHART), "-n", OPERATOR_NAMESPACE, *values,
+        # Tests fix and create things within seconds; look again that soon.
+        "--set", "retrySeconds=2", "--wait", "--timeout", "180s", timeout=240,
+    )  # fmt: skip
+    return {"namespace": OPERATOR_NAMESPACE, "images": references}
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, kube: Kube, operator_release: dict[str, Any]) -> Iterator[str]:
+    """A fresh namespace enforcing Pod Security `restricted`, with its default ServiceAccount."""
+    name = new_namespace(kube, request.node.name)
+    yield name
+    kube.core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture
+def resources(api_client: k8s.ApiClient, kube: Kube, namespace: str) -> Resources:
+    return Resources(kube=kube, custom=k8s.CustomObjectsApi(api_client), namespace=namespace)

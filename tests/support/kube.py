@@ -1,0 +1,222 @@
+"""What the cluster and pods tiers share: API handles with a poller, kubectl and helm, resources as a user
+applies them, the `restricted` Pod Security level and the CRD.
+
+Imports the kubernetes client, pytest and our CRD generator and pod settings.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from mmd_operator.api import crdgen
+from mmd_operator.desired import pods
+
+# What the cluster tier's namespaces enforce (pods that break it are refused at creation).
+POD_SECURITY = {"pod-security.kubernetes.io/enforce": "restricted"}
+
+
+def restricted(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """`pod_spec` with the settings the `restricted` level requires (the operator's own, for its pods)."""
+    containers = [{**c, "securityContext": pods.container_security_context()} for c in pod_spec["containers"]]
+    return {**pod_spec, "securityContext": pods.pod_security_context(), "containers": containers}
+
+
+@dataclass
+class Kube:
+    """Typed-enough handles on the API groups the tests use, plus helpers."""
+
+    core: Any
+    apps: Any
+    batch: Any
+    storage: Any
+
+    def wait_for(
+        self,
+        what: str,
+        check: Callable[[], Any],
+        timeout: float = 60.0,
+        interval: float = 0.3,
+        explain: Callable[[], str] | None = None,
+    ) -> Any:
+        """Poll `check` until it returns something truthy; on timeout, fail naming `what` and `explain()`."""
+        deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                result = check()
+            except ApiException as error:
+                last_error = error
+                result = None
+            if result:
+                return result
+            time.sleep(interval)
+        context = f"\n{explain()}" if explain else ""
+        pytest.fail(
+            f"timed out after {timeout:.0f} s waiting for {what} (last API error: {last_error}){context}"
+        )
+
+    def describe_namespace(self, namespace: str) -> str:
+        """Pods with their container states and the latest events of `namespace`: why a wait failed."""
+        lines = [f"pods in {namespace}:"]
+        for pod in self.core.list_namespaced_pod(namespace).items:
+            states = [
+                f"{s.name} ready={s.ready} restarts={s.restart_count} {_state(s.state)}"
+                for s in (pod.status.container_statuses or [])
+            ]
+            lines.append(f"  {pod.metadata.name} {pod.status.phase} node={pod.spec.node_name} {states}")
+        events = sorted(
+            self.core.list_namespaced_event(namespace).items,
+            key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp),
+        )
+        lines.append(f"last events in {namespace}:")
+        lines += [
+            f"  {e.type} {e.reason} {e.involved_object.kind}/{e.involved_object.name}: {e.message}"
+            for e in events[-25:]
+        ]
+        return "\n".join(lines)
+
+
+def _state(state: Any) -> str:
+    for kind in ("waiting", "running", "terminated"):
+        detail = getattr(state, kind, None) if state else None
+        if detail:
+            reason = getattr(detail, "reason", None) or ""
+            code = getattr(detail, "exit_code", None)
+            return f"{kind}({reason}{'' if code is None else f' exit {code}'})"
+    return "unknown"
+
+
+@dataclass(frozen=True)
+class Tools:
+    """kubectl and helm from the binary cache, pointed at the session cluster."""
+
+    bin_dir: Path
+    env: dict[str, str]
+
+    def run(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(self.bin_dir / args[0]), *args[1:]],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            pytest.fail(f"{' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        return result
+
+
+@dataclass
+class Resources:
+    """MultimodalDeployments of one namespace, as a test applies and watches them."""
+
+    kube: Kube
+    custom: Any
+    namespace: str
+
+    def apply(self, document: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply `document` as a user would (field manager `kubectl`)."""
+        document = {**document, "metadata": {**document["metadata"], "namespace": self.namespace}}
+        result: dict[str, Any] = self.custom.patch_namespaced_custom_object(
+            "serving.multimodal.dev",
+            "v1alpha1",
+            self.namespace,
+            "multimodaldeployments",
+            document["metadata"]["name"],
+            document,
+            field_manager="kubectl",
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
+        return result
+
+    def get(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            "serving.multimodal.dev", "v1alpha1", self.namespace, "multimodaldeployments", name
+        )
+        return result
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(
+            "serving.multimodal.dev", "v1alpha1", self.namespace, "multimodaldeployments", name
+        )
+
+    def condition(self, name: str, kind: str) -> dict[str, Any]:
+        conditions = self.get(name).get("status", {}).get("conditions", [])
+        return next((c for c in conditions if c["type"] == kind), {})
+
+    def wait_phase(self, name: str, phase: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Wait until the resource reports `phase` for its current generation."""
+
+        def reached() -> dict[str, Any] | None:
+            body = self.get(name)
+            status = body.get("status") or {}
+            current = status.get("observedGeneration") == body["metadata"]["generation"]
+            return body if current and status.get("phase") == phase else None
+
+        def explain() -> str:
+            status = self.get(name).get("status") or {}
+            conditions = [
+                f"  {c['type']}={c['status']} {c.get('reason')}: {c.get('message')}"
+                for c in status.get("conditions", [])
+            ]
+            return "\n".join(
+                [
+                    f"{name} is {status.get('phase')}:",
+                    *conditions,
+                    self.kube.describe_namespace(self.namespace),
+                ]
+            )
+
+        found: dict[str, Any] = self.kube.wait_for(
+            f"{name} to be {phase}", reached, timeout=timeout, explain=explain
+        )
+        return found
+
+
+def new_namespace(kube: Kube, stem: str) -> str:
+    """A fresh namespace enforcing Pod Security `restricted`, with its default ServiceAccount."""
+    stem = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")[:40].strip("-")
+    name = f"{stem}-{uuid.uuid4().hex[:6]}"
+    labels = {"mmd.test/session": "pods", **POD_SECURITY}
+    kube.core.create_namespace({"metadata": {"name": name, "labels": labels}})
+    kube.wait_for(
+        f"serviceaccount default in {name}",
+        lambda: kube.core.read_namespaced_service_account("default", name),
+        timeout=60,
+    )
+    return name
+
+
+def install_crd(api_client: k8s.ApiClient) -> None:
+    """The generated CRD, installed (or replaced) and Established."""
+    extensions = k8s.ApiextensionsV1Api(api_client)
+    body = crdgen.crd()
+    name = body["metadata"]["name"]
+    try:
+        extensions.create_custom_resource_definition(body)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+        current = extensions.read_custom_resource_definition(name)
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        extensions.replace_custom_resource_definition(name, body)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        conditions = extensions.read_custom_resource_definition(name).status.conditions or []
+        if any(c.type == "Established" and c.status == "True" for c in conditions):
+            return
+        time.sleep(0.3)
+    pytest.fail("the CRD never became Established")

@@ -1,0 +1,106 @@
+"""Image tooling without building anything: the OCI archives written here, the registry images' names and
+the commands that build them, and the chart values that point at them."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from engine_builder import versions
+from mmd_operator.cli.localcluster import images
+from mmd_operator.cli.localcluster.layout import Layout
+from mmd_operator.cli.localcluster.ocilayout import Entry, ImageConfig, write_image
+from mmd_operator.cli.main import main
+
+CHART_VALUES = Path(__file__).resolve().parents[2] / "charts" / "mmd-operator" / "values.yaml"
+
+
+def test_a_one_layer_image_is_a_valid_oci_layout_that_names_itself(tmp_path: Path) -> None:
+    entries = [
+        Entry("bin/hello", mode=0o755, data=b"#!/bin/sh\necho hello\n"),
+        Entry("tmp", mode=0o1777, directory=True),
+    ]
+    image_config = ImageConfig(entrypoint=("/bin/hello",), user="1000")
+    archive = write_image(tmp_path / "hello.tar", "localhost/mmd-local/hello:1", entries, image_config)
+    with tarfile.open(archive) as tar:
+        blobs = {
+            m.name.rsplit("/", 1)[1]: tar.extractfile(m).read() for m in tar if m.name.startswith("blobs/")
+        }  # type: ignore[union-attr]
+        index = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+        assert json.loads(tar.extractfile("oci-layout").read()) == {"imageLayoutVersion": "1.0.0"}  # type: ignore[union-attr]
+    for digest, content in blobs.items():
+        assert hashlib.sha256(content).hexdigest() == digest
+    (descriptor,) = index["manifests"]
+    assert descriptor["annotations"]["io.containerd.image.name"] == "localhost/mmd-local/hello:1"
+    manifest = json.loads(blobs[descriptor["digest"].removeprefix("sha256:")])
+    config = json.loads(blobs[manifest["config"]["digest"].removeprefix("sha256:")])
+    layer = gzip.decompress(blobs[manifest["layers"][0]["digest"].removeprefix("sha256:")])
+    assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(layer).hexdigest()]
+    assert config["config"]["Entrypoint"] == ["/bin/hello"] and config["config"]["User"] == "1000"
+    # Deterministic: the same files make the same bytes.
+    again = write_image(tmp_path / "again.tar", "localhost/mmd-local/hello:1", entries, image_config)
+    assert again.read_bytes() == archive.read_bytes()
+
+
+def test_registry_images_are_tagged_as_the_pinned_defaults_name_them() -> None:
+    references = images.registry_images("ghcr.io/mmd-operator/", "0.1.0")
+    assert references == {
+        "operator": "ghcr.io/mmd-operator/operator:0.1.0",
+        "engine-builder": versions.BUILDER_IMAGE,
+        "serving": versions.SERVING_IMAGE,
+    }
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    assert values["images"] == {"engineBuilder": versions.BUILDER_IMAGE, "serving": versions.SERVING_IMAGE}
+    assert values["image"]["repository"] == "ghcr.io/mmd-operator/operator"
+
+
+def test_the_chart_values_point_at_the_built_images() -> None:
+    local = {
+        "operator": "localhost/mmd-operator/operator:local-1",
+        "engine-builder-cpu": "localhost/mmd-operator/engine-builder:local-1",
+        "serving-cpu": "localhost/mmd-operator/serving:local-1",
+    }
+    assert images.chart_values(local) == [
+        "image.repository=localhost/mmd-operator/operator",
+        "image.tag=local-1",
+        "images.engineBuilder=localhost/mmd-operator/engine-builder:local-1",
+        "images.serving=localhost/mmd-operator/serving:local-1",
+    ]
+
+
+@pytest.mark.parametrize("tool", ["docker", "buildah"])
+def test_the_registry_build_runs_one_build_per_target_and_pushes_when_asked(tool: str) -> None:
+    references = images.registry_images("registry.example.com/ml", "1.2.3")
+    commands = images.registry_commands(Layout.discover(), references, tool=tool, push=True)
+    built = [command for command in commands if "--target" in command]
+    assert [command[command.index("--target") + 1] for command in built] == [
+        "operator",
+        "engine-builder",
+        "serving",
+    ]
+    assert all(str(Layout.discover().repo_root) == command[-1] for command in built)
+    if tool == "docker":
+        assert all("--push" in command for command in built)
+    else:
+        assert [command for command in commands if command[1] == "push"] == [
+            ["buildah", "push", reference] for reference in references.values()
+        ]
+
+
+def test_mmctl_images_build_dry_run_prints_the_commands_and_the_helm_install(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["images", "build", "--registry", "registry.example.com/ml", "--push", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "docker buildx build --target serving -t registry.example.com/ml/serving:0.1.0-trtllm0.19.0 --push"
+        in out
+    )
+    assert "--set images.engineBuilder=registry.example.com/ml/engine-builder:0.1.0-trtllm0.19.0" in out
+    assert "helm install mmd-operator charts/mmd-operator" in out
