@@ -174,6 +174,10 @@ class ModelKnowledge:
     video: bool = False
     image_inputs: frozenset[ImageInput] = frozenset()
     text_only_requests: bool = False
+    # Whether the entry points take `prompt_table_extra_id`: the reference's multimodal ensemble declares it
+    # and its preprocessing turns it into per-token extra ids; without KV-cache reuse they change nothing.
+    prompt_table_extra_id: bool = True
+    # Whether KV-cache reuse can tell images apart (needs prompt_table_extra_id, see above).
     kv_cache_reuse: bool = True
     fp8_kv_cache: bool = False
     lora: bool = False
@@ -291,6 +295,8 @@ _WHISPER = ModelKnowledge(
     encoder_build_plugin_args=_WHISPER_ENCODER_PLUGINS,
     build=_WHISPER_BUILD,
     serving=_WHISPER_SERVING,
+    # whisper_bls has no such input.
+    prompt_table_extra_id=False,
     kv_cache_reuse=False,
     chunked_context=False,
     # whisper_bls is the entry point; tensorrt_llm_bls has nothing to offer here.
@@ -412,7 +418,8 @@ _ENTRIES = (
         needs_hf_model_path=True,
         image_inputs=_PROMPT_TABLE_SERVERS,
         text_only_requests=True,
-        # Cross-attention KV blocks depend on the image, which the block hash does not see.
+        # Cross-attention KV blocks depend on the image, which the block hash does not see. The extra id is
+        # still taken, as the reference's preprocessing takes it; without a prompt table the backend drops it.
         kv_cache_reuse=False,
         chunked_context=False,
         # The v0.19.0 BLS neither sends mllama's aspect-ratio tensors to the encoder nor passes its
@@ -441,7 +448,9 @@ _ENTRIES = (
         features_per_image=324,
         needs_hf_model_path=True,
         image_inputs=_PROMPT_TABLE_SERVERS,
-        # The v0.19 preprocessing leaves prompt_table_extra_id undefined for qwen2_vl.
+        # The v0.19 preprocessing never builds the extra ids for qwen2_vl and then fails on the undefined
+        # name, so the input is not declared: Triton refuses it before any model runs.
+        prompt_table_extra_id=False,
         kv_cache_reuse=False,
         fp8_kv_cache=True,
         end_id=151645,
@@ -472,7 +481,8 @@ _ENTRIES = (
         image_inputs=frozenset({ImageInput.TENSOR}),
         # This preprocessing requires the image, which tensorrt_llm_bls has no way to pass on.
         bls=False,
-        # The ensemble carries no prompt_table_extra_id, so cached blocks could not tell images apart.
+        # The fork's ensemble carries no prompt_table_extra_id, so cached blocks could not tell images apart.
+        prompt_table_extra_id=False,
         kv_cache_reuse=False,
         lora=True,
         lora_cache=LoraCacheDefaults(

@@ -5,6 +5,7 @@ accepts. Assertions read the doubles' digests: what reached preprocessing, the e
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -236,10 +237,17 @@ def test_input_the_type_does_not_declare_is_refused_by_the_server(served: Served
 
 def test_model_type_is_read_from_the_server(served: Served) -> None:
     knowledge = served.knowledge
+    told_apart = (
+        ModelType.LLAVA_ONEVISION,
+        ModelType.MLLAMA,
+        ModelType.QWEN2_VL,
+        ModelType.INTERNLM_XCOMPOSER2,
+    )
     with served.client("http") as client:
         if served.whisper:
             assert client.detect_model_type() is ModelType.WHISPER
-        elif knowledge.model_type in (ModelType.LLAVA_ONEVISION, ModelType.INTERNLM_XCOMPOSER2):
+        elif knowledge.model_type in told_apart:
+            # mllama and qwen2_vl differ in prompt_table_extra_id, which only mllama's ensemble declares.
             assert client.detect_model_type() is knowledge.model_type
         else:
             with pytest.raises(ServerError, match="pass --model-type"):
@@ -352,19 +360,165 @@ def test_image_as_data_url_and_raw_bytes(served: Served, tmp_path: Path) -> None
     assert seen["pre"]["image_bytes"].startswith(f"1x{size}x3#")
 
 
+def _grpc_digest(served: Served, model: str, tensors: list[Tensor]) -> dict[str, dict[str, str]]:
+    """What every response of one raw gRPC request to `model` says, read back from the doubles' digest."""
+    texts = []
+    for result in grpc_results(served, model, tensors, ["text_output"]):
+        texts += [item.decode() for item in result.as_numpy("text_output")]
+    return codec.parse_digest("".join(texts))
+
+
 def test_prompt_table_extra_id(served: Served, tmp_path: Path) -> None:
+    # The release's own client sends it whenever it is given, to the ensemble or the BLS, for any type.
     knowledge = served.knowledge
+    extra = Tensor("prompt_table_extra_id", np.array([[42]], dtype=np.uint64), "UINT64")
     if served.whisper:
+        # whisper_bls has no such input, in the reference either: Triton refuses it before any model runs
+        # (all three of its inputs are required, so Triton counts them first).
+        wav = media.speech(tmp_path / "extra.wav", "extra")
+        tensors = [*audio_request(knowledge, load_audio(str(wav))), extra]
+        refusal = (
+            r"expected 3 inputs but got 4 inputs for model 'whisper_bls'\. "
+            r"Got input\(s\) \[.*'prompt_table_extra_id'"
+        )
+        with pytest.raises(InferenceServerException, match=refusal):
+            grpc_results(served, "whisper_bls", tensors, ["TRANSCRIPTS"])
         return
-    if not knowledge.kv_cache_reuse:
-        # The client refuses it (InternLM-XComposer2 too: its ensemble does not declare the input).
-        with pytest.raises(RequestError, match="prompt_table_extra_id"):
+    plain, _ = image_request(served, tmp_path)
+    if not knowledge.prompt_table_extra_id:
+        # qwen2_vl (its preprocessing fails on the id) and internlm_xcomposer2 (no such input in the
+        # fork's ensemble): Triton refuses it as an unknown input, mmctl says why.
+        why = {
+            ModelType.QWEN2_VL: "the v0.19.0 preprocessing builds no extra ids for qwen2_vl",
+            ModelType.INTERNLM_XCOMPOSER2: "the reference ensemble of this type has no such input",
+        }[knowledge.model_type]
+        with pytest.raises(RequestError, match=f"does not accept prompt_table_extra_id: {why}"):
             image_request(served, tmp_path, prompt_table_extra_id=42)
+        for model in _text_models(served):
+            refusal = f"unexpected inference input 'prompt_table_extra_id' for model '{model}'"
+            with pytest.raises(InferenceServerException, match=refusal):
+                grpc_results(served, model, [*plain, extra], ["text_output"])
         return
-    tensors, _ = image_request(served, tmp_path, prompt_table_extra_id=42)
-    seen = digest(served, "grpc", tensors)
-    assert seen["pre"]["prompt_table_extra_id"] == "42"
-    assert seen["llm"]["prompt_table_extra_ids"] == "42"  # on the fake prompt-table ids only
+    # Accepted as the reference accepts it, KV-cache reuse on or off (every example has it off).
+    assert not served.plan.settings.spec.serving.kv_cache_reuse
+    for model in _text_models(served):
+        seen = _grpc_digest(served, model, [*plain, extra])
+        assert seen["pre"]["prompt_table_extra_id"] == "42", model
+        if knowledge.uses_prompt_table:
+            assert seen["llm"]["prompt_table_extra_ids"] == "42", model  # on the fake prompt-table ids only
+        else:
+            # mllama: no prompt table, so the backend drops the extra ids: the LLM gets what it gets without.
+            assert "prompt_table_extra_ids" not in seen["llm"], model
+            assert set(seen["llm"]) == set(_grpc_digest(served, model, plain)["llm"]), model
+    tensors, _ = image_request(served, tmp_path, prompt_table_extra_id=42)  # mmctl sends it too
+    assert digest(served, "grpc", tensors)["pre"]["prompt_table_extra_id"] == "42"
+
+
+@pytest.mark.parametrize("served", ["qwen2_vl"], indirect=True)
+def test_qwen2_vl_preprocessing_fails_on_prompt_table_extra_id(served: Served, tmp_path: Path) -> None:
+    # Why the ensemble does not declare it for qwen2_vl: called directly with the id, the v0.19.0
+    # preprocessing reads a variable its qwen2_vl path never sets.
+    picture = np.zeros((1, 1, 8, 8, 3), dtype=np.uint8)
+    tensors = [
+        Tensor("QUERY", np.array([[b"what"]], dtype=object), "BYTES"),
+        Tensor("REQUEST_OUTPUT_LEN", np.array([[4]], dtype=np.int32), "INT32"),
+        Tensor("IMAGE_BYTES", picture, "UINT8"),
+    ]
+    (answer,) = grpc_results(served, "preprocessing", tensors, ["INPUT_ID"])
+    assert answer.as_numpy("INPUT_ID").shape[0] == 1
+    extra = Tensor("PROMPT_TABLE_EXTRA_ID", np.array([[42]], dtype=np.uint64), "UINT64")
+    refusal = "cannot access local variable 'prompt_table_extra_ids' where it is not associated with a value"
+    with pytest.raises(InferenceServerException, match=refusal):
+        grpc_results(served, "preprocessing", [*tensors, extra], ["INPUT_ID"])
+
+
+@pytest.mark.parametrize("served", ["vila"], indirect=True)
+def test_more_images_than_the_deployment_takes_are_refused(served: Served, tmp_path: Path) -> None:
+    # vila.yaml builds for 4 images; preprocessing's max_num_images says so and it counts <image> markers.
+    assert served.plan.settings.limits.max_num_images == 4
+    pictures = [str(media.image(tmp_path / f"m{i}.jpg", seed=i)) for i in range(5)]
+    four = text_request(served.knowledge, TextRequest(text="compare", images=pictures[:4], max_tokens=4))
+    five = text_request(served.knowledge, TextRequest(text="compare", images=pictures, max_tokens=4))
+    refusal = re.escape("The number of images in the request (5) exceeds the maximum allowed (4).")
+    for model in _text_models(served):
+        assert _grpc_digest(served, model, four)["llm"]["fake_ids"] == "4", model
+        with pytest.raises(InferenceServerException, match=refusal):
+            grpc_results(served, model, five, ["text_output"])
+
+
+@pytest.mark.parametrize("served", ["llava_onevision", "qwen2_vl"], indirect=True)
+def test_preprocessing_refuses_a_request_without_an_image(served: Served) -> None:
+    # Both build the prompt from the processed image, so the real preprocessing fails before the encoder
+    # could say there is nothing to encode; mmctl never sends such a request (it asks for --image).
+    refusal = {
+        "llava_onevision": "Image processing requires IMAGE_BYTES or IMAGE_URL to be provided",
+        "qwen2_vl": "cannot access local variable 'qwen2vl_input_id_tensor' where it is not associated",
+    }[served.name]
+    tensors = [
+        Tensor("text_input", np.array([[b"just text"]], dtype=object), "BYTES"),
+        Tensor("max_tokens", np.array([[4]], dtype=np.int32), "INT32"),
+    ]
+    for model in _text_models(served):
+        with pytest.raises(InferenceServerException, match=refusal):
+            grpc_results(served, model, tensors, ["text_output"])
+
+
+@pytest.mark.parametrize("served", ["llava", "llava-tp2-fp8"], indirect=True)
+def test_bls_refuses_what_the_reference_bls_refuses(served: Served, tmp_path: Path) -> None:
+    # The BLS checks its request before calling any model (unary and decoupled alike); no draft model is
+    # rendered, so speculative decoding always ends in the last refusal.
+    tensors, _ = image_request(served, tmp_path)
+    stream = served.decoupled
+    base = [t for t in tensors if t.name not in ("max_tokens", "stream")]
+
+    def scalar(name: str, value: object, dtype: type, datatype: str) -> Tensor:
+        return Tensor(name, np.array([[value]], dtype=dtype), datatype)
+
+    cases = [
+        ([scalar("max_tokens", 0, np.int32, "INT32")], "max_tokens must be a single value > 0"),
+        ([scalar("num_draft_tokens", 2, np.int32, "INT32")], "'NoneType' object has no attribute 'any'"),
+        (
+            [scalar("num_draft_tokens", 2, np.int32, "INT32"), scalar("stream", True, bool, "BOOL")],
+            "streaming is not supported with speculative decoding",
+        ),
+        (
+            [
+                scalar("num_draft_tokens", 2, np.int32, "INT32"),
+                scalar("stream", False, bool, "BOOL"),
+                scalar("return_context_logits", True, bool, "BOOL"),
+            ],
+            "context logits are not supported with speculative decoding",
+        ),
+        (
+            [scalar("num_draft_tokens", 2, np.int32, "INT32"), scalar("stream", False, bool, "BOOL")],
+            "cannot perform speculative decoding without draft model",
+        ),
+    ]
+    for extra, refusal in cases:
+        request = [*base, *extra]
+        if not any(t.name == "max_tokens" for t in request):
+            request.append(scalar("max_tokens", 4, np.int32, "INT32"))
+        if not any(t.name == "stream" for t in request) and "'NoneType'" not in refusal:
+            request.append(scalar("stream", stream, bool, "BOOL"))
+        with pytest.raises(InferenceServerException, match=re.escape(refusal)):
+            grpc_results(served, "tensorrt_llm_bls", request, ["text_output"])
+    # With no draft tokens the same request is served: only a positive count asks to speculate.
+    request = [
+        *base,
+        scalar("max_tokens", 4, np.int32, "INT32"),
+        scalar("stream", stream, bool, "BOOL"),
+        scalar("num_draft_tokens", 0, np.int32, "INT32"),
+    ]
+    assert _grpc_digest(served, "tensorrt_llm_bls", request)["llm"]["request_output_len"] == "4"
+
+
+@pytest.mark.parametrize("served", ["whisper", "distil_whisper"], indirect=True)
+def test_whisper_bls_refuses_several_utterances_in_one_request(served: Served, tmp_path: Path) -> None:
+    wav = media.speech(tmp_path / "two.wav", "two")
+    one = audio_request(served.knowledge, load_audio(str(wav)))
+    two = [Tensor(t.name, np.concatenate([t.array, t.array]), t.datatype) for t in one]
+    with pytest.raises(InferenceServerException, match=re.escape("Only support batch size 1 (WAV holds 2")):
+        grpc_results(served, "whisper_bls", two, ["TRANSCRIPTS"])
 
 
 def test_lora(served: Served, tmp_path: Path) -> None:

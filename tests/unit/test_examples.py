@@ -12,6 +12,7 @@ from google.protobuf import text_format
 
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired.state import manifest_files
+from mmd_operator.knowledge import KNOWLEDGE
 from mmd_operator.plan import model_repository
 from mmd_operator.plan.repository_check import check_repository, model_config_class
 from mmd_operator.plan.resource_plan import plan_resource
@@ -223,9 +224,37 @@ def test_types_without_server_side_images_declare_no_url_input(stem: str) -> Non
     assert not any(_declared_url_inputs(stem, False).values())
 
 
-def test_prompt_table_extra_id_is_not_offered_where_preprocessing_cannot_take_it() -> None:
-    assert "prompt_table_extra_id" not in {t.name for t in _configs("qwen2_vl")["ensemble"].input}
-    assert "prompt_table_extra_id" in {t.name for t in _configs("llava")["ensemble"].input}
+@pytest.mark.parametrize(
+    ("stem", "accepted"),
+    [
+        # The reference ensemble takes it for every type; with KV-cache reuse off it changes nothing.
+        ("blip2", True),
+        ("llava", True),
+        ("vila", True),
+        ("llava_onevision", True),
+        ("mllama", True),
+        # Its v0.19.0 preprocessing fails on the id; the fork's ensemble has no such input.
+        ("qwen2_vl", False),
+        ("internlm_xcomposer2", False),
+    ],
+)
+def test_prompt_table_extra_id_is_an_input_wherever_the_reference_preprocessing_takes_it(
+    stem: str, accepted: bool
+) -> None:
+    configs = _configs(stem)
+    entry_points = [name for name in ("ensemble", "tensorrt_llm_bls") if name in configs]
+    for name in entry_points:
+        assert ("prompt_table_extra_id" in {t.name for t in configs[name].input}) is accepted, name
+    mapped = any(
+        step.input_map.get("PROMPT_TABLE_EXTRA_ID") == "prompt_table_extra_id"
+        for step in configs["ensemble"].ensemble_scheduling.step
+    )
+    assert mapped is accepted
+
+
+def test_kv_cache_reuse_only_where_requests_can_name_their_image() -> None:
+    for knowledge in KNOWLEDGE.values():
+        assert knowledge.prompt_table_extra_id or not knowledge.kv_cache_reuse, knowledge.model_type
 
 
 def test_preprocessing_max_num_images_matches_the_build() -> None:

@@ -347,7 +347,8 @@ class EngineSpec(_Schema):
     max_beam_width: int | None = Field(None, ge=1, le=16)
     """Largest beam width the engine is built for. Defaults per model type (1; 4 for Whisper)."""
     max_images_per_request: int = Field(1, ge=1, le=64)
-    """Images one request may carry. More than 1 only for multi-image model types (vila)."""
+    """Images one request may carry. More than 1 only for multi-image model types (vila); the server then
+    refuses a request with more `<image>` markers than this, naming both numbers."""
     max_multimodal_len: int | None = Field(None, ge=1)
     """Derived: engine batch x features per image x images per request. Setting it asserts that value."""
     max_encoder_input_len: int | None = Field(None, ge=1, le=1048576)
@@ -557,7 +558,10 @@ class ServingSpec(_Schema):
     """BLS streaming only: each response carries all text so far instead of the new tokens."""
     kv_cache_reuse: bool = False
     """Reuse KV cache blocks across requests. Every request must then carry `prompt_table_extra_id` (a
-    uint64 >= 1 naming the image), or answers can leak between different images with the same text."""
+    uint64 >= 1 naming the image), or answers can leak between different images with the same text. With
+    reuse off the id is still accepted and changes nothing (mllama too, which cannot reuse). qwen2_vl and
+    internlm_xcomposer2 refuse the id, and reuse: the reference preprocessing cannot build the extra ids
+    for qwen2_vl, and the fork's ensemble for internlm_xcomposer2 has no such input."""
     chunked_context: bool = False
     """Process long prompts in chunks of `maxNumTokens`."""
     kv_cache_free_gpu_mem_fraction: float | None = Field(None, gt=0, le=1)

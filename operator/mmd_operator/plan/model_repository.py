@@ -147,7 +147,7 @@ def render_context(settings: Settings, *, cache_key: str) -> dict[str, Any]:
         "accepts_image_bytes": ImageInput.BYTES in accepts,
         "accepts_image_url": ImageInput.URL in accepts,
         "accepts_video": knowledge.video,
-        "accepts_prompt_table_extra_id": knowledge.kv_cache_reuse,
+        "accepts_prompt_table_extra_id": knowledge.prompt_table_extra_id,
         "engine_dir": settings.engine_dir(cache_key, LAYOUT.llm),
         "encoder_engine_dir": settings.engine_dir(cache_key, LAYOUT.encoder),
         "vit_plan_path": f"{settings.engine_dir(cache_key, LAYOUT.encoder)}/{knowledge.vision_engine_file}",

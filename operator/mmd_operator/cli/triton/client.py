@@ -353,7 +353,7 @@ def _signature(knowledge: ModelKnowledge) -> set[str]:
         names.add("video_bytes_input")
     if knowledge.layout is RepositoryLayout.XCOMPOSER2:
         return {str(ImageInput.TENSOR), "lora_task_id"}
-    if knowledge.kv_cache_reuse:
+    if knowledge.prompt_table_extra_id:
         names.add("prompt_table_extra_id")
     return names
 

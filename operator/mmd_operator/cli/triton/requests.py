@@ -2,7 +2,7 @@
 
 What to send follows the knowledge table: which image inputs the type's server can decode
 (`image_inputs`), video and multi-image support, the prompt template and image marker, end/pad ids,
-KV-cache reuse (`prompt_table_extra_id`) and LoRA. Types whose server takes only preprocessed pixels
+`prompt_table_extra_id` (KV-cache reuse) and LoRA. Types whose server takes only preprocessed pixels
 (BLIP-2, LLaVA, VILA, InternLM-XComposer2) get a plain resize to the vision tower's input size and the
 tower's per-channel normalisation (`IMAGE_GEOMETRY`); this is simpler than the Hugging Face processors
 (no centre crop, no padding to square) and is meant for smoke tests, not accuracy work. Audio for Whisper
@@ -54,6 +54,12 @@ IMAGE_GEOMETRY = {
 # Qwen2-VL's reference client sends 504x504 pixels (18x18 merged patches = 324 features).
 QWEN2_VL_SIZE = 504
 IMAGE_SOURCE_INPUTS = ("image_input", "image_bytes_input", "image_url_input", "video_bytes_input")
+# Why a type's server does not declare `prompt_table_extra_id` (Triton alone would only call it unexpected).
+_NO_EXTRA_ID = {
+    ModelType.QWEN2_VL: "the v0.19.0 preprocessing builds no extra ids for qwen2_vl and fails on the id, "
+    "so the server does not declare it",
+    ModelType.INTERNLM_XCOMPOSER2: "the reference ensemble of this type has no such input",
+}
 
 
 class RequestError(Exception):
@@ -342,8 +348,9 @@ def text_request(knowledge: ModelKnowledge, request: TextRequest) -> list[Tensor
             tensors.append(_scalar(name, value, datatype))
     tensors.append(_scalar("stream", request.stream, "BOOL"))
     if request.prompt_table_extra_id is not None:
-        if not knowledge.kv_cache_reuse:
-            raise _refuse(knowledge, "prompt_table_extra_id (it cannot reuse KV cache across images)")
+        if not knowledge.prompt_table_extra_id:
+            why = _NO_EXTRA_ID.get(knowledge.model_type, "its server does not declare it")
+            raise _refuse(knowledge, f"prompt_table_extra_id: {why}")
         if request.prompt_table_extra_id < 1:
             raise RequestError("--prompt-table-extra-id must be at least 1")
         tensors.append(_scalar("prompt_table_extra_id", request.prompt_table_extra_id, "UINT64"))

@@ -65,7 +65,6 @@ def _knowledge(knowledge: ModelKnowledge, preprocessing: ModelConfig | None) -> 
         "end_id": end_id,
         "pad_id": knowledge.pad_id if knowledge.pad_id is not None else end_id,
         "image_marker": knowledge.image_marker,
-        "multi_image": knowledge.multi_image,
         "uses_prompt_table": knowledge.uses_prompt_table,
         "encoder_decoder": knowledge.encoder_decoder,
         "text_only_requests": knowledge.text_only_requests,
@@ -74,6 +73,8 @@ def _knowledge(knowledge: ModelKnowledge, preprocessing: ModelConfig | None) -> 
         "encoder_answers_vocab_size": knowledge.model_type
         not in (ModelType.LLAVA_ONEVISION, ModelType.QWEN2_VL),
         "whisper": knowledge.layout is RepositoryLayout.WHISPER,
+        # preprocessing is v0.19.0's multimodal one (not the InternLM-XComposer2 fork's), with its checks.
+        "multimodal_preprocessing": knowledge.layout is RepositoryLayout.MULTIMODAL,
         "preprocessing_extra_outputs": [
             name for name in _PREPROCESSING_EXTRAS.get(knowledge.model_type, ()) if name in declared
         ],

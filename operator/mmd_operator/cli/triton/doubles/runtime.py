@@ -12,7 +12,9 @@ not always what the config declares. Small sizes stand in for the real ones (a 4
 vocabulary). What reached each model is reported in the generated text:
 
 - `preprocessing` encodes a trace of its inputs (text, images fetched from URLs, raw bytes, video, ids) as
-  the prompt's token ids, inserting one fake prompt-table id per image slot, like the real one;
+  the prompt's token ids, inserting one fake prompt-table id per block of them the real one inserts, and
+  refuses what the real one refuses: more `<image>` markers than `max_num_images`, LLaVA-OneVision or
+  Qwen2-VL without a server-side image, Qwen2-VL with PROMPT_TABLE_EXTRA_ID;
 - `multimodal_encoders` encodes a trace of the tensors it got as the prompt table (FP16) or, for mllama,
   as encoder features (BF16); it refuses a request without an image except for mllama, like the real one;
 - `tensorrt_llm` (run as `backend: "python"`) generates `type|pre:...|enc:...|llm:...`, naming every
@@ -22,7 +24,9 @@ vocabulary). What reached each model is reported in the generated text:
   leader mode, never finishes loading on ranks other than 0;
 - `postprocessing` detokenizes into one flat string per (batch item x beam); `tensorrt_llm_bls` and
   `whisper_bls` drive the other models through real BLS calls (`pb_utils.InferenceRequest`), the first
-  following the ensemble's own wiring and passing postprocessing's strings on unchanged.
+  following the ensemble's own wiring and passing postprocessing's strings on unchanged, after the real
+  one's own refusals (`max_tokens` below 1, speculative decoding without a draft model; Whisper: a
+  batch of several utterances).
 """
 
 from __future__ import annotations
@@ -58,6 +62,10 @@ _NUMPY = {
 }
 _SPECIAL = re.compile(r"<\|[^|>]*\|>")
 IMAGE_SOURCES = ("image_input", "image_bytes_input", "image_url_input", "video_bytes_input")
+# The literal the real preprocessing splits prompts on when max_num_images is above 1, whatever the type.
+MULTI_IMAGE_MARKER = "<image>"
+# Python's message (3.11 and later) for a local variable read before any assignment.
+_UNBOUND = "cannot access local variable '{}' where it is not associated with a value"
 # The tiles mllama's processor pads every image to, and Qwen2-VL's flattened patch (3 x 2 x 14 x 14).
 MLLAMA_TILES = 4
 QWEN2_VL_GRID = (1, 2, 2)
@@ -230,14 +238,66 @@ class Preprocessing(Model):
     """Tokenizes (byte tokenizer) and, for server-side image types, loads images like the real one.
 
     Like the real one it always answers the decoder ids, both word lists and the embedding bias (empty
-    when the request has none), and the vision tensors only for a request that carries an image or video.
+    when the request has none), and the vision tensors only for a request that carries an image or video;
+    and it refuses what the real one refuses (see `check`).
     """
+
+    @property
+    def max_num_images(self) -> int | None:
+        """The `max_num_images` parameter as the real one reads it (None when unset or not a number)."""
+        value = str(self.params.get("max_num_images") or "").strip()
+        return int(value) if value.isdigit() else None
+
+    def check(self, inputs: dict[str, Any], texts: list[str]) -> None:
+        """Refuse what the v0.19.0 preprocessing refuses for this model type, with its message."""
+        model_type = self.spec["model_type"]
+        server_side = [name for name in ("IMAGE_BYTES", "IMAGE_URL", "VIDEO_BYTES") if name in inputs]
+        if model_type == "llava_onevision" and not server_side:
+            # It computes the number of visual tokens from the processed image, so it cannot go without.
+            raise DoubleError("Image processing requires IMAGE_BYTES or IMAGE_URL to be provided")
+        # The two qwen2_vl failures are Python's own (UnboundLocalError) of a variable its path never sets.
+        if model_type == "qwen2_vl" and not server_side:
+            raise DoubleError(
+                f"{_UNBOUND.format('qwen2vl_input_id_tensor')} (qwen2_vl input ids come from the processor, "
+                "which runs only with an image)"
+            )
+        if model_type == "qwen2_vl" and "PROMPT_TABLE_EXTRA_ID" in inputs:
+            raise DoubleError(
+                f"{_UNBOUND.format('prompt_table_extra_ids')} (the qwen2_vl path never builds the extra ids "
+                "PROMPT_TABLE_EXTRA_ID asks for)"
+            )
+        limit = self.max_num_images
+        if limit is not None and limit > 1:
+            # Only then does the real one split the prompt on the marker, and count the pieces.
+            for text in texts:
+                found = text.count(MULTI_IMAGE_MARKER)
+                if found > limit:
+                    raise DoubleError(
+                        f"The number of images in the request ({found}) exceeds the maximum allowed "
+                        f"({limit})."
+                    )
+
+    def image_slots(self, text: str) -> int:
+        """How many blocks of fake prompt-table ids the real one inserts into `text`'s ids.
+
+        With `max_num_images` above 1, one per `<image>` run: it splits the ids on the marker and drops
+        empty pieces, so adjacent markers make one block and a prompt without one gets none. Otherwise
+        one block, wherever the markers are, for every type whose LLM takes a prompt table.
+        """
+        if not self.spec["knowledge"]["uses_prompt_table"]:
+            return 0
+        limit = self.max_num_images
+        if limit is not None and limit > 1:
+            return len(re.findall(f"(?:{re.escape(MULTI_IMAGE_MARKER)})+", text))
+        return 1
 
     def compute(self, inputs: dict[str, Any]) -> list[Any]:
         """Token ids with a trace of the request, and the vision tensors of its images."""
         knowledge = self.spec["knowledge"]
         query = self.array(inputs["QUERY"], "QUERY")
         batch = query.shape[0]
+        if knowledge["multimodal_preprocessing"]:
+            self.check(inputs, [" ".join(_strings(query[row])) for row in range(batch)])
         outputs: dict[str, Any] = {}
         all_ids, extra_rows = [], []
         for row in range(batch):
@@ -282,11 +342,8 @@ class Preprocessing(Model):
             for name in ("BAD_WORDS_DICT", "STOP_WORDS_DICT", "EMBEDDING_BIAS_WORDS"):
                 if name in inputs:
                     items.append(f"{name.lower()}={';'.join(_strings(self.array(inputs[name], name)[row]))}")
-            # One fake prompt-table id per image slot (VILA: per <image> marker), as the real one inserts.
-            slots = 0
-            if knowledge["uses_prompt_table"]:
-                marker = knowledge["image_marker"]
-                slots = max(1, text.count(marker)) if marker and knowledge["multi_image"] else 1
+            # One fake prompt-table id per block of them the real one inserts.
+            slots = self.image_slots(text)
             ids = [codec.VOCAB_SIZE + i for i in range(slots)] + codec.encode_text("pre:" + ",".join(items))
             all_ids.append(ids)
             if "PROMPT_TABLE_EXTRA_ID" in inputs:
@@ -604,6 +661,8 @@ class TensorrtLlm(Model):
             values = self.array(inputs[name], name)
             values = values[row] if values.ndim else values
             if name == "prompt_table_extra_ids":
+                if "prompt_embedding_table" not in inputs:
+                    continue  # the backend reads the extra ids only with a prompt table, and drops them here
                 items.append(
                     f"{name}={';'.join(str(v) for v in sorted(set(values.reshape(-1).tolist()) - {0}))}"
                 )
@@ -836,8 +895,35 @@ class TensorrtLlmBls(Bls):
     one's; with `accumulate_tokens` a streaming response carries the text of all tokens so far.
     """
 
+    def check(self, inputs: dict[str, Any]) -> None:
+        """Refuse what the v0.19.0 BLS refuses before calling any model, in its order and words.
+
+        Like the real one it reads only the first value of `max_tokens` and `num_draft_tokens`. No draft
+        model is ever rendered, so every speculative request ends at the last refusal.
+        """
+        max_tokens = self.array(inputs["max_tokens"], "max_tokens").reshape(-1)
+        if max_tokens.size == 0 or max_tokens[0] <= 0:
+            got = int(max_tokens[0]) if max_tokens.size else "empty"
+            raise DoubleError(f"max_tokens must be a single value > 0 (max_tokens is {got})")
+        if "num_draft_tokens" not in inputs:
+            return
+        drafts = int(self.array(inputs["num_draft_tokens"], "num_draft_tokens").reshape(-1)[0])
+        if drafts:
+            if "stream" not in inputs:
+                raise DoubleError(
+                    "'NoneType' object has no attribute 'any' (num_draft_tokens without stream: the real "
+                    "BLS reads stream to refuse streaming with speculative decoding)"
+                )
+            if self.array(inputs["stream"], "stream").any():
+                raise DoubleError("streaming is not supported with speculative decoding")
+            if self.scalar(inputs, "return_context_logits", 0, 0):
+                raise DoubleError("context logits are not supported with speculative decoding")
+        if drafts > 0:
+            raise DoubleError("cannot perform speculative decoding without draft model")
+
     def generate(self, inputs: dict[str, Any]) -> Iterator[list[Any]]:
         """Preprocess, encode any image, generate, and postprocess each generated response."""
+        self.check(inputs)
         batch = np.asarray(inputs["text_input"].as_numpy()).shape[0]
         tensors: dict[str, tuple[Any, str]] = {n: (t, self.dtype(n)) for n, t in inputs.items()}
         multimodal = any(name in inputs for name in IMAGE_SOURCES)
@@ -921,7 +1007,7 @@ class WhisperBls(Bls):
         """Transcribe one utterance: one response, or (decoupled) one per tensorrt_llm answer with tokens."""
         wav = self.array(inputs["WAV"], "WAV")
         if wav.shape[0] != 1:
-            raise DoubleError("whisper_bls takes one utterance per request")
+            raise DoubleError(f"Only support batch size 1 (WAV holds {wav.shape[0]} utterances)")
         length = int(self.array(inputs["WAV_LENS"], "WAV_LENS").reshape(-1)[0])
         prefix = _strings(self.array(inputs["TEXT_PREFIX"], "TEXT_PREFIX"))[0] or self.DEFAULT_PREFIX
         n_mels = int(self.params["n_mels"])
