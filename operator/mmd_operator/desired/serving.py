@@ -7,7 +7,9 @@ and the files some models load from the engine cache entry (Whisper's tokenizer 
 refuses to start on an incomplete cache entry. The main container runs the exact launch argv of the
 plan. Probes: a startup budget the user sets (loading engines takes minutes), then readiness on
 `/v2/health/ready` and liveness on `/v2/health/live`. A rollout replaces pods one at a time without a
-surge, so it never asks for GPUs the cluster lacks. Pure: imports the api models, the plan and the config.
+surge, so it never asks for GPUs the cluster lacks; a pod leaving waits until its Service stops sending
+to it before tritonserver is told to stop, then has tritonserver's own drain time for the requests it
+holds. Pure: imports the api models, the plan and the config.
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ PORTS = (("http", HTTP_PORT), ("grpc", GRPC_PORT), ("metrics", METRICS_PORT))
 STARTUP_PERIOD_SECONDS = 10
 # The Deployment controller reports ProgressDeadlineExceeded this long after the startup budget.
 PROGRESS_MARGIN_SECONDS = 300
+# A deleted pod stays in its Service's endpoints until kube-proxy (or a load balancer) catches up; a
+# tritonserver told to stop before then answers new requests "Server exiting". So the pod waits first.
+ENDPOINT_DRAIN_SECONDS = 5
+# tritonserver waits this long (its --exit-timeout-secs default) for requests in flight after SIGTERM.
+SERVER_EXIT_SECONDS = 30
+# A hung server drains nothing: a liveness kill gets the endpoint wait and a short stop.
+LIVENESS_KILL_GRACE_SECONDS = ENDPOINT_DRAIN_SECONDS + 5
 
 
 def repository_data(plan: ResourcePlan) -> dict[str, str]:
@@ -124,6 +133,7 @@ def _probes(resource: MultimodalDeployment) -> dict[str, Any]:
             "timeoutSeconds": timeout,
             "periodSeconds": 10,
             "failureThreshold": probes.liveness_failure_threshold,
+            "terminationGracePeriodSeconds": LIVENESS_KILL_GRACE_SECONDS,
         },
     }
 
@@ -156,6 +166,7 @@ def deployment(
         "ports": [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in PORTS],
         "resources": pods.resources(serving.pod, plan.settings.tensor_parallel_size),
         **_probes(resource),
+        "lifecycle": {"preStop": {"sleep": {"seconds": ENDPOINT_DRAIN_SECONDS}}},
         "volumeMounts": [*mounts, {"name": "shm", "mountPath": "/dev/shm"}],
         "securityContext": pods.container_security_context(),
     }
@@ -169,6 +180,7 @@ def deployment(
     pod_spec: dict[str, Any] = {
         **pods.scheduling(serving.pod),
         "securityContext": pods.pod_security_context(),
+        "terminationGracePeriodSeconds": ENDPOINT_DRAIN_SECONDS + SERVER_EXIT_SECONDS + 5,
         "initContainers": [assemble],
         "containers": [server],
         "volumes": [
