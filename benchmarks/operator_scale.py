@@ -65,9 +65,10 @@ from mmd_operator.cli.localcluster.cluster import LocalCluster
 from mmd_operator.cli.localcluster.objects import NodePool
 from mmd_operator.cli.localcluster.processes import free_port
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import labels, state
+from mmd_operator.desired import state
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.plan.resource_plan import plan_resource
+from mmd_operator.vocabulary import labels
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -23,11 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import labels
 from mmd_operator.facts import Meta
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.reconcile import Reconciler
+from mmd_operator.vocabulary import labels
 
 _log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -38,7 +38,7 @@ CRD_WAIT_SECONDS = 2.0
 RELIST_AFTER_START_SECONDS = (5.0, 30.0)
 # What the operator lists and watches, and the label selector each is narrowed to (None: everything,
 # since the engine-cache claims users name are not the operator's).
-WATCHED: tuple[tuple[cached.Kind, str | None], ...] = (
+WATCHED: tuple[tuple[cached.CachedKind, str | None], ...] = (
     (cached.RESOURCES, None),
     (cached.JOBS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
     (cached.PODS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
@@ -189,7 +189,9 @@ class Controller:
             slept = seconds
             await self._relist()
 
-    def _list(self, kind: cached.Kind, namespace: str | None, selector: str | None) -> list[dict[str, Any]]:
+    def _list(
+        self, kind: cached.CachedKind, namespace: str | None, selector: str | None
+    ) -> list[dict[str, Any]]:
         """One listing; without the CRD there is nothing to do but say so and wait for it."""
         waited = 0.0
         while True:
@@ -242,7 +244,7 @@ class Controller:
         if self.store.put(cached.RESOURCES, body):
             self.queue.add(key)
 
-    def on_child(self, kind: cached.Kind, event_type: str | None, body: Mapping[str, Any]) -> None:
+    def on_child(self, kind: cached.CachedKind, event_type: str | None, body: Mapping[str, Any]) -> None:
         """A child (or an engine-cache claim) changed: reconcile every resource it concerns."""
         metadata = body.get("metadata", {})
         namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
@@ -256,7 +258,9 @@ class Controller:
         for key in self._concerned(kind, namespace, name, body):
             self.queue.add(key)
 
-    def _concerned(self, kind: cached.Kind, namespace: str, name: str, body: Mapping[str, Any]) -> set[Key]:
+    def _concerned(
+        self, kind: cached.CachedKind, namespace: str, name: str, body: Mapping[str, Any]
+    ) -> set[Key]:
         metadata = body.get("metadata", {})
         object_labels = metadata.get("labels") or {}
         names: set[str] = {

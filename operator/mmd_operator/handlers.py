@@ -22,19 +22,11 @@ from mmd_operator.config import OperatorConfig
 from mmd_operator.controller import WATCHED, Controller
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import KubeClient
+from mmd_operator.vocabulary.kinds import ApiKind
 
 _log = logging.getLogger(__name__)
 # Set by `startup`; the event handlers below only run after it.
 _controller: Controller | None = None
-_PLURALS = {
-    cached.JOBS.kind: ("batch", "v1", "jobs"),
-    cached.PODS.kind: ("", "v1", "pods"),
-    cached.DEPLOYMENTS.kind: ("apps", "v1", "deployments"),
-    cached.SERVICES.kind: ("", "v1", "services"),
-    cached.CONFIGMAPS.kind: ("", "v1", "configmaps"),
-    cached.CLAIMS.kind: ("", "v1", "persistentvolumeclaims"),
-    cached.NETWORK_POLICIES.kind: ("networking.k8s.io", "v1", "networkpolicies"),
-}
 
 
 def controller() -> Controller:
@@ -104,10 +96,8 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     # limit on their number instead held back the watch streams while idle workers waited to exit.)
     settings.queueing.idle_timeout = 0.05
     for kind, selector in WATCHED:
-        if selector is not None and kind.kind in _PLURALS:
-            group, version, plural = _PLURALS[kind.kind]
-            key = (group, version, plural) if group else (version, plural)
-            settings.watching.label_selectors[key] = selector
+        if selector is not None and kind is not cached.RESOURCES:
+            settings.watching.label_selectors[_kopf_resource(kind.api)] = selector
 
 
 @kopf.on.startup()
@@ -140,15 +130,19 @@ async def resource_event(event: kopf.RawEvent, **_: Any) -> None:
     controller().on_resource(event.get("type"), event["object"])
 
 
-def _child_handler(kind: cached.Kind) -> None:
-    group, version, plural = _PLURALS[kind.kind]
-    resource = (group, version, plural) if group else (version, plural)
+def _kopf_resource(api: ApiKind) -> tuple[str, str, str] | tuple[str, str]:
+    """How kopf names a kind: (group, version, plural), the core group without its empty name."""
+    return (api.group, api.version, api.plural) if api.group else (api.version, api.plural)
+
+
+def _child_handler(kind: cached.CachedKind) -> None:
+    resource = _kopf_resource(kind.api)
 
     async def child_event(event: kopf.RawEvent, **_: Any) -> None:
         controller().on_child(kind, event.get("type"), event["object"])
 
     child_event.__doc__ = f"A {kind.kind} the operator watches changed."
-    kopf.on.event(*resource, id=f"{plural}_event")(child_event)
+    kopf.on.event(*resource, id=f"{kind.api.plural}_event")(child_event)
 
 
 for _kind in (

@@ -29,7 +29,7 @@ from mmd_operator.api.v1alpha1 import (
 )
 from mmd_operator.api.validation import InvalidSpecError, name_problem
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import engine_build, hashing, pods
+from mmd_operator.desired import engine_build
 from mmd_operator.desired.state import desired_state
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient
@@ -39,6 +39,7 @@ from mmd_operator.kube.observe import observe
 from mmd_operator.kube.writes import WriteCount, Writer
 from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
 from mmd_operator.status import Findings, Report, report
+from mmd_operator.vocabulary import hashing, ownership
 
 _log = logging.getLogger(__name__)
 # Plans are derived from the spec alone; this stands in for the name while planning.
@@ -338,7 +339,7 @@ class Reconciler:
         ):
             metrics.ENGINE_CACHE.labels(result="hit" if observed.engine is not None else "miss").inc()
         decision = desired_state(resource, plan, observed, config=self.config, previous=previous)
-        owner = pods.owner_of(resource)
+        owner = ownership.owner_of(resource)
 
         for manifest in decision.apply:
             self.writer.apply(manifest, count)

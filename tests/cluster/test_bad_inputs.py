@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mmd_operator.api import v1alpha1
 from mmd_operator.cli.localcluster.objects import NodePool, gpu_node
-from mmd_operator.desired import labels
+from mmd_operator.vocabulary import labels
 from tests.support.bad_inputs import (
     AT_ADMISSION,
     CASES,

@@ -16,7 +16,6 @@ from engine_builder.result_format import (
     parse_termination_message,
     termination_message,
 )
-from mmd_operator.cli.localcluster.objects import GPU_RESOURCE
 from mmd_operator.cli.localcluster.stages import (
     BUILD_DURATION_ANNOTATION,
     DEFAULT_BUILD_DURATION_SECONDS,
@@ -24,7 +23,8 @@ from mmd_operator.cli.localcluster.stages import (
     FAULT_LABEL,
     FAULT_MESSAGE_ANNOTATION,
 )
-from mmd_operator.desired import labels
+from mmd_operator.vocabulary import labels
+from mmd_operator.vocabulary.kinds import GPU_RESOURCE
 from tests.support.kube import Kube, restricted
 
 pytestmark = pytest.mark.cluster

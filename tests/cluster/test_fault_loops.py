@@ -33,9 +33,9 @@ from mmd_operator.cli.localcluster.stages import (
 )
 from mmd_operator.config import DEFAULT_CLAIM, OperatorConfig
 from mmd_operator.controller import Controller
-from mmd_operator.desired import labels
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import KubeClient
+from mmd_operator.vocabulary import labels
 from tests.support import consistency
 from tests.support.kube import Kube, Resources, Tools
 

@@ -11,7 +11,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from mmd_operator.cli.localcluster.binaries import Binaries
-from mmd_operator.cli.localcluster.objects import GPU_RESOURCE
+from mmd_operator.vocabulary.kinds import GPU_RESOURCE
 from tests.support.kube import Kube, Tools, restricted
 
 pytestmark = pytest.mark.cluster

@@ -23,7 +23,7 @@ import pytest
 from kubernetes import client as k8s
 from PIL import Image
 
-from mmd_operator.desired import labels
+from mmd_operator.vocabulary import labels
 from tests.engine_builder.doubles.trtllm_tools import write_model_repo
 from tests.support.kube import Kube, Resources, Tools, new_namespace
 from tests.support.pods import (

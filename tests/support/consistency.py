@@ -23,10 +23,10 @@ from kubernetes import watch as k8s_watch
 
 from mmd_operator.api.v1alpha1 import GROUP, PLURAL, VERSION, MultimodalDeployment
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import hashing, labels, names
 from mmd_operator.desired.state import manifests
 from mmd_operator.kube.engine_index import EngineIndex
 from mmd_operator.plan.resource_plan import plan_resource
+from mmd_operator.vocabulary import hashing, labels, names
 
 MANAGED = f"{labels.MANAGED_BY}={labels.OPERATOR}"
 BUILDS = f"{labels.COMPONENT}={labels.ENGINE_BUILD}"

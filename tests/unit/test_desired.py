@@ -15,8 +15,8 @@ from engine_builder.plan_format import BuildPlan
 from engine_builder.result_format import BuildFailed, termination_message
 from mmd_operator.api.v1alpha1 import MultimodalDeployment, Phase
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import engine_build, hashing, labels, names
-from mmd_operator.desired.state import Desired, ObjectKey, desired_state, manifests
+from mmd_operator.desired import engine_build
+from mmd_operator.desired.state import Desired, desired_state, manifests
 from mmd_operator.facts import (
     ClaimFacts,
     DeploymentFacts,
@@ -33,6 +33,8 @@ from mmd_operator.plan.model_repository import ModelRepository
 from mmd_operator.plan.resource_plan import ResourcePlan
 from mmd_operator.status import report
 from mmd_operator.status.engine import describe_failure
+from mmd_operator.vocabulary import hashing, labels, names
+from mmd_operator.vocabulary.ownership import ObjectKey
 from tests.support.builds import summary
 from tests.support.examples import EXAMPLE_PATHS, plan_example
 

@@ -9,9 +9,11 @@ import pytest
 from kubernetes import client as k8s
 
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
-from mmd_operator.desired import hashing, network
-from mmd_operator.desired.state import ObjectKey, manifests
+from mmd_operator.desired import network
+from mmd_operator.desired.state import manifests
 from mmd_operator.facts import Meta, Missing, MissingReference, OwnerRef
+from mmd_operator.vocabulary import hashing
+from mmd_operator.vocabulary.ownership import ObjectKey
 from tests.support.invalid_specs import problems_of, resource
 from tests.unit.test_desired import CONFIG, ME, OTHER, decide, example, kinds
 

@@ -14,11 +14,12 @@ from typing import Any
 from engine_builder.plan_format import BuildPlan
 from mmd_operator.api.v1alpha1 import MultimodalDeployment, VolumeSource
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import hashing, labels, names, pods
+from mmd_operator.desired import pods
 from mmd_operator.facts import OwnerRef
 from mmd_operator.plan.build_plan import HF_TOKEN_ENV, SOURCES_MOUNT
 from mmd_operator.plan.resource_plan import ResourcePlan
 from mmd_operator.plan.settings import ENGINE_MOUNT
+from mmd_operator.vocabulary import hashing, labels, names, ownership
 
 BUILDER_CONTAINER = "engine-builder"
 CLAIM_RETENTION = f"{labels.PREFIX}/retention"
@@ -54,7 +55,7 @@ def engine_cache_claim(
         "annotations": {CLAIM_RETENTION: cache.retention},
     }
     if cache.retention == "Delete":
-        metadata["ownerReferences"] = [pods.owner_reference(owner, controller=False)]
+        metadata["ownerReferences"] = [ownership.owner_reference(owner, controller=False)]
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata, "spec": spec}
 
 
@@ -140,7 +141,7 @@ def build_job(
             "namespace": namespace,
             "labels": build_labels,
             "annotations": {labels.BUILD_RECIPE: hashing.digest(job_spec)},
-            "ownerReferences": [pods.owner_reference(owner, controller=False)],
+            "ownerReferences": [ownership.owner_reference(owner, controller=False)],
         },
         "spec": job_spec,
     }

@@ -12,13 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from mmd_operator.api.v1alpha1 import LabelSelector, MultimodalDeployment, NetworkPort
-from mmd_operator.desired import labels, names, pods, serving
+from mmd_operator.desired import serving
 from mmd_operator.facts import OwnerRef
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
+from mmd_operator.vocabulary import kinds, labels, names, ownership
 
 DNS_PORT = 53
-API_VERSION = "networking.k8s.io/v1"
-KIND = "NetworkPolicy"
 
 
 def selector(value: LabelSelector) -> dict[str, Any]:
@@ -86,13 +85,13 @@ def network_policy(
             rule["ports"] = [_port(port) for port in allowance.ports]
         egress.append(rule)
     return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
+        "apiVersion": kinds.NETWORK_POLICY.api_version,
+        "kind": kinds.NETWORK_POLICY.kind,
         "metadata": {
             "name": names.serving(instance),
             "namespace": namespace,
             "labels": labels.for_instance(instance, labels.SERVING),
-            "ownerReferences": [pods.owner_reference(owner, controller=True)],
+            "ownerReferences": [ownership.owner_reference(owner, controller=True)],
         },
         "spec": {
             "podSelector": {"matchLabels": serving.selector(instance)},

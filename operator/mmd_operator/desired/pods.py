@@ -1,18 +1,16 @@
-"""Pieces every pod the operator creates shares: owners, user settings, GPUs and security settings.
+"""Pieces every pod the operator creates shares: user settings, GPUs and security settings.
 
 The security settings let builder and serving pods pass the `restricted` Pod Security Standard.
 
-Pure; imports the api models and the label keys.
+Pure; imports the api models and the kinds table.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from mmd_operator.api.v1alpha1 import API_VERSION, KIND, MultimodalDeployment, PodSettings
-from mmd_operator.facts import OwnerRef
-
-GPU_RESOURCE = "nvidia.com/gpu"
+from mmd_operator.api.v1alpha1 import PodSettings
+from mmd_operator.vocabulary.kinds import GPU_RESOURCE
 
 # The builder and serving images run as the NGC images' `triton-server` user; the group owns what the
 # builder writes to the engine cache, so serving pods (same group) can read it.
@@ -35,28 +33,6 @@ def pod_security_context() -> dict[str, Any]:
 def container_security_context() -> dict[str, Any]:
     """The container-level security settings: no privilege escalation, no capabilities."""
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-
-
-def owner_reference(owner: OwnerRef, *, controller: bool) -> dict[str, Any]:
-    """An ownerReference to a MultimodalDeployment.
-
-    A controller reference makes the child this resource's alone; a shared child (a build Job, an
-    engine-cache claim) gets a plain reference from each user, so deleting one user never takes it.
-    """
-    reference: dict[str, Any] = {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "name": owner.name,
-        "uid": owner.uid,
-    }
-    if controller:
-        reference["controller"] = True
-    return reference
-
-
-def owner_of(resource: MultimodalDeployment) -> OwnerRef:
-    """The resource as an owner."""
-    return OwnerRef(name=str(resource.metadata["name"]), uid=str(resource.metadata.get("uid", "")))
 
 
 def pod_metadata(

@@ -21,11 +21,12 @@ from typing import Any
 from engine_builder.result_format import MANIFEST_NAME
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import hashing, labels, names, pods
+from mmd_operator.desired import pods
 from mmd_operator.facts import OwnerRef
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from mmd_operator.plan.resource_plan import ResourcePlan
 from mmd_operator.plan.settings import ENGINE_MOUNT, MODEL_REPOSITORY
+from mmd_operator.vocabulary import hashing, labels, names, ownership
 
 SERVER_CONTAINER = "tritonserver"
 ASSEMBLY_CONTAINER = "model-repository"
@@ -71,7 +72,7 @@ def repository_configmap(
                 **labels.for_instance(instance, labels.MODEL_REPOSITORY),
                 labels.CACHE_KEY: plan.cache_key,
             },
-            "ownerReferences": [pods.owner_reference(owner, controller=True)],
+            "ownerReferences": [ownership.owner_reference(owner, controller=True)],
         },
         "immutable": True,
         "data": data,
@@ -112,7 +113,7 @@ def _serving_metadata(instance: str, namespace: str, owner: OwnerRef) -> dict[st
         "name": names.serving(instance),
         "namespace": namespace,
         "labels": labels.for_instance(instance, labels.SERVING),
-        "ownerReferences": [pods.owner_reference(owner, controller=True)],
+        "ownerReferences": [ownership.owner_reference(owner, controller=True)],
     }
 
 

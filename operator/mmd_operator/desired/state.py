@@ -32,21 +32,14 @@ import yaml
 from engine_builder.result_format import BuildSucceeded
 from mmd_operator.api.v1alpha1 import Endpoints, MultimodalDeployment, MultimodalDeploymentStatus
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import engine_build, hashing, labels, names, network, pods, serving
+from mmd_operator.desired import engine_build, network, serving
 from mmd_operator.facts import Meta, Observed
 from mmd_operator.plan.resource_plan import ResourcePlan
 from mmd_operator.status import Findings, RepositoryState
 from mmd_operator.status.engine import engine_state
 from mmd_operator.status.serving import serving_state
-
-
-@dataclass(frozen=True, order=True)
-class ObjectKey:
-    """An object in the resource's namespace."""
-
-    api_version: str
-    kind: str
-    name: str
+from mmd_operator.vocabulary import hashing, kinds, labels, names, ownership
+from mmd_operator.vocabulary.ownership import ObjectKey
 
 
 @dataclass(frozen=True)
@@ -91,7 +84,7 @@ def desired_state(
     instance = str(resource.metadata["name"])
     namespace = str(resource.metadata.get("namespace", "default"))
     generation = int(resource.metadata.get("generation", 1))
-    owner = pods.owner_of(resource)
+    owner = ownership.owner_of(resource)
     claim = engine_build.claim_name(resource, config)
     key = plan.cache_key
     apply: list[dict[str, Any]] = []
@@ -115,12 +108,12 @@ def desired_state(
         and observed.claim.meta.annotation(engine_build.CLAIM_RETENTION) == "Delete"
         and not observed.claim.meta.owned_by(owner.uid)
     ):
-        join.append(ObjectKey("v1", "PersistentVolumeClaim", claim))
-    leave += [ObjectKey("v1", "PersistentVolumeClaim", stale.meta.name) for stale in observed.stale_claims]
+        join.append(ObjectKey.of(kinds.CLAIM, claim))
+    leave += [ObjectKey.of(kinds.CLAIM, stale.meta.name) for stale in observed.stale_claims]
 
     job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
     job_leaving = observed.job is not None and observed.job.meta.deleting
-    job_key = ObjectKey("batch/v1", "Job", names.build_job(key, claim))
+    job_key = ObjectKey.of(kinds.JOB, names.build_job(key, claim))
 
     def wanted_job() -> dict[str, Any]:
         # Built only when a Job is created or a failed one judged: most reconciles need neither.
@@ -140,7 +133,7 @@ def desired_state(
         join.append(job_key)
     elif job is None and not job_leaving and not engine.ready and not observed.missing:
         apply.append(hashing.stamped(wanted_job()))
-    leave += [ObjectKey("batch/v1", "Job", stale.meta.name) for stale in observed.stale_jobs]
+    leave += [ObjectKey.of(kinds.JOB, stale.meta.name) for stale in observed.stale_jobs]
 
     configmap = hashing.stamped(
         serving.repository_configmap(resource, plan, namespace=namespace, owner=owner)
@@ -185,14 +178,14 @@ def desired_state(
         and live_policy.owned_by(owner.uid)
         and not live_policy.deleting
     ):
-        delete.append(ObjectKey(network.API_VERSION, network.KIND, live_policy.name))
+        delete.append(ObjectKey.of(kinds.NETWORK_POLICY, live_policy.name))
 
     in_use = {repository_name}
     if observed.deployment is not None and observed.deployment.repository:
         in_use.add(observed.deployment.repository)
     in_use |= {pod.repository for pod in observed.serving_pods if pod.repository}
     delete += [
-        ObjectKey("v1", "ConfigMap", meta.name)
+        ObjectKey.of(kinds.CONFIGMAP, meta.name)
         for meta in observed.repositories
         if meta.name not in in_use and meta.owned_by(owner.uid) and not meta.deleting
     ]
@@ -248,7 +241,7 @@ def manifests(
         update={"metadata": {"namespace": "default", **resource.metadata, "uid": owner_uid}}
     )
     namespace = str(resource.metadata["namespace"])
-    owner = pods.owner_of(resource)
+    owner = ownership.owner_of(resource)
     claim = engine_build.claim_name(resource, config)
     configmap = serving.repository_configmap(resource, plan, namespace=namespace, owner=owner)
     objects = [

@@ -16,10 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mmd_operator.desired import labels
 from mmd_operator.facts import ClaimFacts, DeploymentFacts, JobFacts, Meta, PodFacts
 from mmd_operator.kube import objects
 from mmd_operator.kube.engine_index import EngineIndex
+from mmd_operator.vocabulary import kinds, labels
+from mmd_operator.vocabulary.kinds import ApiKind
 
 Key = tuple[str, str]  # namespace, name
 
@@ -29,13 +30,22 @@ def _as_is(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class Kind:
+class CachedKind:
     """A kind the cache holds: its API coordinates, how an object becomes a fact, and back for readers."""
 
-    api_version: str
-    kind: str
+    api: ApiKind
     convert: Callable[[Mapping[str, Any]], Any]
     expand: Callable[[Any], Any] = _as_is
+
+    @property
+    def api_version(self) -> str:
+        """The kind's apiVersion."""
+        return self.api.api_version
+
+    @property
+    def kind(self) -> str:
+        """The kind's name."""
+        return self.api.kind
 
 
 def _slim_resource(obj: Mapping[str, Any]) -> bytes:
@@ -61,14 +71,14 @@ def _configmap(obj: Mapping[str, Any]) -> Meta | EngineIndex:
     return facts
 
 
-RESOURCES = Kind("serving.multimodal.dev/v1alpha1", "MultimodalDeployment", _slim_resource, _parsed)
-JOBS = Kind("batch/v1", "Job", objects.job)
-PODS = Kind("v1", "Pod", objects.pod)
-DEPLOYMENTS = Kind("apps/v1", "Deployment", objects.deployment)
-CONFIGMAPS = Kind("v1", "ConfigMap", _configmap)
-SERVICES = Kind("v1", "Service", objects.meta)
-CLAIMS = Kind("v1", "PersistentVolumeClaim", objects.claim)
-NETWORK_POLICIES = Kind("networking.k8s.io/v1", "NetworkPolicy", objects.meta)
+RESOURCES = CachedKind(kinds.MULTIMODAL_DEPLOYMENT, _slim_resource, _parsed)
+JOBS = CachedKind(kinds.JOB, objects.job)
+PODS = CachedKind(kinds.POD, objects.pod)
+DEPLOYMENTS = CachedKind(kinds.DEPLOYMENT, objects.deployment)
+CONFIGMAPS = CachedKind(kinds.CONFIGMAP, _configmap)
+SERVICES = CachedKind(kinds.SERVICE, objects.meta)
+CLAIMS = CachedKind(kinds.CLAIM, objects.claim)
+NETWORK_POLICIES = CachedKind(kinds.NETWORK_POLICY, objects.meta)
 KINDS = (RESOURCES, JOBS, PODS, DEPLOYMENTS, CONFIGMAPS, SERVICES, CLAIMS, NETWORK_POLICIES)
 
 
@@ -90,7 +100,7 @@ class Cache:
         # resourceVersions are etcd revisions: an older one is a version the cache has seen superseded.
         self._versions: dict[str, dict[Key, str]] = defaultdict(dict)
 
-    def put(self, kind: Kind, obj: Mapping[str, Any]) -> bool:
+    def put(self, kind: CachedKind, obj: Mapping[str, Any]) -> bool:
         """Store (or replace) the fact of `obj`, unless the cache holds this version or a newer one.
 
         The operator puts what its own writes return, and a watch can deliver an older version after
@@ -117,7 +127,7 @@ class Cache:
             self._index(kind.kind, key, _labels_of(value) or (metadata.get("labels") or {}))
         return True
 
-    def drop(self, kind: Kind, namespace: str, name: str) -> None:
+    def drop(self, kind: CachedKind, namespace: str, name: str) -> None:
         """Forget an object that was deleted."""
         with self._lock:
             self._unindex(kind.kind, (namespace, name))
@@ -125,7 +135,7 @@ class Cache:
             self._versions[kind.kind].pop((namespace, name), None)
 
     def replace_all(
-        self, kind: Kind, items: Sequence[Mapping[str, Any]], namespace: str | None = None
+        self, kind: CachedKind, items: Sequence[Mapping[str, Any]], namespace: str | None = None
     ) -> None:
         """Replace everything of `kind` (in `namespace`) with a fresh listing."""
         with self._lock:
@@ -135,17 +145,17 @@ class Cache:
                 self.put(kind, item)
             self._synced.add(kind.kind)
 
-    def synced(self, kind: Kind) -> bool:
+    def synced(self, kind: CachedKind) -> bool:
         """Whether `kind` has been listed once (its absences can be trusted)."""
         return kind.kind in self._synced
 
-    def get(self, kind: Kind, namespace: str, name: str) -> Any:
+    def get(self, kind: CachedKind, namespace: str, name: str) -> Any:
         """The fact of one object, or None."""
         with self._lock:
             value = self._objects[kind.kind].get((namespace, name))
         return kind.expand(value) if value is not None else None
 
-    def all(self, kind: Kind, namespace: str | None = None) -> list[Any]:
+    def all(self, kind: CachedKind, namespace: str | None = None) -> list[Any]:
         """Every fact of `kind` (in `namespace`)."""
         with self._lock:
             return [
@@ -154,18 +164,18 @@ class Cache:
                 if namespace is None or ns == namespace
             ]
 
-    def keys(self, kind: Kind) -> list[Key]:
+    def keys(self, kind: CachedKind) -> list[Key]:
         """Every (namespace, name) of `kind`."""
         with self._lock:
             return list(self._objects[kind.kind])
 
-    def of_instance(self, kind: Kind, namespace: str, instance: str) -> list[Any]:
+    def of_instance(self, kind: CachedKind, namespace: str, instance: str) -> list[Any]:
         """Children of `kind` labelled as belonging to `instance`."""
         with self._lock:
             names = self._by_instance.get((kind.kind, namespace, instance), set())
             return [kind.expand(self._objects[kind.kind][(namespace, n)]) for n in sorted(names)]
 
-    def of_cache_key(self, kind: Kind, namespace: str, cache_key: str) -> list[Any]:
+    def of_cache_key(self, kind: CachedKind, namespace: str, cache_key: str) -> list[Any]:
         """Objects of `kind` labelled with `cache_key`."""
         with self._lock:
             names = self._by_cache_key.get((kind.kind, namespace, cache_key), set())
@@ -177,7 +187,7 @@ class Cache:
             names = self._by_job.get((namespace, job), set())
             return [self._objects[PODS.kind][(namespace, n)] for n in sorted(names)]
 
-    def owned_by(self, kind: Kind, namespace: str, uid: str) -> list[Any]:
+    def owned_by(self, kind: CachedKind, namespace: str, uid: str) -> list[Any]:
         """Objects of `kind` in `namespace` with `uid` among their owners."""
         with self._lock:
             return [
@@ -231,8 +241,8 @@ __all__ = [
     "RESOURCES",
     "SERVICES",
     "Cache",
+    "CachedKind",
     "ClaimFacts",
     "DeploymentFacts",
     "JobFacts",
-    "Kind",
 ]

@@ -21,25 +21,14 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from mmd_operator import __version__, metrics
-from mmd_operator.api.v1alpha1 import API_VERSION, KIND, PLURAL
+from mmd_operator.vocabulary import kinds
 
 USER_AGENT = f"mmd-operator/{__version__}"
 REQUEST_TIMEOUT = 30.0
 _log = logging.getLogger(__name__)
 
 # Where each kind the operator touches lives in the API.
-_RESOURCES: Mapping[tuple[str, str], str] = {
-    ("v1", "ConfigMap"): "configmaps",
-    ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
-    ("v1", "Service"): "services",
-    ("v1", "Pod"): "pods",
-    ("v1", "Secret"): "secrets",
-    ("v1", "Event"): "events",
-    ("batch/v1", "Job"): "jobs",
-    ("apps/v1", "Deployment"): "deployments",
-    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
-    (API_VERSION, KIND): PLURAL,
-}
+_RESOURCES: Mapping[tuple[str, str], str] = {(k.api_version, k.kind): k.plural for k in kinds.ALL}
 
 
 class ApiError(Exception):

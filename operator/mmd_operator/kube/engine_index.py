@@ -17,8 +17,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from engine_builder.result_format import BuildSucceeded
-from mmd_operator.desired import labels, names
 from mmd_operator.kube.client import ApiError, KubeClient, path
+from mmd_operator.vocabulary import labels, names
 
 
 class EngineIndex(BaseModel):

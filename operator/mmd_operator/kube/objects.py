@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND
-from mmd_operator.desired import labels
 from mmd_operator.facts import ClaimFacts, DeploymentFacts, JobFacts, Meta, OwnerRef, PodFacts, PodPhase
+from mmd_operator.vocabulary import labels
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 

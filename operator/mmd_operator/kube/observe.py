@@ -11,11 +11,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
-from mmd_operator.desired import labels, names
 from mmd_operator.facts import ClaimFacts, JobFacts, Meta, Missing, MissingReference, Observed, PodFacts
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.kube.engine_index import EngineIndex
+from mmd_operator.vocabulary import labels, names
 
 
 def _missing_references(

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND
-from mmd_operator.desired import hashing, labels, pods
-from mmd_operator.desired.state import ObjectKey
 from mmd_operator.facts import OwnerRef
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient
+from mmd_operator.vocabulary import hashing, labels, ownership
+from mmd_operator.vocabulary.ownership import ObjectKey
 
 _log = logging.getLogger(__name__)
 _KINDS = {(kind.api_version, kind.kind): kind for kind in cached.KINDS}
@@ -43,7 +43,7 @@ class WriteCount:
         return len(self.applied) + len(self.owners) + len(self.deleted)
 
 
-def _cached_hash(store: cached.Cache, kind: cached.Kind, namespace: str, name: str) -> str | None:
+def _cached_hash(store: cached.Cache, kind: cached.CachedKind, namespace: str, name: str) -> str | None:
     value = store.get(kind, namespace, name)
     if value is None:
         return None
@@ -93,7 +93,7 @@ class Writer:
         append = {
             "op": "add",
             "path": "/metadata/ownerReferences/-",
-            "value": pods.owner_reference(owner, controller=False),
+            "value": ownership.owner_reference(owner, controller=False),
         }
         try:
             updated = self.client.json_patch(key.api_version, key.kind, namespace, key.name, [append])
@@ -128,7 +128,7 @@ class Writer:
                 self.store.put(kind, live)
                 return
             if joining:
-                references.append(pods.owner_reference(owner, controller=False))
+                references.append(ownership.owner_reference(owner, controller=False))
             else:
                 references = [r for r in references if r.get("uid") != owner.uid]
                 users = [

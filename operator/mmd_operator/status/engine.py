@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from engine_builder.result_format import BuildFailed, BuildSucceeded, parse_termination_message
 from mmd_operator.api.v1alpha1 import ConditionStatus, EngineSource, MultimodalDeploymentStatus
 from mmd_operator.facts import JobFacts, Observed, PodFacts, PodPhase
+from mmd_operator.vocabulary.kinds import GPU_RESOURCE
 
 ENGINE_READY = "EngineReady"
-GPU_RESOURCE = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmd_operator.cli.localcluster.stages import PROVISIONER, STORAGE_CLASS
+from mmd_operator.vocabulary.kinds import GPU_RESOURCE
 
-GPU_RESOURCE = "nvidia.com/gpu"
 NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
 

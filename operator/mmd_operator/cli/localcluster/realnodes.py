@@ -38,9 +38,10 @@ from mmd_operator.cli.localcluster import addons, network, nodes, processes
 from mmd_operator.cli.localcluster.network import ClusterNetwork
 from mmd_operator.cli.localcluster.nodebinaries import NodeBinaries
 from mmd_operator.cli.localcluster.nodes import RealNode
-from mmd_operator.cli.localcluster.objects import GPU_RESOURCE, NodePool, gpu_labels
+from mmd_operator.cli.localcluster.objects import NodePool, gpu_labels
 from mmd_operator.cli.localcluster.ocilayout import import_image
 from mmd_operator.cli.localcluster.pki import Credentials, issue_certificate
+from mmd_operator.vocabulary.kinds import GPU_RESOURCE
 
 FIELD_MANAGER = "mmd-localcluster"
 _LOG_TAIL_LINES = 30

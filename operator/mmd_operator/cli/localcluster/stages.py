@@ -37,7 +37,7 @@ import yaml
 
 from engine_builder import versions
 from engine_builder.result_format import BuildSucceeded, Gpu, Versions
-from mmd_operator.desired import labels
+from mmd_operator.vocabulary import labels
 
 FAULT_LABEL = "localcluster.mmd.dev/fault"
 FAULT_MESSAGE_ANNOTATION = "localcluster.mmd.dev/fault-message"

@@ -1,6 +1,6 @@
 """Deterministic names of everything the operator creates, so a restarted operator finds it again.
 
-Pure; imports nothing of ours but the digests.
+Pure; imports the config (the default claim's name).
 """
 
 from __future__ import annotations

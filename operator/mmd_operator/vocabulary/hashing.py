@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from mmd_operator.desired import labels
+from mmd_operator.vocabulary import labels
 
 DIGEST_LENGTH = 16
 

@@ -1,0 +1,56 @@
+"""Every kind the operator touches and where it lives in the API, in one table; the GPU resource name.
+
+Pure; imports the api models (for the MultimodalDeployment's own coordinates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mmd_operator.api.v1alpha1 import API_VERSION, KIND, PLURAL
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class ApiKind:
+    """A kind with its API coordinates."""
+
+    api_version: str
+    kind: str
+    plural: str
+
+    @property
+    def group(self) -> str:
+        """The API group ("" for the core group)."""
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        """The version within the group."""
+        return self.api_version.rpartition("/")[2]
+
+
+MULTIMODAL_DEPLOYMENT = ApiKind(API_VERSION, KIND, PLURAL)
+CONFIGMAP = ApiKind("v1", "ConfigMap", "configmaps")
+CLAIM = ApiKind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+SERVICE = ApiKind("v1", "Service", "services")
+POD = ApiKind("v1", "Pod", "pods")
+SECRET = ApiKind("v1", "Secret", "secrets")
+EVENT = ApiKind("v1", "Event", "events")
+JOB = ApiKind("batch/v1", "Job", "jobs")
+DEPLOYMENT = ApiKind("apps/v1", "Deployment", "deployments")
+NETWORK_POLICY = ApiKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies")
+
+ALL = (
+    MULTIMODAL_DEPLOYMENT,
+    CONFIGMAP,
+    CLAIM,
+    SERVICE,
+    POD,
+    SECRET,
+    EVENT,
+    JOB,
+    DEPLOYMENT,
+    NETWORK_POLICY,
+)
