@@ -6,15 +6,21 @@
   behind `crds.keep` (a CRD under `templates/`, unlike one under `crds/`, is upgraded by `helm upgrade`).
 
 The chart's templates turn each value into the operator's `MMD_*` variable (`config.OperatorConfig`).
-`mmctl generate` writes these files; a test fails when they drift. Imports pydantic, PyYAML, the CRD
-generator and the pinned versions; `plain_manifests` runs helm.
+`configuration_doc` writes `docs/configuration.md` from the same sources: every operator setting with the
+chart value that sets it (read from the deployment template) and its command-line flag, then every other
+chart value. `mmctl generate` writes these files; a test fails when they drift. Imports pydantic, PyYAML,
+the CRD generator, the settings, the operator's command line and the pinned versions; `plain_manifests`
+runs helm.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import subprocess
 import textwrap
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from engine_builder import versions
+from mmd_operator import main as operator_main
 from mmd_operator.api import crdgen
 from mmd_operator.config import DEFAULT_CLAIM, OperatorConfig
 
@@ -41,11 +48,11 @@ class Image(_Values):
     """The operator's container image."""
 
     repository: str = "ghcr.io/mmd-operator/operator"
-    """Image repository."""
+    """Repository of the operator's image."""
     tag: str = ""
-    """Image tag; empty means the chart's appVersion."""
+    """Tag of the operator's image; empty means the chart's appVersion."""
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-    """When the kubelet pulls the image."""
+    """When the kubelet pulls the operator's image."""
 
 
 class Crds(_Values):
@@ -63,9 +70,9 @@ class ServiceAccount(_Values):
     create: bool = True
     """Create the ServiceAccount (otherwise `name` must exist)."""
     name: str = ""
-    """Its name; empty means the release's full name."""
+    """Name of the ServiceAccount; empty means the release's full name."""
     annotations: dict[str, str] = Field(default_factory=dict)
-    """Annotations, e.g. for cloud workload identity."""
+    """Annotations of the ServiceAccount, e.g. for cloud workload identity."""
 
 
 class Rbac(_Values):
@@ -79,13 +86,14 @@ class EngineCache(_Values):
     """The claim that holds built engines, where a resource does not name its own."""
 
     claim_name: str = DEFAULT_CLAIM
-    """Name of the claim the operator creates in a resource's namespace."""
+    """Name of the engine-cache claim the operator creates in a resource's namespace."""
     size: str = _DEFAULTS.engine_cache_size
-    """Storage it requests."""
+    """Size of an engine-cache claim the operator creates."""
     storage_class_name: str = ""
-    """StorageClass; empty means the cluster's default."""
+    """StorageClass of an engine-cache claim the operator creates; empty means the cluster's default."""
     access_mode: Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"] = "ReadWriteMany"
-    """Access mode; ReadWriteMany lets builds and serving pods on several nodes share it."""
+    """Access mode of an engine-cache claim the operator creates; ReadWriteMany lets builds and serving
+    pods on several nodes share it."""
 
 
 class Images(_Values):
@@ -101,7 +109,7 @@ class Logging(_Values):
     """The operator's log."""
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    """Least severe level logged."""
+    """Least severe level the operator logs."""
     format: Literal["text", "json"] = "text"
     """`text` lines, or one JSON object per line for log collectors."""
 
@@ -110,18 +118,18 @@ class ServiceMonitor(_Values):
     """A Prometheus Operator ServiceMonitor for the metrics Service."""
 
     enabled: bool = False
-    """Create it (needs the monitoring.coreos.com CRDs)."""
+    """Create the ServiceMonitor (needs the monitoring.coreos.com CRDs)."""
     interval: str = "30s"
-    """Scrape interval."""
+    """How often Prometheus scrapes /metrics."""
     labels: dict[str, str] = Field(default_factory=dict)
-    """Extra labels, e.g. the one your Prometheus selects ServiceMonitors by."""
+    """Extra labels of the ServiceMonitor, e.g. the one your Prometheus selects ServiceMonitors by."""
 
 
 class Metrics(_Values):
     """The operator's Prometheus metrics (/metrics)."""
 
     port: int = Field(_DEFAULTS.metrics_port, ge=1, le=65535)
-    """Container port of /metrics."""
+    """Container port of the operator's /metrics."""
     service: bool = True
     """Create a ClusterIP Service in front of /metrics."""
     service_monitor: ServiceMonitor = Field(default_factory=ServiceMonitor)
@@ -160,7 +168,7 @@ class Values(_Values):
     metrics: Metrics = Field(default_factory=Metrics)
     """Metrics."""
     health_port: int = Field(_DEFAULTS.health_port, ge=1, le=65535)
-    """Container port of /healthz (liveness and readiness)."""
+    """Container port of the operator's /healthz (liveness and readiness)."""
     resources: dict[str, dict[str, str]] = Field(
         default_factory=lambda: {
             "requests": {"cpu": "100m", "memory": "256Mi"},
@@ -262,6 +270,157 @@ def generated_files() -> dict[str, str]:
         f"{CHART_DIR}/values.schema.json": json.dumps(values_schema(), indent=2) + "\n",
         f"{CHART_DIR}/templates/crd.yaml": crd_template(),
     }
+
+
+CONFIGURATION_DOC = "docs/configuration.md"
+DEPLOYMENT_TEMPLATE = f"{CHART_DIR}/templates/deployment.yaml"
+
+# What the settings the chart leaves at their defaults are for; the others say it in their chart value.
+_UNCHARTED_SETTINGS = {
+    "field_manager": "Server-side apply field manager, and the user agent of every request the operator "
+    "makes.",
+    "model_code_path": "Where the serving image keeps the Triton Python model code (a tensorrtllm_backend "
+    "`all_models` tree), which the serving pods' init container copies into the model repository.",
+}
+# Command-line options not named like the setting they change (`main.config_from`).
+_OPTION_SETTINGS = {"namespace": "namespaces"}
+_TEMPLATE_ENV = re.compile(r"- name: (MMD_[A-Z_]+)\s+value: \{\{[^}]*?\.Values\.([A-Za-z0-9_.]+)")
+
+
+def chart_settings(deployment_template: str) -> dict[str, str]:
+    """The chart value behind each operator setting the deployment template sets, by setting name.
+
+    Raises:
+        ValueError: when the template sets a variable that is no operator setting.
+    """
+    names = {spec.name for spec in fields(OperatorConfig)}
+    settings: dict[str, str] = {}
+    for variable, value in _TEMPLATE_ENV.findall(deployment_template):
+        setting = variable.removeprefix("MMD_").lower()
+        if setting not in names:
+            raise ValueError(f"{DEPLOYMENT_TEMPLATE} sets {variable}, which is no operator setting")
+        settings[setting] = value
+    return settings
+
+
+def _options() -> dict[str, str]:
+    """The command-line option of each setting that has one (`mmctl operator`, `python -m mmd_operator`)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    operator_main.add_arguments(parser)
+    names = {spec.name for spec in fields(OperatorConfig)}
+    options: dict[str, str] = {}
+    for action in parser._actions:
+        setting = _OPTION_SETTINGS.get(action.dest, action.dest)
+        if setting not in names:
+            raise ValueError(f"the operator's option {action.option_strings} changes no setting")
+        options[setting] = ", ".join(f"`{option}`" for option in action.option_strings)
+    return options
+
+
+def _chart_values(model: BaseModel, prefix: str = "") -> dict[str, tuple[Any, str]]:
+    """Every leaf of the chart's values by dotted key: (default, description)."""
+    values: dict[str, tuple[Any, str]] = {}
+    for name, field in type(model).model_fields.items():
+        key = f"{prefix}{field.alias or name}"
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            values.update(_chart_values(value, f"{key}."))
+        else:
+            values[key] = (value, " ".join((field.description or "").split()))
+    return values
+
+
+def _setting_default(value: object) -> str:
+    if value is None or value == ():
+        return "empty"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{value}`"
+
+
+def _setting_type(value: object) -> str:
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, tuple):
+        return "list, comma-separated"
+    return "string"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def configuration_doc(deployment_template: str) -> str:
+    """`docs/configuration.md`: every operator setting, where the chart and the command line set it.
+
+    Raises:
+        ValueError: when a setting is described nowhere, or the template or an option names no setting.
+    """
+    charted = chart_settings(deployment_template)
+    options = _options()
+    values = _chart_values(Values())
+    defaults = OperatorConfig()
+    undescribed = [
+        spec.name for spec in fields(OperatorConfig) if spec.name not in charted | _UNCHARTED_SETTINGS
+    ]
+    if undescribed or set(_UNCHARTED_SETTINGS) & set(charted):
+        raise ValueError(
+            f"describe each operator setting once, by a chart value or in _UNCHARTED_SETTINGS: {undescribed}"
+        )
+    unknown = sorted(value for value in charted.values() if value not in values)
+    if unknown:
+        raise ValueError(f"{DEPLOYMENT_TEMPLATE} reads values the chart does not have: {unknown}")
+    settings = [
+        "| variable | chart value | option | type | default | what it does |",
+        "|---|---|---|---|---|---|",
+    ]
+    for spec in fields(OperatorConfig):
+        default = getattr(defaults, spec.name)
+        value = charted.get(spec.name)
+        about = values[value][1] if value is not None else _UNCHARTED_SETTINGS[spec.name]
+        settings.append(
+            f"| `MMD_{spec.name.upper()}` | {f'`{value}`' if value else 'not set'} "
+            f"| {options.get(spec.name, '')} | {_setting_type(default)} | {_setting_default(default)} "
+            f"| {_cell(about)} |"
+        )
+    others = ["| chart value | default | what it does |", "|---|---|---|"]
+    for key, (default, about) in values.items():
+        if key not in charted.values():
+            others.append(f"| `{key}` | `{json.dumps(default)}` | {_cell(about)} |")
+    intro = f"""\
+# Configuration
+
+<!-- Generated by `mmctl generate` from the settings (operator/mmd_operator/config.py), the chart's
+values model (operator/mmd_operator/cli/chart.py), {DEPLOYMENT_TEMPLATE} and the operator's
+command line (operator/mmd_operator/main.py); do not edit. -->
+
+The operator reads its settings once, at start-up, from `MMD_*` environment variables: one per field of
+`OperatorConfig` in `operator/mmd_operator/config.py`, named `MMD_<FIELD NAME>`. A list is
+comma-separated (`MMD_NAMESPACES=ml,vision`); an unset or empty variable keeps the default. A value the
+operator cannot use stops it at start-up with a message naming the variable (exit code 2).
+
+The Helm chart sets each variable from the chart value beside it; a setting the chart does not set keeps
+its default in the chart's pod too. `mmctl operator` and `python -m mmd_operator` also take the
+command-line options beside it, which win over the environment.
+
+The images, the model code path and the engine-cache settings are defaults for resources that say
+nothing: a resource's own `spec.engine.builderImage`, `spec.serving.image`, `spec.serving.modelCodePath`
+and `spec.engineCache` win. The builder image is part of the cacheKey, so another default builder image
+means new engines for the resources that use it.
+
+## Operator settings
+
+"""
+    rest = """
+## The chart's other values
+
+They shape the operator's pod and what the chart installs around it. `values.yaml` carries the same
+descriptions and `values.schema.json` refuses a misspelt or mistyped value at `helm install`.
+
+"""
+    return intro + "\n".join(settings) + "\n" + rest + "\n".join(others) + "\n"
 
 
 PLAIN_NAMESPACE = "mmd-system"

@@ -2,6 +2,7 @@
 
 - the CRD, from the pydantic API models;
 - the Helm chart's values.yaml, values.schema.json and CRD template (`chart`);
+- `docs/configuration.md`, every operator setting and chart value (`chart`);
 - Triton's `model_config.proto` as a compiled descriptor for the plan layer's repository check, from the
   one tritonclient ships (so the operator needs only the protobuf runtime).
 
@@ -34,6 +35,7 @@ def generated_files(root: Path) -> dict[str, str | bytes]:
         ): model_config_pb2.DESCRIPTOR.serialized_pb,
         **chart.generated_files(),
         chart.ARGOCD_CONFIG: chart.argocd_config((root / chart.ARGOCD_HEALTH).read_text()),
+        chart.CONFIGURATION_DOC: chart.configuration_doc((root / chart.DEPLOYMENT_TEMPLATE).read_text()),
     }
 
 

@@ -1,0 +1,64 @@
+"""docs/configuration.md is generated from the settings, the chart's values and its deployment template.
+
+A setting added without `make generate`, a chart value renamed in the template, or a chart default that
+starts the operator with other settings than its own defaults fails here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from mmd_operator.cli import chart
+from mmd_operator.config import OperatorConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = (ROOT / chart.DEPLOYMENT_TEMPLATE).read_text()
+
+
+def test_committed_configuration_doc_does_not_drift() -> None:
+    committed = (ROOT / chart.CONFIGURATION_DOC).read_text()
+    assert committed == chart.configuration_doc(TEMPLATE), (
+        f"{chart.CONFIGURATION_DOC} is stale; run `make generate`"
+    )
+
+
+def test_every_setting_has_a_row() -> None:
+    doc = chart.configuration_doc(TEMPLATE)
+    rows = re.findall(r"^\| `(MMD_[A-Z_]+)` \|", doc, flags=re.MULTILINE)
+    assert rows == [f"MMD_{spec.name.upper()}" for spec in fields(OperatorConfig)]
+
+
+def test_every_variable_the_template_sets_is_read() -> None:
+    # A variable set some other way than from a value (valueFrom, a literal) would escape the doc.
+    assert len(chart.chart_settings(TEMPLATE)) == TEMPLATE.count("- name: MMD_")
+
+
+def test_the_chart_defaults_start_the_operator_with_its_own_defaults() -> None:
+    values = chart.Values().model_dump(by_alias=True)
+    env = {}
+    for setting, key in chart.chart_settings(TEMPLATE).items():
+        value = values
+        for part in key.split("."):
+            value = value[part]
+        # As the template renders it: `join ","` for a list, `quote` for the rest.
+        env[f"MMD_{setting.upper()}"] = ",".join(value) if isinstance(value, list) else str(value)
+    assert OperatorConfig.from_env(env) == OperatorConfig()
+
+
+def test_a_variable_that_is_no_setting_is_refused() -> None:
+    template = (
+        TEMPLATE
+        + "            - name: MMD_NO_SUCH_SETTING\n              value: {{ .Values.workers | quote }}\n"
+    )
+    with pytest.raises(ValueError, match="MMD_NO_SUCH_SETTING"):
+        chart.configuration_doc(template)
+
+
+def test_a_value_the_chart_does_not_have_is_refused() -> None:
+    template = TEMPLATE.replace(".Values.workers", ".Values.workerCount")
+    with pytest.raises(ValueError, match="workerCount"):
+        chart.configuration_doc(template)
