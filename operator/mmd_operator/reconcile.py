@@ -1,10 +1,12 @@
-"""One reconcile of one MultimodalDeployment: observe, plan, decide, write, report. No kopf here.
+"""One reconcile of one MultimodalDeployment: plan, observe, judge, decide, write, assess, report.
 
 Level-based and idempotent: whatever triggered it (the resource changed, a child changed, a periodic
 resync), a reconcile reads the resource and its children from the cache, derives the checked plan
-(memoised per spec), decides with the pure `desired` and `status` layers, and writes only what differs.
-A spec the API server admitted but the plan refuses is reported InvalidSpec with every field path, and
-nothing is created for it. Imports everything below it: api, plan, desired, status, kube, metrics.
+(memoised per spec), judges the world once (`judgement`), decides what to write from that (`desired`)
+and writes only what differs; after writes it observes and judges again, so the status (`status`)
+tells what the world looks like after them. A spec the API server admitted but the plan refuses is
+reported InvalidSpec with every field path, and nothing is created for it. No kopf here; imports the
+layers below it: api, plan, judgement, desired, status, kube, metrics.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from mmd_operator.api.validation import InvalidSpecError, name_problem
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import engine_build
 from mmd_operator.desired.state import desired_state
+from mmd_operator.judgement import judge
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.engine_index import record_build
@@ -39,6 +42,7 @@ from mmd_operator.kube.observe import observe
 from mmd_operator.kube.writes import WriteCount, Writer
 from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
 from mmd_operator.status import Findings, Report, report
+from mmd_operator.status.assessment import assess
 from mmd_operator.vocabulary import hashing, ownership
 
 _log = logging.getLogger(__name__)
@@ -338,7 +342,8 @@ class Reconciler:
             previous is None or previous.engine is None or previous.engine.cache_key != plan.cache_key
         ):
             metrics.ENGINE_CACHE.labels(result="hit" if observed.engine is not None else "miss").inc()
-        decision = desired_state(resource, plan, observed, config=self.config, previous=previous)
+        judged = judge(plan.cache_key, observed, previous, generation)
+        decision = desired_state(resource, plan, observed, judged, config=self.config)
         owner = ownership.owner_of(resource)
 
         for manifest in decision.apply:
@@ -368,14 +373,15 @@ class Reconciler:
             observed = observe(
                 self.store, self.client, resource, cache_key=plan.cache_key, claim=claim, now=now
             )
-            decision = desired_state(resource, plan, observed, config=self.config, previous=previous)
-        result = report(decision.findings, previous=previous, now=now)
-        engine = decision.findings.engine
-        if engine is not None and engine.reason == "BuildFailed" and not _reported(previous, "BuildFailed"):
+            judged = judge(plan.cache_key, observed, previous, generation)
+        findings = assess(resource, plan, observed, judged, decision.rendered, claim=claim)
+        result = report(findings, previous=previous, now=now)
+        engine = judged.engine
+        if engine.reason == "BuildFailed" and not _reported(previous, "BuildFailed"):
             metrics.BUILDS.labels(outcome="failed").inc()
         self._write_status(body, previous, result, count)
         requeue = result.recheck_after
-        if observed.missing or (engine is not None and engine.retry):
+        if observed.missing or engine.retry:
             requeue = min(requeue or self.config.retry_seconds, self.config.retry_seconds)
         if count.total:
             _log.info(

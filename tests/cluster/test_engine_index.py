@@ -18,10 +18,10 @@ from mmd_operator.cli.localcluster.stages import (
     FAULT_LABEL,
     FAULT_MESSAGE_ANNOTATION,
 )
+from mmd_operator.judgement.engine import pod_result
 from mmd_operator.kube import objects
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.kube.engine_index import EngineIndex, record_build
-from mmd_operator.status.engine import pod_result
 from mmd_operator.vocabulary import names
 from tests.support.builds import summary
 from tests.support.kube import Kube, restricted

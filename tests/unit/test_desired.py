@@ -29,10 +29,12 @@ from mmd_operator.facts import (
     PodFacts,
     PodPhase,
 )
+from mmd_operator.judgement import judge
+from mmd_operator.judgement.engine import describe_failure
 from mmd_operator.plan.model_repository import ModelRepository
 from mmd_operator.plan.resource_plan import ResourcePlan
-from mmd_operator.status import report
-from mmd_operator.status.engine import describe_failure
+from mmd_operator.status import Findings, report
+from mmd_operator.status.assessment import assess
 from mmd_operator.vocabulary import hashing, labels, names
 from mmd_operator.vocabulary.ownership import ObjectKey
 from tests.support.builds import summary
@@ -86,16 +88,30 @@ ME = OwnerRef(name="llava", uid=UID)
 OTHER = OwnerRef(name="llava-b", uid="other-uid")
 
 
-def decide(resource: MultimodalDeployment, plan: ResourcePlan, previous: Any = None, **facts: Any) -> Desired:
+@dataclasses.dataclass(frozen=True)
+class Decided(Desired):
+    """A decision and the findings the status layer assesses in the same world (no writes between)."""
+
+    findings: Findings | None = None
+
+
+def decide(resource: MultimodalDeployment, plan: ResourcePlan, previous: Any = None, **facts: Any) -> Decided:
     observed = Observed(now=NOW, **{"claim": bound_claim(), **facts})
-    return desired_state(resource, plan, observed, config=CONFIG, previous=previous)
+    generation = int(resource.metadata.get("generation", 1))
+    judged = judge(plan.cache_key, observed, previous, generation)
+    decision = desired_state(resource, plan, observed, judged, config=CONFIG)
+    claim = engine_build.claim_name(resource, CONFIG)
+    findings = assess(resource, plan, observed, judged, decision.rendered, claim=claim)
+    fields = {field.name: getattr(decision, field.name) for field in dataclasses.fields(decision)}
+    return Decided(**fields, findings=findings)
 
 
 def kinds(decision: Desired) -> list[str]:
     return sorted(manifest["kind"] for manifest in decision.apply)
 
 
-def status_of(decision: Desired, previous: Any = None) -> Any:
+def status_of(decision: Decided, previous: Any = None) -> Any:
+    assert decision.findings is not None
     return report(decision.findings, previous=previous, now=NOW).status
 
 
@@ -574,6 +590,7 @@ def test_a_pod_still_loading_within_its_budget_is_deploying_and_past_it_degraded
     live = live_deployment(resource, plan, ready=0)
     loading = PodFacts(meta=meta("llava-1"), phase=PodPhase.RUNNING, started=NOW - timedelta(seconds=120))
     decision = decide(resource, plan, **served(resource, plan), deployment=live, serving_pods=(loading,))
+    assert decision.findings is not None
     result = report(decision.findings, previous=None, now=NOW)
     assert result.status.phase is Phase.DEPLOYING and result.recheck_after == pytest.approx(481)
     stuck = dataclasses.replace(loading, started=NOW - timedelta(seconds=700))
@@ -609,6 +626,7 @@ def test_ready_waits_for_the_rollout_and_for_this_generation() -> None:
 def test_an_unchanged_world_gives_an_identical_status_and_no_event() -> None:
     resource, plan = example()
     decision = decide(resource, plan)
+    assert decision.findings is not None
     first = report(decision.findings, previous=None, now=NOW)
     assert [e.reason for e in first.events] == ["Building"]
     later = report(decision.findings, previous=first.status, now=NOW + timedelta(minutes=5))

@@ -1,5 +1,6 @@
 """Pure builders of everything the operator creates, and the decision of what should exist.
 
-`state.desired_state` decides for one resource; the other modules build one kind of child each. Kept
-free of imports here, so the label keys (`labels`) can be read without loading the planner.
+`state.desired_state` decides for one resource from the judgement of its world; the other modules build
+one kind of child each. The words they share with the kube adapter (labels, names, digests) live in
+`mmd_operator.vocabulary`.
 """

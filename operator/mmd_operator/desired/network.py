@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from mmd_operator.api.v1alpha1 import LabelSelector, MultimodalDeployment, NetworkPort
-from mmd_operator.desired import serving
 from mmd_operator.facts import OwnerRef
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from mmd_operator.vocabulary import kinds, labels, names, ownership
@@ -94,7 +93,7 @@ def network_policy(
             "ownerReferences": [ownership.owner_reference(owner, controller=True)],
         },
         "spec": {
-            "podSelector": {"matchLabels": serving.selector(instance)},
+            "podSelector": {"matchLabels": labels.serving_selector(instance)},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": ingress,
             "egress": egress,

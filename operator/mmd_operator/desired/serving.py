@@ -79,11 +79,6 @@ def repository_configmap(
     }
 
 
-def selector(instance: str) -> dict[str, str]:
-    """Labels that select the serving pods of `instance` (a Deployment selector never changes)."""
-    return {labels.INSTANCE: instance, labels.COMPONENT: labels.SERVING, labels.MANAGED_BY: labels.OPERATOR}
-
-
 def assembly_script(plan: ResourcePlan, code_dir: str) -> str:
     """The init container's shell script that assembles the model repository."""
     entry = f"{ENGINE_MOUNT}/{plan.cache_key}"
@@ -200,7 +195,7 @@ def deployment(
         "metadata": _serving_metadata(instance, namespace, owner),
         "spec": {
             "replicas": serving.replicas,
-            "selector": {"matchLabels": selector(instance)},
+            "selector": {"matchLabels": labels.serving_selector(instance)},
             # Never more pods than replicas: a rollout must not wait for GPUs the cluster lacks.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "progressDeadlineSeconds": serving.probes.startup_timeout_seconds + PROGRESS_MARGIN_SECONDS,
@@ -222,19 +217,9 @@ def service(resource: MultimodalDeployment, *, namespace: str, owner: OwnerRef) 
         "metadata": _serving_metadata(instance, namespace, owner),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector(instance),
+            "selector": labels.serving_selector(instance),
             "ports": [
                 {"name": name, "port": port, "targetPort": name, "protocol": "TCP"} for name, port in PORTS
             ],
         },
-    }
-
-
-def endpoints(instance: str, namespace: str) -> dict[str, str]:
-    """In-cluster URLs of the Service."""
-    host = f"{names.serving(instance)}.{namespace}.svc"
-    return {
-        "http": f"http://{host}:{HTTP_PORT}",
-        "grpc": f"grpc://{host}:{GRPC_PORT}",
-        "metrics": f"http://{host}:{METRICS_PORT}/metrics",
     }

@@ -2,7 +2,8 @@
 
 `desired_state` is the operator's whole decision, pure: the manifests to apply (each stamped with the
 digest of its content), the shared children this resource must join or leave as an owner, the objects to
-delete, a build result to record in the engine index, and the findings its status is made of.
+delete, and a build result to record in the engine index. It decides from the judgement of the world
+(`mmd_operator.judgement`); what the status says is the status layer's (`status.assess`).
 
 The rules, in the order the code follows them:
 
@@ -19,25 +20,23 @@ The rules, in the order the code follows them:
   serving the old engine, untouched. The Service is applied from the start, and so is the
   NetworkPolicy while the spec asks for one; once it no longer does, the policy is deleted.
 
-Pure: imports the api models, the plan, the config, the facts and the status analyses.
+Pure: imports the api models, the plan, the config, the facts, the judgement and the vocabulary.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from engine_builder.result_format import BuildSucceeded
-from mmd_operator.api.v1alpha1 import Endpoints, MultimodalDeployment, MultimodalDeploymentStatus
+from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import engine_build, network, serving
-from mmd_operator.facts import Meta, Observed
+from mmd_operator.facts import Observed
+from mmd_operator.judgement import Judgement, Rendered
 from mmd_operator.plan.resource_plan import ResourcePlan
-from mmd_operator.status import Findings, RepositoryState
-from mmd_operator.status.engine import engine_state
-from mmd_operator.status.serving import serving_state
 from mmd_operator.vocabulary import hashing, kinds, labels, names, ownership
 from mmd_operator.vocabulary.ownership import ObjectKey
 
@@ -46,12 +45,12 @@ from mmd_operator.vocabulary.ownership import ObjectKey
 class Desired:
     """The operator's decision for one resource."""
 
+    rendered: Rendered
     apply: tuple[dict[str, Any], ...] = ()
     join: tuple[ObjectKey, ...] = ()
     leave: tuple[ObjectKey, ...] = ()
     delete: tuple[ObjectKey, ...] = ()
     record: BuildSucceeded | None = None
-    findings: Findings = field(default_factory=lambda: Findings(generation=0))
 
     def manifest(self, kind: str) -> dict[str, Any] | None:
         """The manifest of `kind` to apply, if any."""
@@ -62,28 +61,16 @@ def _key(manifest: dict[str, Any]) -> ObjectKey:
     return ObjectKey(manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"])
 
 
-def _applied(meta: Meta | None, manifest: dict[str, Any]) -> bool:
-    """Whether the live object carries the digest of `manifest`: the operator already applied it."""
-    return meta is not None and meta.annotation(labels.APPLIED_HASH) == hashing.applied_hash(manifest)
-
-
-def selector_string(instance: str) -> str:
-    """The serving pods' label selector, in the string form of the scale subresource."""
-    return ",".join(f"{key}={value}" for key, value in sorted(serving.selector(instance).items()))
-
-
 def desired_state(
     resource: MultimodalDeployment,
     plan: ResourcePlan,
     observed: Observed,
+    judgement: Judgement,
     *,
     config: OperatorConfig,
-    previous: MultimodalDeploymentStatus | None = None,
 ) -> Desired:
-    """Decide what should exist for `resource`, whose checked plan is `plan`."""
-    instance = str(resource.metadata["name"])
+    """Decide what should exist for `resource`, whose checked plan is `plan`, from `judgement`."""
     namespace = str(resource.metadata.get("namespace", "default"))
-    generation = int(resource.metadata.get("generation", 1))
     owner = ownership.owner_of(resource)
     claim = engine_build.claim_name(resource, config)
     key = plan.cache_key
@@ -92,9 +79,7 @@ def desired_state(
     leave: list[ObjectKey] = []
     delete: list[ObjectKey] = []
 
-    engine = engine_state(key, observed, previous, generation)
-    # A Secret or source claim the build needs is missing: create nothing until it appears.
-    blocked = bool(observed.missing) and not engine.ready and observed.job is None
+    engine, blocked = judgement.engine, judgement.blocked
     if not blocked and observed.claim is None:
         apply.append(
             hashing.stamped(
@@ -141,16 +126,8 @@ def desired_state(
     size = serving.repository_size(configmap["data"])
     repository_name = configmap["metadata"]["name"]
     too_large = size > serving.CONFIGMAP_DATA_LIMIT
-    live_repositories = {meta.name: meta for meta in observed.repositories}
     if not too_large and not blocked:
         apply.append(configmap)
-    repository = RepositoryState(
-        name=repository_name,
-        size=size,
-        too_large=too_large,
-        applied=_applied(live_repositories.get(repository_name), configmap),
-        held=engine.message if blocked else None,
-    )
 
     deployment_manifest = None
     if engine.ready and not too_large:
@@ -190,40 +167,20 @@ def desired_state(
         if meta.name not in in_use and meta.owned_by(owner.uid) and not meta.deleting
     ]
 
-    live_deployment = observed.deployment
-    applied = (
-        deployment_manifest is not None
-        and live_deployment is not None
-        and _applied(live_deployment.meta, deployment_manifest)
-    )
-    serving_status = serving_state(
-        live_deployment,
-        observed.serving_pods,
-        desired=resource.spec.serving.replicas,
-        applied=applied,
-        engine_ready=engine.ready,
-        now=observed.now,
-        startup_budget=float(resource.spec.serving.probes.startup_timeout_seconds),
-    )
-    findings = Findings(
-        generation=generation,
-        cache_key=key,
-        claim=claim,
-        job=job.meta.name if job is not None else None,
-        derived=plan.limits,
-        engine=engine,
-        repository=repository,
-        serving=serving_status,
-        endpoints=Endpoints(**serving.endpoints(instance, namespace)),
-        selector=selector_string(instance),
+    rendered = Rendered(
+        repository=repository_name,
+        repository_size=size,
+        too_large=too_large,
+        repository_digest=str(hashing.applied_hash(configmap)),
+        deployment_digest=hashing.applied_hash(deployment_manifest) if deployment_manifest else None,
     )
     return Desired(
+        rendered=rendered,
         apply=tuple(apply),
         join=tuple(sorted(set(join))),
         leave=tuple(sorted(set(leave))),
         delete=tuple(sorted(set(delete))),
         record=engine.record,
-        findings=findings,
     )
 
 

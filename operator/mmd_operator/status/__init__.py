@@ -1,11 +1,11 @@
 """The status a resource shows: phase, conditions with classified reasons, and the events to post.
 
-`report` turns what one reconcile found (the spec's problems or its plan, the engine, the repository,
-the serving pods) into the status subresource and the Kubernetes Events of any phase change or new
-failure. Ready is True only when every condition is, for this generation, with the rollout finished.
-A condition keeps its lastTransitionTime while its status does not change, so an unchanged world gives
-an identical status and the operator writes nothing. Pure: imports the api models, the facts and the
-engine and serving analyses.
+`assessment.assess` gathers what one reconcile found after its writes; `report` turns it (the spec's
+problems or its plan, the engine, the repository, the serving pods) into the status subresource and
+the Kubernetes Events of any phase change or new failure. Ready is True only when every condition is,
+for this generation, with the rollout finished. A condition keeps its lastTransitionTime while its
+status does not change, so an unchanged world gives an identical status and the operator writes
+nothing. Decides no write. Pure: imports the api models and the judgement.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from mmd_operator.api.v1alpha1 import (
     Phase,
 )
 from mmd_operator.api.validation import Problem
-from mmd_operator.status.engine import ENGINE_READY, EngineState
-from mmd_operator.status.serving import ServingState
+from mmd_operator.judgement.engine import ENGINE_READY, EngineState
+from mmd_operator.judgement.serving import ServingState
 
 VALIDATED = "Validated"
 MODEL_REPOSITORY_READY = "ModelRepositoryReady"

@@ -45,3 +45,8 @@ def common(component: str) -> dict[str, str]:
 def for_instance(instance: str, component: str) -> dict[str, str]:
     """Labels of an object that belongs to one MultimodalDeployment."""
     return {**common(component), INSTANCE: instance, PART_OF: instance}
+
+
+def serving_selector(instance: str) -> dict[str, str]:
+    """Labels that select the serving pods of `instance` (a Deployment selector never changes)."""
+    return {INSTANCE: instance, COMPONENT: SERVING, MANAGED_BY: OPERATOR}

@@ -2,7 +2,7 @@
 
 Read from the engine index, the build Job and its pods. A failed build's step and last error line come
 from the builder's own termination message and reach the condition message verbatim. Pure: imports the
-facts and the builder's result format.
+api models, the facts, the kinds table and the builder's result format.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine_builder.result_format import BuildFailed, BuildSucceeded, parse_termination_message
-from mmd_operator.api.v1alpha1 import ConditionStatus, EngineSource, MultimodalDeploymentStatus
+from mmd_operator.api.v1alpha1 import EngineSource, MultimodalDeploymentStatus
 from mmd_operator.facts import JobFacts, Observed, PodFacts, PodPhase
 from mmd_operator.vocabulary.kinds import GPU_RESOURCE
 
@@ -224,8 +224,3 @@ def engine_state(
     return EngineState(
         ready=False, reason="BuildPending", message=f"creating the build Job of engine {cache_key}"
     )
-
-
-def condition_status(state: EngineState) -> ConditionStatus:
-    """True when ready, else False."""
-    return ConditionStatus.TRUE if state.ready else ConditionStatus.FALSE

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from mmd_operator.facts import DeploymentFacts, PodFacts, PodPhase
-from mmd_operator.status.engine import scheduling_reason
+from mmd_operator.judgement.engine import scheduling_reason
 
 
 @dataclass(frozen=True)

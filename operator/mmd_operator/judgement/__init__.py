@@ -1,0 +1,48 @@
+"""What one reconcile judges of a resource's world, once, for the decision and the status alike.
+
+`judge` reads the observed facts: where the engine is (ready, building, failed, to be retried, a success
+to record) and whether the build is blocked on a missing reference. `desired` decides what to write from
+the judgement; `status` reports it. `Rendered` is what the decision built that the status reports on.
+Whether serving is available (`serving.serving_state`) is judged here too, after the writes.
+
+Pure: imports the api models and the facts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mmd_operator.api.v1alpha1 import MultimodalDeploymentStatus
+from mmd_operator.facts import Observed
+from mmd_operator.judgement.engine import EngineState, engine_state
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The engine of the resource's cacheKey, and whether its build waits on a missing reference."""
+
+    engine: EngineState
+    # A Secret or source claim the build needs is missing: nothing is created until it appears.
+    blocked: bool
+
+
+def judge(
+    cache_key: str, observed: Observed, previous: MultimodalDeploymentStatus | None, generation: int
+) -> Judgement:
+    """Judge the world `observed` for the plan with `cache_key`; `previous` is the last status written."""
+    engine = engine_state(cache_key, observed, previous, generation)
+    blocked = bool(observed.missing) and not engine.ready and observed.job is None
+    return Judgement(engine=engine, blocked=blocked)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """What the decision built that the status reports on: the repository ConfigMap and the Deployment."""
+
+    repository: str
+    repository_size: int
+    # Over the ConfigMap size limit: not applied.
+    too_large: bool
+    # The digests their manifests carry once applied (None: no Deployment is wanted yet).
+    repository_digest: str
+    deployment_digest: str | None

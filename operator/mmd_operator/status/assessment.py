@@ -1,0 +1,84 @@
+"""What one reconcile found, assembled for `report` after the writes: the assess step.
+
+From the world observed after the writes, the judgement of it and what the decision rendered: whether
+the repository ConfigMap and the Deployment carry what was decided, how serving is doing, and the
+Service's endpoints. Decides nothing to write. Pure: imports the api models, the plan, the facts, the
+judgement and the vocabulary.
+"""
+
+from __future__ import annotations
+
+from mmd_operator.api.v1alpha1 import Endpoints, MultimodalDeployment
+from mmd_operator.facts import Meta, Observed
+from mmd_operator.judgement import Judgement, Rendered
+from mmd_operator.judgement.serving import serving_state
+from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
+from mmd_operator.plan.resource_plan import ResourcePlan
+from mmd_operator.status import Findings, RepositoryState
+from mmd_operator.vocabulary import labels, names
+
+
+def _carries(meta: Meta | None, digest: str | None) -> bool:
+    """Whether a live object carries `digest`: the operator already applied that manifest."""
+    return meta is not None and digest is not None and meta.annotation(labels.APPLIED_HASH) == digest
+
+
+def endpoints(instance: str, namespace: str) -> Endpoints:
+    """In-cluster URLs of the Service."""
+    host = f"{names.serving(instance)}.{namespace}.svc"
+    return Endpoints(
+        http=f"http://{host}:{HTTP_PORT}",
+        grpc=f"grpc://{host}:{GRPC_PORT}",
+        metrics=f"http://{host}:{METRICS_PORT}/metrics",
+    )
+
+
+def selector_string(instance: str) -> str:
+    """The serving pods' label selector, in the string form of the scale subresource."""
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.serving_selector(instance).items()))
+
+
+def assess(
+    resource: MultimodalDeployment,
+    plan: ResourcePlan,
+    observed: Observed,
+    judgement: Judgement,
+    rendered: Rendered,
+    *,
+    claim: str,
+) -> Findings:
+    """The findings of `resource` in the world `observed`, which `judgement` judged."""
+    instance = str(resource.metadata["name"])
+    namespace = str(resource.metadata.get("namespace", "default"))
+    engine = judgement.engine
+    live_repositories = {meta.name: meta for meta in observed.repositories}
+    repository = RepositoryState(
+        name=rendered.repository,
+        size=rendered.repository_size,
+        too_large=rendered.too_large,
+        applied=_carries(live_repositories.get(rendered.repository), rendered.repository_digest),
+        held=engine.message if judgement.blocked else None,
+    )
+    live_deployment = observed.deployment
+    serving = serving_state(
+        live_deployment,
+        observed.serving_pods,
+        desired=resource.spec.serving.replicas,
+        applied=live_deployment is not None and _carries(live_deployment.meta, rendered.deployment_digest),
+        engine_ready=engine.ready,
+        now=observed.now,
+        startup_budget=float(resource.spec.serving.probes.startup_timeout_seconds),
+    )
+    job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
+    return Findings(
+        generation=int(resource.metadata.get("generation", 1)),
+        cache_key=plan.cache_key,
+        claim=claim,
+        job=job.meta.name if job is not None else None,
+        derived=plan.limits,
+        engine=engine,
+        repository=repository,
+        serving=serving,
+        endpoints=endpoints(instance, namespace),
+        selector=selector_string(instance),
+    )
