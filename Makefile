@@ -94,7 +94,7 @@ triton-server: venv
 bench: venv
 	$(BIN)/python -m benchmarks.operator_scale $(ARGS)
 
-# Faults and the soak at full count (README, "Faults, bad input and least privilege"): 20 operator
+# Faults and the soak at full count (docs/reliability.md): 20 operator
 # SIGKILL rounds over 50 resources, 3 API server and etcd restarts, 5 rounds of each pod fault, 2 lost
 # nodes, then 30 minutes of random applies, changes and deletes with faults mixed in. About an hour;
 # `make test` runs a few rounds and a 60 s soak.
