@@ -271,11 +271,11 @@ class Controller:
         if instance := object_labels.get(labels.INSTANCE):
             names.add(instance)
         if cache_key := object_labels.get(labels.CACHE_KEY):
-            names.update(self.reconciler.users_of_cache_key(namespace, cache_key))
+            names.update(self.reconciler.plans.users_of_cache_key(namespace, cache_key))
         if claim := object_labels.get(labels.ENGINE_CACHE_CLAIM):
-            names.update(self.reconciler.users_of_claim(namespace, claim))
+            names.update(self.reconciler.plans.users_of_claim(namespace, claim))
         if kind is cached.CLAIMS:
-            names.update(self.reconciler.users_of_claim(namespace, name))
+            names.update(self.reconciler.plans.users_of_claim(namespace, name))
         return {(namespace, resource) for resource in names}
 
     # -- workers -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ Imports prometheus_client.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter as Tally
 from collections.abc import Mapping
 from typing import Any
@@ -48,3 +49,26 @@ def set_phases(phases: Mapping[Any, Phase | None]) -> None:
     tally = Tally(str(phase) for phase in phases.values() if phase is not None)
     for phase in Phase:
         RESOURCES.labels(phase=str(phase)).set(tally.get(str(phase), 0))
+
+
+class PhaseTally:
+    """Each resource's phase, published as `mmd_resources{phase}`; safe across worker threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._phases: dict[tuple[str, str], Phase] = {}
+
+    def publish(self, key: tuple[str, str], phase: Phase | None) -> None:
+        """Record `key`'s phase (None: it is gone) and publish the tally."""
+        # Under the lock, so no thread counts a dict another one is changing.
+        with self._lock:
+            if phase is None:
+                self._phases.pop(key, None)
+            else:
+                self._phases[key] = phase
+            set_phases(self._phases)
+
+    def known(self) -> set[tuple[str, str]]:
+        """Every resource with a phase here."""
+        with self._lock:
+            return set(self._phases)

@@ -43,27 +43,27 @@ def test_plans_of_specs_nobody_has_any_more_are_let_go(reconciler: Reconciler) -
     names = ("a", "b", "c")
     for round_number in range(1, 21):  # 60 plans made, the last 3 still wanted
         for index, name in enumerate(names):
-            assert not isinstance(reconciler._plan(_body(name, 10 * round_number + index)), Exception)
-    assert reconciler.plans_held == 3
+            assert not isinstance(reconciler.plans.plan(_body(name, 10 * round_number + index)), Exception)
+    assert reconciler.plans.held == 3
     for name in names:
         reconciler.forget("ml", name)
-    assert reconciler.plans_held == 0
+    assert reconciler.plans.held == 0
 
 
 def test_resources_with_one_spec_share_its_plan_until_the_last_one_goes(reconciler: Reconciler) -> None:
-    first = reconciler._plan(_body("a", 7))
+    first = reconciler.plans.plan(_body("a", 7))
     assert not isinstance(first, Exception)
-    assert reconciler._plan(_body("b", 7))[1] is first[1]  # the same plan object: not planned again
+    assert reconciler.plans.plan(_body("b", 7))[1] is first[1]  # the same plan object: not planned again
     reconciler.forget("ml", "a")
-    assert reconciler._plan(_body("c", 7))[1] is first[1]  # "b" still holds it
+    assert reconciler.plans.plan(_body("c", 7))[1] is first[1]  # "b" still holds it
     reconciler.forget("ml", "b")
     reconciler.forget("ml", "c")
-    assert reconciler._plan(_body("d", 7))[1] is not first[1]  # planned again: nobody held it
+    assert reconciler.plans.plan(_body("d", 7))[1] is not first[1]  # planned again: nobody held it
 
 
 def test_bookkeeping_left_by_a_deletion_during_a_reconcile_goes_at_the_resync(reconciler: Reconciler) -> None:
-    reconciler._plan(_body("a", 1))
-    reconciler._plan(_body("b", 2))
-    assert reconciler.plans_held == 2
+    reconciler.plans.plan(_body("a", 1))
+    reconciler.plans.plan(_body("b", 2))
+    assert reconciler.plans.held == 2
     reconciler.forget_all_but([("ml", "b")])  # "a" was deleted while its reconcile ran
-    assert reconciler.plans_held == 1
+    assert reconciler.plans.held == 1

@@ -13,13 +13,15 @@ client, the cache and the pure decision types.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine_builder.result_format import BuildSucceeded
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND
 from mmd_operator.facts import OwnerRef
 from mmd_operator.kube import cache as cached
+from mmd_operator.kube import engine_index
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.vocabulary import hashing, labels, ownership
 from mmd_operator.vocabulary.ownership import ObjectKey
@@ -58,6 +60,40 @@ class Writer:
     def __init__(self, client: KubeClient, store: cached.Cache) -> None:
         self.client = client
         self.store = store
+
+    def carry_out(
+        self,
+        namespace: str,
+        owner: OwnerRef,
+        count: WriteCount,
+        *,
+        apply: Iterable[Mapping[str, Any]],
+        join: Iterable[ObjectKey],
+        leave: Iterable[ObjectKey],
+        delete: Iterable[ObjectKey],
+    ) -> None:
+        """Apply, join, leave and delete what a decision says, in that order."""
+        for manifest in apply:
+            self.apply(manifest, count)
+        for key in join:
+            self.join(namespace, key, owner, count)
+        for key in leave:
+            self.leave(namespace, key, owner, count)
+        for key in delete:
+            self.delete(namespace, key, count)
+
+    def record_build(self, namespace: str, claim: str, summary: BuildSucceeded, count: WriteCount) -> None:
+        """Add a finished build to the engine index of `claim`, owned by the claim, and to the cache."""
+        claim_facts = self.store.get(cached.CLAIMS, namespace, claim)
+        index = engine_index.record_build(
+            self.client,
+            namespace=namespace,
+            claim=claim,
+            claim_uid=claim_facts.meta.uid if claim_facts is not None else None,
+            summary=summary,
+        )
+        self.store.put(cached.CONFIGMAPS, index)
+        count.applied.append(f"engine-index/{summary.cache_key}")
 
     def apply(self, manifest: Mapping[str, Any], count: WriteCount) -> None:
         """Apply `manifest` unless the cached object already carries its digest."""

@@ -16,7 +16,7 @@ from typing import Any
 from engine_builder import versions
 from engine_builder.plan_format import BuildPlan
 from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeployment, MultimodalDeploymentSpec
-from mmd_operator.api.validation import InvalidSpecError, check_resource
+from mmd_operator.api.validation import InvalidSpecError, Problem, check_resource, check_spec
 from mmd_operator.plan.build_plan import build_plan
 from mmd_operator.plan.cache_key import cache_key, cache_key_inputs
 from mmd_operator.plan.launch import LaunchPlan, launch_plan
@@ -96,22 +96,47 @@ def plan_spec(spec: MultimodalDeploymentSpec) -> ResourcePlan:
     )
 
 
+def _with_derivation_problems(
+    spec: MultimodalDeploymentSpec | None, problems: list[Problem]
+) -> list[Problem]:
+    """`problems` plus the derivation's, leaving out a field a CEL rule already reported (one per field)."""
+    if spec is None or not problems:
+        return problems
+    reported = {problem.path for problem in problems}
+    try:
+        derive_limits(spec)
+    except InvalidSpecError as invalid:
+        return problems + [problem for problem in invalid.problems if problem.path not in reported]
+    return problems
+
+
 def plan_resource(document: Mapping[str, Any]) -> tuple[MultimodalDeployment, ResourcePlan]:
     """Validate a MultimodalDeployment document and derive its plan, reporting every problem at once.
 
-    Schema, CEL and derivation problems are collected together, so one run lists everything to fix. A
-    derivation problem at a field a CEL rule already reported is left out: one problem per field.
+    Schema, CEL and derivation problems are collected together, so one run lists everything to fix.
 
     Raises:
         InvalidSpecError: with one problem per broken rule, each naming its field path.
     """
     resource, problems = check_resource(document)
-    if resource is not None and problems:
-        reported = {problem.path for problem in problems}
-        try:
-            derive_limits(resource.spec)
-        except InvalidSpecError as invalid:
-            problems += [problem for problem in invalid.problems if problem.path not in reported]
+    problems = _with_derivation_problems(resource.spec if resource is not None else None, problems)
     if resource is None or problems:
         raise InvalidSpecError(problems)
     return resource, plan_spec(resource.spec)
+
+
+def plan_spec_document(document: object) -> ResourcePlan:
+    """Validate a `spec` alone (as the API server holds it) and derive its plan, every problem at once.
+
+    Nothing in a plan depends on the resource's name or namespace.
+
+    Raises:
+        InvalidSpecError: with one problem per broken rule, each naming its field path.
+    """
+    if not isinstance(document, Mapping):
+        raise InvalidSpecError([Problem("spec", "required field is missing")])
+    spec, problems = check_spec(document)
+    problems = _with_derivation_problems(spec, problems)
+    if spec is None or problems:
+        raise InvalidSpecError(problems)
+    return plan_spec(spec)

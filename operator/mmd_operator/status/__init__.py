@@ -10,9 +10,12 @@ nothing. Decides no write. Pure: imports the api models and the judgement.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
 
 from mmd_operator.api.v1alpha1 import (
     Condition,
@@ -228,6 +231,16 @@ def _events(
     ):
         return (Event("Warning", ready.reason, ready.message),)
     return ()
+
+
+def previous_status(resource: Mapping[str, Any]) -> MultimodalDeploymentStatus | None:
+    """The status `resource` shows, or None: none yet, or written by another version (recomputed)."""
+    if not resource.get("status"):
+        return None
+    try:
+        return MultimodalDeploymentStatus.model_validate(resource["status"])
+    except ValidationError:
+        return None
 
 
 def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, now: datetime) -> Report:

@@ -1,0 +1,121 @@
+"""Plans memoised by spec, and which resources use which cacheKey and claim: one owner, one lock.
+
+A plan (settings, limits, rendered repository, build and launch plans) is about 55 KiB and derived from
+the spec alone, so resources with the same spec share one, held while some resource has that spec: with
+specs changing all day, an LRU of plans held megabytes for specs nobody had any more (the soak). What a
+resource's current plan uses (its cacheKey and engine-cache claim) routes the event of a shared child (a
+build Job, a claim) to every resource it concerns; the controller asks `users_of_cache_key` and
+`users_of_claim`. Safe to call from several worker threads.
+
+Imports the api's name rule, the config, the planner and the digests; no I/O.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mmd_operator.api.v1alpha1 import MultimodalDeployment
+from mmd_operator.api.validation import InvalidSpecError, name_problem
+from mmd_operator.config import OperatorConfig
+from mmd_operator.plan.resource_plan import ResourcePlan, plan_spec_document
+from mmd_operator.vocabulary import hashing
+
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Use:
+    """What a resource's current plan uses."""
+
+    cache_key: str
+    claim: str
+
+
+class PlanMemory:
+    """The checked plan of each spec some resource has, and what each resource's plan uses."""
+
+    def __init__(self, config: OperatorConfig) -> None:
+        self._config = config
+        self._lock = threading.Lock()
+        self._plans: dict[str, ResourcePlan | InvalidSpecError] = {}
+        self._holders: dict[str, set[Key]] = {}
+        self._spec_of: dict[Key, str] = {}
+        self._uses: dict[Key, Use] = {}
+
+    def plan(self, body: Mapping[str, Any]) -> tuple[MultimodalDeployment, ResourcePlan] | InvalidSpecError:
+        """The resource of `body` with its checked plan, or every problem of its spec."""
+        metadata = dict(body.get("metadata", {}))
+        name_problems = name_problem(str(metadata.get("name", "")))
+        if name_problems:
+            return InvalidSpecError(name_problems)
+        filled_spec = self._config.with_spec_defaults(body.get("spec"))
+        fingerprint = hashing.digest(filled_spec)
+        key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+        with self._lock:
+            planned = self._plans.get(fingerprint)
+        if planned is None:
+            # Outside the lock: planning takes milliseconds, and other workers need not wait for it.
+            try:
+                planned = plan_spec_document(filled_spec)
+            except InvalidSpecError as invalid:
+                planned = invalid
+        with self._lock:
+            if self._spec_of.get(key) != fingerprint:
+                self._release(key)
+                self._spec_of[key] = fingerprint
+                self._holders.setdefault(fingerprint, set()).add(key)
+            planned = self._plans.setdefault(fingerprint, planned)
+        if isinstance(planned, InvalidSpecError):
+            return planned
+        return MultimodalDeployment(metadata=metadata, spec=planned.settings.spec), planned
+
+    def record_use(self, key: Key, use: Use) -> bool:
+        """Record what `key`'s plan uses; True when its cacheKey is new to it (first look at an engine)."""
+        with self._lock:
+            known = self._uses.get(key)
+            self._uses[key] = use
+        return known is None or known.cache_key != use.cache_key
+
+    def users_of_cache_key(self, namespace: str, cache_key: str) -> list[str]:
+        """Resources in `namespace` whose current plan has `cache_key`."""
+        with self._lock:
+            return [
+                name
+                for (ns, name), use in self._uses.items()
+                if ns == namespace and use.cache_key == cache_key
+            ]
+
+    def users_of_claim(self, namespace: str, claim: str) -> list[str]:
+        """Resources in `namespace` that build into and serve from `claim`."""
+        with self._lock:
+            return [name for (ns, name), use in self._uses.items() if ns == namespace and use.claim == claim]
+
+    def forget(self, key: Key) -> None:
+        """`key` is gone: its plan goes with the last resource that had its spec."""
+        with self._lock:
+            self._release(key)
+            self._uses.pop(key, None)
+
+    def known(self) -> set[Key]:
+        """Every resource with a plan or a use here."""
+        with self._lock:
+            return set(self._spec_of) | set(self._uses)
+
+    @property
+    def held(self) -> int:
+        """How many distinct plans are held (one per spec some resource has)."""
+        with self._lock:
+            return len(self._plans)
+
+    def _release(self, key: Key) -> None:
+        fingerprint = self._spec_of.pop(key, None)
+        if fingerprint is None:
+            return
+        holders = self._holders[fingerprint]  # `plan` sets both together
+        holders.discard(key)
+        if not holders:
+            del self._holders[fingerprint]
+            self._plans.pop(fingerprint, None)
