@@ -25,6 +25,10 @@ lint: venv
 	$(BIN)/mypy
 	@echo "==> import-linter (layering in DESIGN.md)"
 	$(BIN)/lint-imports
+	@echo "==> vulture (dead code; tools/lint/dead_code_allowlist.py says what only looks unused)"
+	$(BIN)/vulture operator/mmd_operator engine_builder benchmarks tests scripts tools \
+		--min-confidence 60 --exclude "*/golden/*" \
+		--ignore-names "pytestmark,pytest_*,log_message,finalize" --ignore-decorators "@pytest.fixture,@kopf.on.*"
 
 unit: venv
 	$(BIN)/pytest tests/unit

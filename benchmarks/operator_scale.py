@@ -4,7 +4,7 @@ For each N (ascending), on one control plane with kwok GPU nodes:
 
 - **Floor**: a tight client loop, at the operator's concurrency, creates exactly the objects N resources
   lead to (the engine-index reads, the claim, one build Job per distinct engine and, once built, every
-  repository ConfigMap, Deployment and Service: `desired.state.manifests`), and the clock stops when every
+  repository ConfigMap, Deployment and Service: `desired.decision.manifests`), and the clock stops when every
   Deployment is available. `T_floor` is what the API server, the controllers and kwok need for that work.
 - **Operator**: the operator (its own process, on a ServiceAccount token) gets N resources applied at
   once, and the clock stops when every one is Ready for its generation: `T_op`. Both wait on the same
@@ -65,7 +65,7 @@ from mmd_operator.cli.localcluster.cluster import LocalCluster
 from mmd_operator.cli.localcluster.objects import NodePool
 from mmd_operator.cli.localcluster.processes import free_port
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import state
+from mmd_operator.desired import decision
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.plan.resource_plan import plan_resource
 from mmd_operator.vocabulary import labels
@@ -284,7 +284,7 @@ def floor(api: k8s.ApiClient, namespace: str, resources: list[dict[str, Any]]) -
         resource, plan = plan_resource(
             {**document, "metadata": {**document["metadata"], "namespace": namespace}}
         )
-        objects = state.manifests(resource, plan, config=config)
+        objects = decision.manifests(resource, plan, config=config)
         for manifest in objects:
             manifest["metadata"].pop("ownerReferences", None)  # no owner exists: keep them from the collector
         per_resource.append((plan.cache_key, objects))

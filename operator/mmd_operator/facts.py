@@ -88,7 +88,6 @@ class JobFacts:
     """A build Job."""
 
     meta: Meta
-    active: int = 0
     succeeded: bool = False
     failed: bool = False
     # The Job controller's reason and message when it gave up (BackoffLimitExceeded, DeadlineExceeded).

@@ -23,7 +23,7 @@ from mmd_operator.api.v1alpha1 import API_VERSION, KIND, MultimodalDeploymentSta
 from mmd_operator.api.validation import InvalidSpecError
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import engine_build
-from mmd_operator.desired.state import desired_state
+from mmd_operator.desired.decision import desired_state
 from mmd_operator.judgement import judge
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient

@@ -3,7 +3,7 @@ records successes so a later resource with the same cacheKey needs no Job.
 
 The build Job here is a real Job run by the real Job controller; kwok plays the kubelet and ends the pod
 with the termination message the engine builder would write (`termination_message`). The pods are read
-and judged the way the operator reads them (`kube.objects.pod`, `status.engine.pod_result`), and the
+and judged the way the operator reads them (`kube.object_facts.pod`, `judgement.engine.pod_result`), and the
 index is written by the operator's own `record_build`."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from mmd_operator.cli.localcluster.stages import (
     FAULT_MESSAGE_ANNOTATION,
 )
 from mmd_operator.judgement.engine import pod_result
-from mmd_operator.kube import objects
+from mmd_operator.kube import object_facts
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.kube.engine_index import EngineIndex, record_build
 from mmd_operator.vocabulary import names
@@ -40,8 +40,10 @@ def job_build_result(
 ) -> BuildSucceeded | BuildFailed | None:
     """What the newest finished pod of the Job reported, judged as the operator judges it."""
     pods = [
-        objects.pod(item)
-        for item in client.list("v1", "Pod", namespace, label_selector=f"{objects.JOB_NAME_LABEL}={job_name}")
+        object_facts.pod(item)
+        for item in client.list(
+            "v1", "Pod", namespace, label_selector=f"{object_facts.JOB_NAME_LABEL}={job_name}"
+        )
     ]
     for pod in sorted(pods, key=lambda p: p.meta.created.isoformat() if p.meta.created else "", reverse=True):
         result = pod_result(pod)

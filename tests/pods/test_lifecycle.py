@@ -266,11 +266,6 @@ def test_a_build_pod_killed_while_writing_never_exposes_a_partial_engine(
     print(f"\nbuild pod killed mid-write (exit {terminated.exit_code}); retried, nothing partial seen")
 
 
-def _engine(resources: Resources) -> dict[str, Any]:
-    engine: dict[str, Any] = (resources.get("llava").get("status") or {}).get("engine") or {}
-    return engine
-
-
 def _terminated(kube: Kube, namespace: str, pod: Any) -> Any:
     statuses = kube.core.read_namespaced_pod(pod.metadata.name, namespace).status.container_statuses or []
     return statuses[0].state.terminated if statuses else None

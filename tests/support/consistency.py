@@ -23,7 +23,7 @@ from kubernetes import watch as k8s_watch
 
 from mmd_operator.api.v1alpha1 import GROUP, PLURAL, VERSION, MultimodalDeployment
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired.state import manifests
+from mmd_operator.desired.decision import manifests
 from mmd_operator.kube.engine_index import EngineIndex
 from mmd_operator.plan.resource_plan import plan_resource
 from mmd_operator.vocabulary import hashing, labels, names

@@ -16,7 +16,7 @@ from engine_builder.result_format import BuildFailed, termination_message
 from mmd_operator.api.v1alpha1 import MultimodalDeployment, Phase
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import engine_build
-from mmd_operator.desired.state import Desired, desired_state, manifests
+from mmd_operator.desired.decision import Desired, desired_state, manifests
 from mmd_operator.facts import (
     ClaimFacts,
     DeploymentFacts,
@@ -254,7 +254,7 @@ def test_a_cache_key_in_the_engine_index_means_no_job_and_a_deployment() -> None
 
 def test_a_running_build_keeps_the_deployment_away_and_says_where_it_builds() -> None:
     resource, plan = example()
-    job = JobFacts(meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)), active=1)
+    job = JobFacts(meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)))
     pod = PodFacts(meta=meta("build-pod", created=NOW), phase=PodPhase.RUNNING, node="gpu-node-2")
     decision = decide(resource, plan, job=job, build_pods=(pod,))
     assert "Job" not in kinds(decision) and "Deployment" not in kinds(decision)
@@ -268,7 +268,7 @@ def test_a_running_build_keeps_the_deployment_away_and_says_where_it_builds() ->
 def test_a_build_waiting_for_its_engine_cache_claim_is_pending_until_the_claim_binds() -> None:
     resource, plan = example()
     unbound = dataclasses.replace(bound_claim(), phase="Pending")
-    job = JobFacts(meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)), active=1)
+    job = JobFacts(meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)))
     pod = PodFacts(
         meta=meta("build-pod", created=NOW),
         phase=PodPhase.PENDING,
@@ -285,7 +285,7 @@ def test_a_build_waiting_for_its_engine_cache_claim_is_pending_until_the_claim_b
 
 def test_a_build_pod_the_scheduler_cannot_place_reports_its_message() -> None:
     resource, plan = example()
-    job = JobFacts(meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)), active=1)
+    job = JobFacts(meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)))
     message = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
     pod = PodFacts(meta=meta("build-pod"), phase=PodPhase.PENDING, unschedulable=message)
     engine = condition(status_of(decide(resource, plan, job=job, build_pods=(pod,))), "EngineReady")
@@ -404,9 +404,7 @@ def test_a_missing_secret_creates_nothing_and_names_what_is_missing() -> None:
 
 def test_each_user_of_a_shared_job_joins_it_and_leaves_the_one_it_no_longer_uses() -> None:
     resource, plan = example()
-    shared = JobFacts(
-        meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(OTHER,)), active=1
-    )
+    shared = JobFacts(meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(OTHER,)))
     old = JobFacts(meta=meta("build-0123456789abcdef0123", owners=(ME, OTHER)), succeeded=True)
     decision = decide(resource, plan, job=shared, stale_jobs=(old,))
     assert decision.join == (ObjectKey("batch/v1", "Job", shared.meta.name),)

@@ -11,7 +11,7 @@ import yaml
 from google.protobuf import text_format
 
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired.state import manifest_files
+from mmd_operator.desired.decision import manifest_files
 from mmd_operator.knowledge import KNOWLEDGE
 from mmd_operator.plan import model_repository
 from mmd_operator.plan.repository_check import check_repository, model_config_class

@@ -10,7 +10,7 @@ from kubernetes import client as k8s
 
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.desired import network
-from mmd_operator.desired.state import manifests
+from mmd_operator.desired.decision import manifests
 from mmd_operator.facts import Meta, Missing, MissingReference, OwnerRef
 from mmd_operator.vocabulary import hashing
 from mmd_operator.vocabulary.ownership import ObjectKey

@@ -19,7 +19,7 @@ import yaml
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.api.validation import InvalidSpecError
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired.state import manifest_files
+from mmd_operator.desired.decision import manifest_files
 from mmd_operator.plan.repository_check import RepositoryError
 from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
 

@@ -3,7 +3,7 @@
 Reconciles read children from here, never by listing the API server per resource. Watch events (from
 kopf's streams) and the answers of the operator's own writes both update it, so a write is visible to
 the next reconcile at once. It holds facts, not whole objects, indexed by what lookups ask: a resource's
-children by instance label, a build's Job and pods by cacheKey and Job name, anything by owner. Thread
+children by instance label, a build's pods by Job name, anything by owner. Thread
 safe: watch handlers run on the event loop, reconciles in worker threads. Imports the fact converters.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmd_operator.facts import ClaimFacts, DeploymentFacts, JobFacts, Meta, PodFacts
-from mmd_operator.kube import objects
+from mmd_operator.kube import object_facts
 from mmd_operator.kube.engine_index import EngineIndex
 from mmd_operator.vocabulary import kinds, labels
 from mmd_operator.vocabulary.kinds import ApiKind
@@ -65,20 +65,20 @@ def _parsed(value: bytes) -> dict[str, Any]:
 
 
 def _configmap(obj: Mapping[str, Any]) -> Meta | EngineIndex:
-    facts = objects.meta(obj)
+    facts = object_facts.meta(obj)
     if facts.label(labels.COMPONENT) == labels.ENGINE_INDEX:
         return EngineIndex.from_configmap_data(obj.get("data"))
     return facts
 
 
 RESOURCES = CachedKind(kinds.MULTIMODAL_DEPLOYMENT, _slim_resource, _parsed)
-JOBS = CachedKind(kinds.JOB, objects.job)
-PODS = CachedKind(kinds.POD, objects.pod)
-DEPLOYMENTS = CachedKind(kinds.DEPLOYMENT, objects.deployment)
+JOBS = CachedKind(kinds.JOB, object_facts.job)
+PODS = CachedKind(kinds.POD, object_facts.pod)
+DEPLOYMENTS = CachedKind(kinds.DEPLOYMENT, object_facts.deployment)
 CONFIGMAPS = CachedKind(kinds.CONFIGMAP, _configmap)
-SERVICES = CachedKind(kinds.SERVICE, objects.meta)
-CLAIMS = CachedKind(kinds.CLAIM, objects.claim)
-NETWORK_POLICIES = CachedKind(kinds.NETWORK_POLICY, objects.meta)
+SERVICES = CachedKind(kinds.SERVICE, object_facts.meta)
+CLAIMS = CachedKind(kinds.CLAIM, object_facts.claim)
+NETWORK_POLICIES = CachedKind(kinds.NETWORK_POLICY, object_facts.meta)
 KINDS = (RESOURCES, JOBS, PODS, DEPLOYMENTS, CONFIGMAPS, SERVICES, CLAIMS, NETWORK_POLICIES)
 
 
@@ -94,9 +94,7 @@ class Cache:
         self._lock = threading.RLock()
         self._objects: dict[str, dict[Key, Any]] = defaultdict(dict)
         self._by_instance: dict[tuple[str, str, str], set[str]] = defaultdict(set)
-        self._by_cache_key: dict[tuple[str, str, str], set[str]] = defaultdict(set)
         self._by_job: dict[tuple[str, str], set[str]] = defaultdict(set)
-        self._synced: set[str] = set()
         # resourceVersions are etcd revisions: an older one is a version the cache has seen superseded.
         self._versions: dict[str, dict[Key, str]] = defaultdict(dict)
 
@@ -143,11 +141,6 @@ class Cache:
                 self.drop(kind, *key)
             for item in items:
                 self.put(kind, item)
-            self._synced.add(kind.kind)
-
-    def synced(self, kind: CachedKind) -> bool:
-        """Whether `kind` has been listed once (its absences can be trusted)."""
-        return kind.kind in self._synced
 
     def get(self, kind: CachedKind, namespace: str, name: str) -> Any:
         """The fact of one object, or None."""
@@ -173,12 +166,6 @@ class Cache:
         """Children of `kind` labelled as belonging to `instance`."""
         with self._lock:
             names = self._by_instance.get((kind.kind, namespace, instance), set())
-            return [kind.expand(self._objects[kind.kind][(namespace, n)]) for n in sorted(names)]
-
-    def of_cache_key(self, kind: CachedKind, namespace: str, cache_key: str) -> list[Any]:
-        """Objects of `kind` labelled with `cache_key`."""
-        with self._lock:
-            names = self._by_cache_key.get((kind.kind, namespace, cache_key), set())
             return [kind.expand(self._objects[kind.kind][(namespace, n)]) for n in sorted(names)]
 
     def pods_of_job(self, namespace: str, job: str) -> list[PodFacts]:
@@ -207,9 +194,7 @@ class Cache:
         namespace, name = key
         if instance := object_labels.get(labels.INSTANCE):
             self._by_instance[(kind, namespace, instance)].add(name)
-        if cache_key := object_labels.get(labels.CACHE_KEY):
-            self._by_cache_key[(kind, namespace, cache_key)].add(name)
-        if kind == PODS.kind and (job := object_labels.get(objects.JOB_NAME_LABEL)):
+        if kind == PODS.kind and (job := object_labels.get(object_facts.JOB_NAME_LABEL)):
             self._by_job[(namespace, job)].add(name)
 
     def _unindex(self, kind: str, key: Key) -> None:
@@ -222,11 +207,9 @@ class Cache:
         old_labels = _labels_of(old) or (
             old.get("metadata", {}).get("labels") or {} if isinstance(old, dict) else {}
         )
-        for index, label in ((self._by_instance, labels.INSTANCE), (self._by_cache_key, labels.CACHE_KEY)):
-            value = old_labels.get(label)
-            if value:
-                index[(kind, namespace, value)].discard(name)
-        if kind == PODS.kind and (job := old_labels.get(objects.JOB_NAME_LABEL)):
+        if instance := old_labels.get(labels.INSTANCE):
+            self._by_instance[(kind, namespace, instance)].discard(name)
+        if kind == PODS.kind and (job := old_labels.get(object_facts.JOB_NAME_LABEL)):
             self._by_job[(namespace, job)].discard(name)
 
 

@@ -33,7 +33,6 @@ POOL_BUFFERS = 2
 # (`--multimodal_gpu0_cuda_mem_pool_bytes 300000000`); the estimate below was never checked on a GPU,
 # so it only ever raises the pool above this floor.
 REFERENCE_POOL_BYTES = 300_000_000
-WHISPER_MEL_FRAMES = 3000
 _DTYPE_BYTES = {"TYPE_FP16": 2, "TYPE_BF16": 2, "TYPE_FP32": 4, "float16": 2, "bfloat16": 2}
 
 

@@ -27,8 +27,8 @@ from mmd_operator.api.v1alpha1 import (
     Phase,
 )
 from mmd_operator.api.validation import Problem
+from mmd_operator.judgement.availability import ServingState
 from mmd_operator.judgement.engine import ENGINE_READY, EngineState
-from mmd_operator.judgement.serving import ServingState
 
 VALIDATED = "Validated"
 MODEL_REPOSITORY_READY = "ModelRepositoryReady"
@@ -38,7 +38,6 @@ READY = "Ready"
 # the operator still works towards Ready, or while it cannot get there without a change.
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
-CONDITION_TYPES = (VALIDATED, ENGINE_READY, MODEL_REPOSITORY_READY, AVAILABLE, READY, RECONCILING, STALLED)
 # A condition message is capped so a status always fits (the CRD allows 32 KiB).
 MESSAGE_LIMIT = 4000
 _FAILED_REASONS = frozenset({"InvalidSpec", "BuildFailed", "RepositoryTooLarge"})

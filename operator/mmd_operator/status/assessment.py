@@ -11,7 +11,7 @@ from __future__ import annotations
 from mmd_operator.api.v1alpha1 import Endpoints, MultimodalDeployment
 from mmd_operator.facts import Meta, Observed
 from mmd_operator.judgement import Judgement, Rendered
-from mmd_operator.judgement.serving import serving_state
+from mmd_operator.judgement.availability import serving_state
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from mmd_operator.plan.resource_plan import ResourcePlan
 from mmd_operator.status import Findings, RepositoryState

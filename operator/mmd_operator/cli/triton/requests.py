@@ -359,10 +359,9 @@ def text_request(knowledge: ModelKnowledge, request: TextRequest) -> list[Tensor
 
 @dataclass(frozen=True)
 class Audio:
-    """Mono float32 samples at 16 kHz, and what they were before."""
+    """Mono float32 samples at 16 kHz."""
 
     samples: np.ndarray
-    source_rate: int
 
     @property
     def seconds(self) -> float:
@@ -388,7 +387,7 @@ def load_audio(path: str) -> Audio:
     mono = samples.mean(axis=1)
     if rate != WHISPER_RATE:
         mono = soxr.resample(mono, rate, WHISPER_RATE)
-    audio = Audio(np.ascontiguousarray(mono, dtype=np.float32), int(rate))
+    audio = Audio(np.ascontiguousarray(mono, dtype=np.float32))
     if audio.seconds > WHISPER_MAX_SECONDS:
         raise RequestError(
             f"{path}: {audio.seconds:.1f} s of audio; whisper_bls transcribes at most "

@@ -129,7 +129,6 @@ def job(obj: Mapping[str, Any]) -> JobFacts:
         failure = f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".strip(": ")
     return JobFacts(
         meta=meta(obj),
-        active=int(status.get("active", 0) or 0),
         succeeded=complete is not None and complete.get("status") == "True",
         failed=failure is not None,
         failure=failure,

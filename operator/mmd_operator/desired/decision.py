@@ -57,10 +57,6 @@ class Desired:
         return next((m for m in self.apply if m["kind"] == kind), None)
 
 
-def _key(manifest: dict[str, Any]) -> ObjectKey:
-    return ObjectKey(manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"])
-
-
 def desired_state(
     resource: MultimodalDeployment,
     plan: ResourcePlan,
