@@ -25,7 +25,7 @@ Pure: imports the api models, the plan, the config, the facts, the judgement and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -34,7 +34,7 @@ from engine_builder.result_format import BuildSucceeded
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import engine_build, network, serving
-from mmd_operator.facts import Observed
+from mmd_operator.facts import Observed, OwnerRef
 from mmd_operator.judgement import Judgement, Rendered
 from mmd_operator.plan.resource_plan import ResourcePlan
 from mmd_operator.vocabulary import hashing, kinds, labels, names, ownership
@@ -57,48 +57,64 @@ class Desired:
         return next((m for m in self.apply if m["kind"] == kind), None)
 
 
-def desired_state(
-    resource: MultimodalDeployment,
-    plan: ResourcePlan,
-    observed: Observed,
-    judgement: Judgement,
-    *,
-    config: OperatorConfig,
-) -> Desired:
-    """Decide what should exist for `resource`, whose checked plan is `plan`, from `judgement`."""
-    namespace = str(resource.metadata.get("namespace", "default"))
-    owner = ownership.owner_of(resource)
-    claim = engine_build.claim_name(resource, config)
-    key = plan.cache_key
-    apply: list[dict[str, Any]] = []
-    join: list[ObjectKey] = []
-    leave: list[ObjectKey] = []
-    delete: list[ObjectKey] = []
+@dataclass
+class _Writes:
+    """The decision as it is made: what to apply, join, leave and delete."""
 
-    engine, blocked = judgement.engine, judgement.blocked
-    if not blocked and observed.claim is None:
-        apply.append(
+    apply: list[dict[str, Any]] = field(default_factory=list)
+    join: list[ObjectKey] = field(default_factory=list)
+    leave: list[ObjectKey] = field(default_factory=list)
+    delete: list[ObjectKey] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Case:
+    """One resource's decision inputs, and what every part of the decision derives from them."""
+
+    resource: MultimodalDeployment
+    plan: ResourcePlan
+    observed: Observed
+    judgement: Judgement
+    config: OperatorConfig
+    namespace: str
+    owner: OwnerRef
+    claim: str
+
+
+def _engine_cache_claim(case: _Case, writes: _Writes) -> None:
+    """Create the claim, or join it as an owner when it goes with its last user; leave stale ones."""
+    claim, owner = case.observed.claim, case.owner
+    if not case.judgement.blocked and claim is None:
+        writes.apply.append(
             hashing.stamped(
-                engine_build.engine_cache_claim(resource, namespace=namespace, config=config, owner=owner)
+                engine_build.engine_cache_claim(
+                    case.resource, namespace=case.namespace, config=case.config, owner=owner
+                )
             )
         )
     elif (
-        not blocked
-        and observed.claim is not None
-        and observed.claim.managed
-        and observed.claim.meta.annotation(engine_build.CLAIM_RETENTION) == "Delete"
-        and not observed.claim.meta.owned_by(owner.uid)
+        not case.judgement.blocked
+        and claim is not None
+        and claim.managed
+        and claim.meta.annotation(engine_build.CLAIM_RETENTION) == "Delete"
+        and not claim.meta.owned_by(owner.uid)
     ):
-        join.append(ObjectKey.of(kinds.CLAIM, claim))
-    leave += [ObjectKey.of(kinds.CLAIM, stale.meta.name) for stale in observed.stale_claims]
+        writes.join.append(ObjectKey.of(kinds.CLAIM, case.claim))
+    writes.leave += [ObjectKey.of(kinds.CLAIM, stale.meta.name) for stale in case.observed.stale_claims]
 
+
+def _build_job(case: _Case, writes: _Writes) -> None:
+    """Create the cacheKey's Job once, join or retry it, and leave the Jobs of earlier cacheKeys."""
+    observed, engine, owner = case.observed, case.judgement.engine, case.owner
     job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
     job_leaving = observed.job is not None and observed.job.meta.deleting
-    job_key = ObjectKey.of(kinds.JOB, names.build_job(key, claim))
+    job_key = ObjectKey.of(kinds.JOB, names.build_job(case.plan.cache_key, case.claim))
 
     def wanted_job() -> dict[str, Any]:
         # Built only when a Job is created or a failed one judged: most reconciles need neither.
-        return engine_build.build_job(resource, plan, namespace=namespace, claim=claim, owner=owner)
+        return engine_build.build_job(
+            case.resource, case.plan, namespace=case.namespace, claim=case.claim, owner=owner
+        )
 
     # A Job that failed with another recipe than the spec's now (pod settings, retries; the cacheKey
     # covers neither), say one the fix of its spec raced, is tried again with this one.
@@ -109,74 +125,106 @@ def desired_state(
         != wanted_job()["metadata"]["annotations"][labels.BUILD_RECIPE]
     )
     if job is not None and (engine.retry or other_recipe):
-        delete.append(job_key)
+        writes.delete.append(job_key)
     elif job is not None and not job.meta.owned_by(owner.uid):
-        join.append(job_key)
+        writes.join.append(job_key)
     elif job is None and not job_leaving and not engine.ready and not observed.missing:
-        apply.append(hashing.stamped(wanted_job()))
-    leave += [ObjectKey.of(kinds.JOB, stale.meta.name) for stale in observed.stale_jobs]
+        writes.apply.append(hashing.stamped(wanted_job()))
+    writes.leave += [ObjectKey.of(kinds.JOB, stale.meta.name) for stale in observed.stale_jobs]
 
+
+def _serving(case: _Case, writes: _Writes) -> Rendered:
+    """The repository ConfigMap, the Deployment once the engine is ready, the Service and the policy."""
+    resource, namespace, owner, blocked = case.resource, case.namespace, case.owner, case.judgement.blocked
     configmap = hashing.stamped(
-        serving.repository_configmap(resource, plan, namespace=namespace, owner=owner)
+        serving.repository_configmap(resource, case.plan, namespace=namespace, owner=owner)
     )
     size = serving.repository_size(configmap["data"])
-    repository_name = configmap["metadata"]["name"]
+    repository = configmap["metadata"]["name"]
     too_large = size > serving.CONFIGMAP_DATA_LIMIT
     if not too_large and not blocked:
-        apply.append(configmap)
-
-    deployment_manifest = None
-    if engine.ready and not too_large:
-        deployment_manifest = hashing.stamped(
+        writes.apply.append(configmap)
+    deployment = None
+    if case.judgement.engine.ready and not too_large:
+        deployment = hashing.stamped(
             serving.deployment(
                 resource,
-                plan,
+                case.plan,
                 namespace=namespace,
-                claim=claim,
-                repository=repository_name,
-                config=config,
+                claim=case.claim,
+                repository=repository,
+                config=case.config,
                 owner=owner,
             )
         )
-        apply.append(deployment_manifest)
+        writes.apply.append(deployment)
     if not blocked:
-        apply.append(hashing.stamped(serving.service(resource, namespace=namespace, owner=owner)))
+        writes.apply.append(hashing.stamped(serving.service(resource, namespace=namespace, owner=owner)))
     policy = network.network_policy(resource, namespace=namespace, owner=owner)
     if policy is not None and not blocked:
-        apply.append(hashing.stamped(policy))
-    live_policy = observed.network_policy
+        writes.apply.append(hashing.stamped(policy))
+    live_policy = case.observed.network_policy
     if (
         policy is None
         and live_policy is not None
         and live_policy.owned_by(owner.uid)
         and not live_policy.deleting
     ):
-        delete.append(ObjectKey.of(kinds.NETWORK_POLICY, live_policy.name))
-
-    in_use = {repository_name}
-    if observed.deployment is not None and observed.deployment.repository:
-        in_use.add(observed.deployment.repository)
-    in_use |= {pod.repository for pod in observed.serving_pods if pod.repository}
-    delete += [
-        ObjectKey.of(kinds.CONFIGMAP, meta.name)
-        for meta in observed.repositories
-        if meta.name not in in_use and meta.owned_by(owner.uid) and not meta.deleting
-    ]
-
-    rendered = Rendered(
-        repository=repository_name,
+        writes.delete.append(ObjectKey.of(kinds.NETWORK_POLICY, live_policy.name))
+    return Rendered(
+        repository=repository,
         repository_size=size,
         too_large=too_large,
         repository_digest=str(hashing.applied_hash(configmap)),
-        deployment_digest=hashing.applied_hash(deployment_manifest) if deployment_manifest else None,
+        deployment_digest=hashing.applied_hash(deployment) if deployment else None,
     )
+
+
+def _superseded_repositories(case: _Case, writes: _Writes, repository: str) -> None:
+    """Delete repository ConfigMaps that neither the Deployment nor any pod uses any more."""
+    observed = case.observed
+    in_use = {repository}
+    if observed.deployment is not None and observed.deployment.repository:
+        in_use.add(observed.deployment.repository)
+    in_use |= {pod.repository for pod in observed.serving_pods if pod.repository}
+    writes.delete += [
+        ObjectKey.of(kinds.CONFIGMAP, meta.name)
+        for meta in observed.repositories
+        if meta.name not in in_use and meta.owned_by(case.owner.uid) and not meta.deleting
+    ]
+
+
+def desired_state(
+    resource: MultimodalDeployment,
+    plan: ResourcePlan,
+    observed: Observed,
+    judgement: Judgement,
+    *,
+    config: OperatorConfig,
+) -> Desired:
+    """Decide what should exist for `resource`, whose checked plan is `plan`, from `judgement`."""
+    case = _Case(
+        resource=resource,
+        plan=plan,
+        observed=observed,
+        judgement=judgement,
+        config=config,
+        namespace=str(resource.metadata.get("namespace", "default")),
+        owner=ownership.owner_of(resource),
+        claim=engine_build.claim_name(resource, config),
+    )
+    writes = _Writes()
+    _engine_cache_claim(case, writes)
+    _build_job(case, writes)
+    rendered = _serving(case, writes)
+    _superseded_repositories(case, writes, rendered.repository)
     return Desired(
         rendered=rendered,
-        apply=tuple(apply),
-        join=tuple(sorted(set(join))),
-        leave=tuple(sorted(set(leave))),
-        delete=tuple(sorted(set(delete))),
-        record=engine.record,
+        apply=tuple(writes.apply),
+        join=tuple(sorted(set(writes.join))),
+        leave=tuple(sorted(set(writes.leave))),
+        delete=tuple(sorted(set(writes.delete))),
+        record=judgement.engine.record,
     )
 
 
