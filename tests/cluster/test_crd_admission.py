@@ -3,6 +3,7 @@ exactly what `mmctl validate` refuses offline, with the same field paths and mes
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -173,7 +174,7 @@ def test_kubectl_explain_documents_the_fields(tools: Tools) -> None:
 
 
 @pytest.mark.usefixtures("crd_installed")
-def test_printer_columns_show_type_phase_ready_cache_key_and_age(tools: Tools, namespace: str) -> None:
+def test_printer_columns_show_type_phase_reason_ready_cache_key_and_age(tools: Tools, namespace: str) -> None:
     tools.run(
         "kubectl",
         "apply",
@@ -183,9 +184,31 @@ def test_printer_columns_show_type_phase_ready_cache_key_and_age(tools: Tools, n
         "-f",
         str(EXAMPLES[0].parent / "llava-tp2-fp8.yaml"),
     )
+    # No operator runs here: the status an operator would write, through the status subresource.
+    message = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu"
+    status = {
+        "status": {
+            "phase": "Degraded",
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "InsufficientGPUs",
+                    "message": message,
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+        }
+    }
+    tools.run(
+        "kubectl", "patch", "mmd", "llava-tp2-fp8", "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps(status),
+    )  # fmt: skip
     listing = tools.run("kubectl", "get", "mmd", "-n", namespace).stdout.splitlines()
-    assert listing[0].split() == ["NAME", "TYPE", "PHASE", "READY", "CACHE-KEY", "AGE"]
-    assert listing[1].split()[:2] == ["llava-tp2-fp8", "llava"]
+    assert listing[0].split() == ["NAME", "TYPE", "PHASE", "REASON", "READY", "CACHE-KEY", "AGE"]
+    assert listing[1].split()[:4] == ["llava-tp2-fp8", "llava", "Degraded", "InsufficientGPUs"]
     wide = tools.run("kubectl", "get", "mmd", "-n", namespace, "-o", "wide").stdout.splitlines()
-    assert wide[0].split() == ["NAME", "TYPE", "PHASE", "READY", "REPLICAS", "TP", "CACHE-KEY", "AGE"]
-    assert wide[1].split()[:2] == ["llava-tp2-fp8", "llava"]
+    header = ["NAME", "TYPE", "PHASE", "REASON", "READY", "REPLICAS", "TP", "CACHE-KEY", "AGE", "MESSAGE"]
+    assert wide[0].split() == header
+    assert wide[1].split()[:4] == ["llava-tp2-fp8", "llava", "Degraded", "InsufficientGPUs"]
+    assert wide[1].endswith(message)
