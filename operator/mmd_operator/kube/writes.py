@@ -7,7 +7,7 @@ JSON patch that appends its owner reference, and lose one by a merge patch that 
 resourceVersion it was computed from, so concurrent reconciles of different users never lose each
 other's references; the last user out deletes the child.
 Every answer goes back into the cache, so the next reconcile sees the operator's own writes. Imports the
-client, the cache and the pure decision types.
+client, the cache, the engine index, the vocabulary and the builder's result format.
 """
 
 from __future__ import annotations
