@@ -22,6 +22,8 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "MultimodalDeployment"
 PLURAL = "multimodaldeployments"
+# The extended resource GPUs are requested by (the NVIDIA device plugin's); the operator sets it.
+GPU_RESOURCE = "nvidia.com/gpu"
 SINGULAR = "multimodaldeployment"
 SHORT_NAMES = ("mmd",)
 
@@ -139,8 +141,8 @@ class ResourceRequirements(_Schema):
         json_schema_extra={
             "x-kubernetes-validations": [
                 cel_rule(
-                    "!('nvidia.com/gpu' in self.requests) && !('nvidia.com/gpu' in self.limits)",
-                    "nvidia.com/gpu is set by the operator to engine.tensorParallelSize",
+                    f"!('{GPU_RESOURCE}' in self.requests) && !('{GPU_RESOURCE}' in self.limits)",
+                    f"{GPU_RESOURCE} is set by the operator to engine.tensorParallelSize",
                 )
             ]
         }

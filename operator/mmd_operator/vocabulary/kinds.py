@@ -1,6 +1,7 @@
 """Every kind the operator touches and where it lives in the API, in one table; the GPU resource name.
 
-Pure; imports the api models (for the MultimodalDeployment's own coordinates).
+The GPU resource name is defined with the API, whose validation rules name it. Pure; imports the api
+models (for the MultimodalDeployment's own coordinates).
 """
 
 from __future__ import annotations
@@ -8,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND, PLURAL
-
-GPU_RESOURCE = "nvidia.com/gpu"
+from mmd_operator.api.v1alpha1 import GPU_RESOURCE as GPU_RESOURCE
 
 
 @dataclass(frozen=True)
