@@ -32,7 +32,7 @@ from mmd_operator.kube.observe import observe
 from mmd_operator.kube.settling import REREAD_SECONDS, UNSETTLED, SpecSettling
 from mmd_operator.kube.writes import WriteCount, Writer
 from mmd_operator.plan_memory import PlanMemory, Use
-from mmd_operator.status import Findings, Report, previous_status, report
+from mmd_operator.status import Findings, Report, previous_status, report, transition
 from mmd_operator.status.assessment import assess
 from mmd_operator.vocabulary import ownership
 
@@ -147,6 +147,7 @@ class Reconciler:
                 Findings(generation=generation, problems=planned.problems), previous=previous, now=now
             )
             self._write_status(body, previous, result, count)
+            _log_transition(namespace, name, previous, result)
             return Outcome(phase=result.status.phase, writes=count.total)
 
         resource, plan = planned
@@ -186,11 +187,12 @@ class Reconciler:
         if engine.reason == "BuildFailed" and not _reported(previous, "BuildFailed"):
             metrics.BUILDS.labels(outcome="failed").inc()
         self._write_status(body, previous, result, count)
+        _log_transition(namespace, name, previous, result)
         requeue = result.recheck_after
         if observed.missing or engine.retry:
             requeue = min(requeue or self.config.retry_seconds, self.config.retry_seconds)
         if count.total:
-            _log.info(
+            _log.debug(
                 "Reconciled %s/%s: %s",
                 namespace,
                 name,
@@ -217,6 +219,15 @@ class Reconciler:
         count.applied.append("status")
         for event in result.events:
             self.events.record(updated, type=event.type, reason=event.reason, message=event.message)
+
+
+def _log_transition(
+    namespace: str, name: str, previous: MultimodalDeploymentStatus | None, result: Report
+) -> None:
+    """A WARNING line when a resource starts failing or fails for a new reason; INFO when it recovers."""
+    change = transition(previous, result.status)
+    if change is not None:
+        (_log.warning if change.failing else _log.info)("%s/%s %s", namespace, name, change.text)
 
 
 def _reported(previous: MultimodalDeploymentStatus | None, reason: str) -> bool:

@@ -33,7 +33,7 @@ from mmd_operator.judgement import judge
 from mmd_operator.judgement.engine import describe_failure
 from mmd_operator.plan.model_repository import ModelRepository
 from mmd_operator.plan.resource_plan import ResourcePlan
-from mmd_operator.status import Findings, report
+from mmd_operator.status import Findings, report, transition
 from mmd_operator.status.assessment import assess
 from mmd_operator.vocabulary import hashing, labels, names
 from mmd_operator.vocabulary.ownership import ObjectKey
@@ -692,3 +692,24 @@ def test_reconciling_and_stalled_say_what_the_phase_says_in_the_kstatus_conventi
 )
 def test_a_failed_build_is_described_with_what_is_known(failure: BuildFailed, message: str) -> None:
     assert describe_failure(failure) == message
+
+
+def test_the_log_hears_of_a_failure_once_per_reason_and_of_the_recovery() -> None:
+    resource, plan = example()
+    building = status_of(decide(resource, plan))
+    live = live_deployment(resource, plan, ready=0)
+    crashing = PodFacts(
+        meta=meta("llava-1"),
+        phase=PodPhase.RUNNING,
+        crash_loop="container tritonserver is in CrashLoopBackOff",
+    )
+    degraded = status_of(
+        decide(resource, plan, **served(resource, plan), deployment=live, serving_pods=(crashing,)),
+        previous=building,
+    )
+    assert transition(None, building) is None and transition(building, building) is None
+    entered = transition(building, degraded)
+    assert entered is not None and entered.failing and entered.text.startswith("is Degraded: CrashLoop: ")
+    assert transition(degraded, degraded) is None  # still failing the same way: nothing more
+    recovered = transition(degraded, building)
+    assert recovered is not None and not recovered.failing and recovered.text == "recovered: Building"

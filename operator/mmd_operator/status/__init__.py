@@ -288,3 +288,33 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
         )
     recheck = serving.recheck_after if serving is not None else None
     return Report(status=status, events=_events(status, previous), recheck_after=recheck)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A change an admin tailing the operator's log should see."""
+
+    # True: the resource entered a failing phase, or its failure changed reason; False: it recovered.
+    failing: bool
+    text: str
+
+
+def _ready_condition(status: MultimodalDeploymentStatus | None) -> Condition | None:
+    if status is None:
+        return None
+    return next((c for c in status.conditions if c.type == READY), None)
+
+
+def transition(
+    previous: MultimodalDeploymentStatus | None, status: MultimodalDeploymentStatus
+) -> Transition | None:
+    """What changed for the log between the status `previous` and `status`; None when nothing did."""
+    before, now = _ready_condition(previous), _ready_condition(status)
+    was = (previous.phase, before.reason) if previous is not None and before is not None else None
+    if status.phase in _STALLED and now is not None:
+        if was == (status.phase, now.reason):
+            return None  # still failing the same way
+        return Transition(failing=True, text=f"is {status.phase}: {now.reason}: {now.message}")
+    if previous is not None and previous.phase in _STALLED:
+        return Transition(failing=False, text=f"recovered: {status.phase}")
+    return None
