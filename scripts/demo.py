@@ -180,6 +180,24 @@ class Demo:
             except ApiException:
                 time.sleep(0.25)
 
+    def show_what_exists(self, kinds: str) -> None:
+        """The resources and their children of `kinds` (comma-separated, as kubectl takes them)."""
+        step("What exists now")
+        self.run_kubectl("get", "mmd", "-n", NAMESPACE)
+        self.run_kubectl("get", kinds, "-n", NAMESPACE)
+
+
+def leave_cluster(cluster: LocalCluster, *, keep: bool, what: str) -> None:
+    """Stop the cluster this demo started, unless asked to keep it or it ran before the demo."""
+    if keep:
+        say(
+            f"\nThe {what} keeps running: export KUBECONFIG={cluster.kubeconfig}; "
+            "'make cluster-down' stops it."
+        )
+    else:
+        cluster.down()
+        say(f"\nThe {what} this demo started is stopped (make demo ARGS=--keep-cluster keeps it).")
+
 
 def ready(body: dict[str, Any]) -> bool:
     """Whether a resource reports Ready."""
@@ -356,11 +374,7 @@ def kwok_demo(args: argparse.Namespace) -> int:
 
             say(f"\n  The operator so far: {operator_figures(metrics_port)}")
 
-            step("What exists now")
-            demo.run_kubectl("get", "mmd", "-n", NAMESPACE)
-            demo.run_kubectl(
-                "get", "jobs,deployments,services,configmaps,persistentvolumeclaims", "-n", NAMESPACE
-            )
+            demo.show_what_exists("jobs,deployments,services,configmaps,persistentvolumeclaims")
             repository = after["modelRepository"]
             say(f"\n  The rendered repository of llava is ConfigMap {repository}:")
             say(f"    kubectl get configmap {repository} -n {NAMESPACE} -o yaml")
@@ -403,14 +417,7 @@ def kwok_demo(args: argparse.Namespace) -> int:
                         raise SystemExit("demo: mmctl infer failed")
                     say("  (the answer is the doubles' trace of what reached each model, not a real caption)")
             say("  tritonserver stopped")
-    if args.keep_cluster or was_running:
-        say(
-            f"\nThe control plane keeps running: export KUBECONFIG={cluster.kubeconfig}; "
-            "'make cluster-down' stops it."
-        )
-    else:
-        cluster.down()
-        say("\nThe control plane this demo started is stopped (make demo ARGS=--keep-cluster keeps it).")
+    leave_cluster(cluster, keep=args.keep_cluster or was_running, what="control plane")
     say(f"Demo done in {time.monotonic() - STARTED:.0f} s.")
     return 0
 

@@ -21,7 +21,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from demo import NAMESPACE, ROOT, Demo, example, ready, say, step
+from demo import NAMESPACE, ROOT, Demo, example, leave_cluster, ready, say, step
 from kubernetes.client.exceptions import ApiException
 
 from mmd_operator.cli.localcluster import images
@@ -163,9 +163,7 @@ def real_demo(keep_cluster: bool) -> int:
         say(f"  engine {after['engine']['cacheKey']} unchanged; build Jobs: {', '.join(demo.jobs())}")
         say(f"\n  The operator so far: {operator_figures(demo)}")
 
-        step("What exists now")
-        demo.run_kubectl("get", "mmd", "-n", NAMESPACE)
-        demo.run_kubectl("get", "jobs,deployments,services,persistentvolumeclaims", "-n", NAMESPACE)
+        demo.show_what_exists("jobs,deployments,services,persistentvolumeclaims")
 
         step("An answer from llava's serving pod, through its Service")
         address = demo.core.read_namespaced_service("llava", NAMESPACE).spec.cluster_ip
@@ -184,12 +182,5 @@ def real_demo(keep_cluster: bool) -> int:
         if answer.returncode != 0:
             raise SystemExit("demo: mmctl infer failed")
         say("  (the answer is the doubles' trace of what reached each model, not a real caption)")
-    if keep_cluster or was_running:
-        say(
-            f"\nThe cluster keeps running: export KUBECONFIG={cluster.kubeconfig}; "
-            "'make cluster-down' stops it."
-        )
-    else:
-        cluster.down()
-        say("\nThe cluster this demo started is stopped (make demo ARGS=--keep-cluster keeps it).")
+    leave_cluster(cluster, keep=keep_cluster or was_running, what="cluster")
     return 0

@@ -78,12 +78,7 @@ def api_client(local_cluster: LocalCluster) -> Iterator[k8s.ApiClient]:
 
 @pytest.fixture(scope="session")
 def kube(api_client: k8s.ApiClient) -> Kube:
-    return Kube(
-        core=k8s.CoreV1Api(api_client),
-        apps=k8s.AppsV1Api(api_client),
-        batch=k8s.BatchV1Api(api_client),
-        storage=k8s.StorageV1Api(api_client),
-    )
+    return Kube.of(api_client)
 
 
 @pytest.fixture
@@ -111,16 +106,7 @@ def namespace(request: pytest.FixtureRequest, kube: Kube) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def tools(local_cluster: LocalCluster, binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Tools:
     home = tmp_path_factory.mktemp("tools-home")
-    env = {
-        "PATH": f"{binaries.bin_dir}:{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(local_cluster.kubeconfig),
-        "HOME": str(home),
-        # helm keeps its cache, config and data under these; keep them out of the real home.
-        "HELM_CACHE_HOME": str(home / "helm-cache"),
-        "HELM_CONFIG_HOME": str(home / "helm-config"),
-        "HELM_DATA_HOME": str(home / "helm-data"),
-    }
-    return Tools(bin_dir=binaries.bin_dir, env=env)
+    return Tools.for_cluster(binaries.bin_dir, local_cluster.kubeconfig, home)
 
 
 # -- the operator ---------------------------------------------------------------------------------

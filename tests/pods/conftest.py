@@ -15,7 +15,6 @@ host reaches over its bridge (a Service through the first node's kube-proxy).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -98,27 +97,14 @@ def api_client(real_cluster: LocalCluster) -> Iterator[k8s.ApiClient]:
 
 @pytest.fixture(scope="session")
 def kube(api_client: k8s.ApiClient) -> Kube:
-    return Kube(
-        core=k8s.CoreV1Api(api_client),
-        apps=k8s.AppsV1Api(api_client),
-        batch=k8s.BatchV1Api(api_client),
-        storage=k8s.StorageV1Api(api_client),
-    )
+    return Kube.of(api_client)
 
 
 @pytest.fixture(scope="session")
 def tools(real_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Tools:
     binaries = ensure_binaries(Layout.discover(), say=print)
     home = tmp_path_factory.mktemp("tools-home")
-    env = {
-        "PATH": f"{binaries.bin_dir}:{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(real_cluster.kubeconfig),
-        "HOME": str(home),
-        "HELM_CACHE_HOME": str(home / "helm-cache"),
-        "HELM_CONFIG_HOME": str(home / "helm-config"),
-        "HELM_DATA_HOME": str(home / "helm-data"),
-    }
-    return Tools(bin_dir=binaries.bin_dir, env=env)
+    return Tools.for_cluster(binaries.bin_dir, real_cluster.kubeconfig, home)
 
 
 @pytest.fixture(scope="session")

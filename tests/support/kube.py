@@ -6,6 +6,7 @@ Imports the kubernetes client, pytest and our CRD generator and pod settings.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import time
@@ -40,6 +41,16 @@ class Kube:
     apps: Any
     batch: Any
     storage: Any
+
+    @classmethod
+    def of(cls, api_client: Any) -> Kube:
+        """The handles on `api_client` (a kubernetes.client.ApiClient)."""
+        return cls(
+            core=k8s.CoreV1Api(api_client),
+            apps=k8s.AppsV1Api(api_client),
+            batch=k8s.BatchV1Api(api_client),
+            storage=k8s.StorageV1Api(api_client),
+        )
 
     def wait_for(
         self,
@@ -103,6 +114,20 @@ class Tools:
 
     bin_dir: Path
     env: dict[str, str]
+
+    @classmethod
+    def for_cluster(cls, bin_dir: Path, kubeconfig: Path, home: Path) -> Tools:
+        """kubectl and helm in `bin_dir`, on `kubeconfig`, with a HOME (and helm's cache) of their own."""
+        env = {
+            "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+            "KUBECONFIG": str(kubeconfig),
+            "HOME": str(home),
+            # helm keeps its cache, config and data under these; keep them out of the real home.
+            "HELM_CACHE_HOME": str(home / "helm-cache"),
+            "HELM_CONFIG_HOME": str(home / "helm-config"),
+            "HELM_DATA_HOME": str(home / "helm-data"),
+        }
+        return cls(bin_dir=bin_dir, env=env)
 
     def run(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(

@@ -61,11 +61,10 @@ class BinarySpec:
 
 
 @dataclass(frozen=True)
-class Binaries:
-    """A complete, built cache directory."""
+class CacheDirectory:
+    """A complete, built cache directory: its binaries under `bin/` and what the build recorded."""
 
     root: Path
-    versions: Versions
 
     @property
     def bin_dir(self) -> Path:
@@ -76,15 +75,22 @@ class Binaries:
         """Return the path of the binary `name`."""
         return self.bin_dir / name
 
-    @property
-    def kwok_stages_dir(self) -> Path:
-        """Return the copy of the pinned kwok module's stage files."""
-        return self.root / "kwok-stages"
-
     def manifest(self) -> dict[str, object]:
         """Return what the build recorded (versions, seconds per step, sizes)."""
         loaded: dict[str, object] = json.loads((self.root / "manifest.json").read_text())
         return loaded
+
+
+@dataclass(frozen=True)
+class Binaries(CacheDirectory):
+    """The control plane's cache directory."""
+
+    versions: Versions
+
+    @property
+    def kwok_stages_dir(self) -> Path:
+        """Return the copy of the pinned kwok module's stage files."""
+        return self.root / "kwok-stages"
 
 
 def kubernetes_ldflags(version: str, minor: int, commit: str, build_date: str) -> tuple[str, ...]:

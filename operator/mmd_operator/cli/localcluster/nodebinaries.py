@@ -27,6 +27,7 @@ from pathlib import Path
 from mmd_operator.cli.localcluster.binaries import (
     KUBERNETES_TAGS,
     BinarySpec,
+    CacheDirectory,
     Printer,
     build_jobs,
     go_build_all,
@@ -63,30 +64,15 @@ _CNI_PACKAGES = {
 
 
 @dataclass(frozen=True)
-class NodeBinaries:
-    """A complete, built cache directory of node binaries."""
+class NodeBinaries(CacheDirectory):
+    """The real nodes' cache directory."""
 
-    root: Path
     versions: NodeVersions
-
-    @property
-    def bin_dir(self) -> Path:
-        """Return the directory holding every binary."""
-        return self.root / "bin"
 
     @property
     def cni_dir(self) -> Path:
         """Return the directory of the CNI plugins (containerd's `bin_dirs`)."""
         return self.bin_dir / "cni"
-
-    def path(self, name: str) -> Path:
-        """Return the path of the binary `name`."""
-        return self.bin_dir / name
-
-    def manifest(self) -> dict[str, object]:
-        """Return what the build recorded (versions, seconds per binary, sizes)."""
-        loaded: dict[str, object] = json.loads((self.root / "manifest.json").read_text())
-        return loaded
 
 
 def node_binary_specs(

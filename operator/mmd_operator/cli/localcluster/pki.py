@@ -94,6 +94,14 @@ def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
     )
 
 
+def _write_pair(
+    cert_path: Path, key_path: Path, certificate: x509.Certificate, key: ec.EllipticCurvePrivateKey
+) -> None:
+    """A certificate (world-readable) and its private key (owner only), as PEM."""
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    _write_private(key_path, _pem_key(key))
+
+
 def generate_credentials(directory: Path, extra_addresses: tuple[str, ...] = ()) -> Credentials:
     """Create a new CA, serving certificate, service-account key pair and admin token in `directory`.
 
@@ -163,10 +171,8 @@ def generate_credentials(directory: Path, extra_addresses: tuple[str, ...] = ())
         )
         .sign(ca_key, hashes.SHA256())
     )
-    credentials.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    _write_private(credentials.ca_key, _pem_key(ca_key))
-    credentials.serving_cert.write_bytes(serving_cert.public_bytes(serialization.Encoding.PEM))
-    _write_private(credentials.serving_key, _pem_key(serving_key))
+    _write_pair(credentials.ca_cert, credentials.ca_key, ca_cert, ca_key)
+    _write_pair(credentials.serving_cert, credentials.serving_key, serving_cert, serving_key)
 
     service_account_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write_private(credentials.service_account_key, _pem_key(service_account_key))
@@ -245,8 +251,7 @@ def issue_certificate(
     )
     cert_path = credentials.directory / f"{name}.crt"
     key_path = credentials.directory / f"{name}.key"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    _write_private(key_path, _pem_key(key))
+    _write_pair(cert_path, key_path, certificate, key)
     return cert_path, key_path
 
 
