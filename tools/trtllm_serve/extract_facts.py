@@ -79,7 +79,9 @@ def _resolve_default(node: ast.expr, build_defaults: dict[str, Any]) -> Any:
     """A literal, or `BuildConfig.model_fields["x"].default` / `BuildConfig.x` resolved from builder.py."""
     text = ast.unparse(node)
     if text.startswith("BuildConfig."):
-        subscripts = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        subscripts = [
+            n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        ]
         name = subscripts[0] if subscripts else text.split(".")[1]
         if name not in build_defaults:
             raise ExtractionError(f"serve.py: default {text} names no BuildConfig field in builder.py")
@@ -140,11 +142,18 @@ def extract_cli(serve_source: str, build_defaults: dict[str, Any], severity: lis
                 "dest": dests[0] if dests else flags[0].lstrip("-"),
                 "is_flag": is_flag,
                 "multiple": _literal(keywords["multiple"]) is True if "multiple" in keywords else False,
-                "default": _resolve_default(keywords["default"], build_defaults) if "default" in keywords else None,
+                "default": _resolve_default(keywords["default"], build_defaults)
+                if "default" in keywords
+                else None,
             }
             option.update({"type": "bool"} if is_flag else _option_type(keywords.get("type"), severity))
             options.append(option)
-    return {"command": "serve", "subcommands": _group_commands(tree), "arguments": arguments, "options": options}
+    return {
+        "command": "serve",
+        "subcommands": _group_commands(tree),
+        "arguments": arguments,
+        "options": options,
+    }
 
 
 def _group_commands(tree: ast.Module) -> list[str]:
@@ -177,11 +186,12 @@ def extract_build_defaults(builder_source: str) -> dict[str, Any]:
 def extract_log_levels(logger_source: str) -> list[str]:
     """The keys of `severity_map`."""
     for node in ast.walk(ast.parse(logger_source)):
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "severity_map" for t in node.targets
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "severity_map" for t in node.targets)
+            and isinstance(node.value, ast.Dict)
         ):
-            if isinstance(node.value, ast.Dict):
-                return _strings([k for k in node.value.keys if k is not None])
+            return _strings([k for k in node.value.keys if k is not None])
     raise ExtractionError("logger.py: no `severity_map = {...}`")
 
 
@@ -257,7 +267,9 @@ def _field_mapping(sources: list[str]) -> list[str]:
                 for statement in ast.walk(node):
                     if (
                         isinstance(statement, ast.Assign)
-                        and any(isinstance(t, ast.Name) and t.id == "field_mapping" for t in statement.targets)
+                        and any(
+                            isinstance(t, ast.Name) and t.id == "field_mapping" for t in statement.targets
+                        )
                         and isinstance(statement.value, ast.Dict)
                     ):
                         return _strings([k for k in statement.value.keys if k is not None])
@@ -352,7 +364,10 @@ def extract(read: Reader, sources: dict[str, Any]) -> dict[str, Any]:
 def _git_reader(git_dir: Path, rev: str) -> Reader:
     def read(path: str) -> str | None:
         result = subprocess.run(
-            ["git", f"--git-dir={git_dir}", "show", f"{rev}:{path}"], capture_output=True, text=True, check=False
+            ["git", f"--git-dir={git_dir}", "show", f"{rev}:{path}"],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         return result.stdout if result.returncode == 0 else None
 
@@ -380,7 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.git_dir is not None:
         commit = subprocess.run(
             ["git", f"--git-dir={args.git_dir}", "rev-parse", f"{args.rev}^{{commit}}"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
         reader, sources = _git_reader(args.git_dir, args.rev), {"rev": args.rev, "commit": commit}
     else:
