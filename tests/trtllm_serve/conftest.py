@@ -55,7 +55,7 @@ def qwen_dir(models_root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def qwen(qwen_dir: Path, logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Double]:
-    """Qwen2.5-VL (image, video) with the operator-like --config: Prometheus metrics on, URLs from loopback."""
+    """Qwen2.5-VL (image, video), the operator-like --config: Prometheus metrics on, URLs from loopback."""
     config = tmp_path_factory.mktemp("config") / "extra-llm-api-config.yml"
     config.write_text(OPERATOR_LIKE_CONFIG)
     double = start(qwen_dir, logs, ["--tp_size", "1", "--config", str(config)], env=URL_ENV)

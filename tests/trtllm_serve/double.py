@@ -1,4 +1,4 @@
-"""Running the trtllm-serve double as a real subprocess for the tier: model directories, start, stop, calls."""
+"""Running the trtllm-serve double as a real subprocess: model directories, start, stop, raw calls."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from mmd_operator.cli.trtllm_serve import media
 from mmd_operator.cli.trtllm_serve.models import Modality, ServedModel
@@ -96,68 +96,84 @@ class Message(_Open):
     content: str | list[str | ContentPart] | None = None
 
 
-class ChatCompletionRequest(_Strict):
-    """The real ChatCompletionRequest's fields (those every version read has); others are refused."""
+# The real ChatCompletionRequest's fields the double takes but does not use (those every version read has);
+# a name outside these and the ones ChatCompletionRequest reads is refused.
+ACCEPTED_UNUSED_FIELDS: dict[str, Any] = {
+    "frequency_penalty": float | None,
+    "logit_bias": dict[str, float] | None,
+    "logprobs": bool | None,
+    "top_logprobs": int | None,
+    "presence_penalty": float | None,
+    "response_format": dict[str, Any] | None,
+    "seed": int | None,
+    "stop": str | list[str] | None,
+    "temperature": float | None,
+    "top_p": float | None,
+    "tools": list[dict[str, Any]] | None,
+    "tool_choice": str | dict[str, Any] | None,
+    "user": str | None,
+    "best_of": int | None,
+    "use_beam_search": bool | None,
+    "top_k": int | None,
+    "top_p_min": float | None,
+    "min_p": float | None,
+    "repetition_penalty": float | None,
+    "length_penalty": float | None,
+    "stop_token_ids": list[int] | None,
+    "include_stop_str_in_output": bool | None,
+    "ignore_eos": bool | None,
+    "min_tokens": int | None,
+    "skip_special_tokens": bool | None,
+    "spaces_between_special_tokens": bool | None,
+    "truncate_prompt_tokens": int | None,
+    "lora_request": dict[str, Any] | None,
+    "echo": bool | None,
+    "add_generation_prompt": bool | None,
+    "add_special_tokens": bool | None,
+    "documents": list[dict[str, str]] | None,
+    "chat_template": str | None,
+    "chat_template_kwargs": dict[str, Any] | None,
+    "disaggregated_params": dict[str, Any] | None,
+    "cache_salt": str | None,
+    "reasoning_effort": str | None,
+    "prompt_token_ids": list[int] | None,
+}
+
+
+class ChatCompletionRequest(BaseModel):
+    """The fields of the request the double reads."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     messages: list[Message]
     model: str
-    frequency_penalty: float | None = 0.0
-    logit_bias: dict[str, float] | None = None
-    logprobs: bool | None = False
-    top_logprobs: int | None = 0
     max_completion_tokens: int | None = Field(default=None, validation_alias="max_tokens")
     n: int = 1
-    presence_penalty: float | None = 0.0
-    response_format: dict[str, Any] | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = "none"
-    user: str | None = None
-    best_of: int | None = None
-    use_beam_search: bool = False
-    top_k: int = 0
-    top_p_min: float = 0.0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    length_penalty: float | None = None
-    stop_token_ids: list[int] | None = None
-    include_stop_str_in_output: bool = False
-    ignore_eos: bool = False
-    min_tokens: int = 0
-    skip_special_tokens: bool = True
-    spaces_between_special_tokens: bool = True
-    truncate_prompt_tokens: int | None = None
-    lora_request: dict[str, Any] | None = None
-    echo: bool = False
-    add_generation_prompt: bool = True
-    add_special_tokens: bool = False
-    documents: list[dict[str, str]] | None = None
-    chat_template: str | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    disaggregated_params: dict[str, Any] | None = None
-    cache_salt: str | None = None
-    reasoning_effort: str | None = None
-    prompt_token_ids: list[int] | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _stream_options_need_stream(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("stream_options") and not data.get("stream"):
-            raise ValueError("Stream options can only be defined when stream is true.")
-        return data
+
+class _WholeRequest(ChatCompletionRequest):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# The whole request as the real server validates it: the fields above and the accepted ones, nothing else.
+_ACCEPTED: dict[str, Any] = {name: (annotation, None) for name, annotation in ACCEPTED_UNUSED_FIELDS.items()}
+_REQUEST_SCHEMA: type[BaseModel] = create_model("ChatCompletionRequest", __base__=_WholeRequest, **_ACCEPTED)
 
 
 def parse_request(body: bytes) -> ChatCompletionRequest:
     """The validated request, or ApiError 400 `{"error": ...}`."""
     try:
-        return ChatCompletionRequest.model_validate_json(body)
+        whole = _REQUEST_SCHEMA.model_validate_json(body)
+        request = ChatCompletionRequest.model_validate(
+            whole.model_dump(include=set(ChatCompletionRequest.model_fields))
+        )
     except ValidationError as error:
         raise invalid_body(error) from error
+    if request.stream_options is not None and not request.stream:
+        raise invalid_body(ValueError("Stream options can only be defined when stream is true."))
+    return request
 
 
 @dataclass(frozen=True)

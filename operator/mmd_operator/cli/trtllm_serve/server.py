@@ -83,7 +83,7 @@ class Metrics:
 
     def __init__(self, names: tuple[str, ...]) -> None:
         # The real server's multiprocess registry exposes no `_created` samples.
-        disable_created_metrics()
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
         self.registry = CollectorRegistry()
         self._metrics: dict[str, Counter | Histogram | Gauge] = {}
         labels = list(METRIC_LABELS)
