@@ -9,16 +9,13 @@ bound to this process, so none outlives the session.
 
 from __future__ import annotations
 
-import functools
-import http.server
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from mmd_operator.cli.triton.localserver import TritonInstall, TritonNotInstalledError
+from tests.support.file_host import serving_directory
 from tests.support.progress import terminal_printer
 from tests.triton.serving import EXAMPLES
 
@@ -45,22 +42,9 @@ def triton_install() -> TritonInstall:
         pytest.fail(str(error), pytrace=False)
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture(scope="session")
 def image_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """A loopback HTTP server for image URLs: (base URL, directory it serves)."""
     root = tmp_path_factory.mktemp("images")
-    handler = functools.partial(_QuietHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", root
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serving_directory(root) as base:
+        yield base, root

@@ -4,7 +4,7 @@ import sys
 
 from mmd_operator.cli import main
 
-SUBCOMMANDS = {"render", "validate", "generate", "cluster", "images", "operator", "infer", "eval-asr"}
+SUBCOMMANDS = {"render", "validate", "generate", "cluster", "images", "operator", "infer", "eval-asr", "chat"}
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

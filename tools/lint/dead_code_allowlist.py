@@ -49,3 +49,12 @@ _.idle_timeout
 # kopf's DiffBaseStorage interface (handlers._NoDiffBase overrides it).
 extra_fields
 essence
+
+# http.server's hooks and class settings, which the standard library reads (the trtllm-serve double).
+do_GET
+do_POST
+daemon_threads
+allow_reuse_address
+server_version
+sys_version
+_.close_connection
