@@ -191,6 +191,11 @@ def test_every_rule_has_a_unique_id_and_a_field_path() -> None:
     assert all(rule.path.startswith("spec.") for rule in RULES)
 
 
+def test_every_rule_is_documented() -> None:
+    documented = (ROOT / "docs" / "resource.md").read_text()
+    assert [rule.id for rule in RULES if f"`{rule.id}`" not in documented] == []
+
+
 def test_message_text_cannot_break_out_of_its_cel_string() -> None:
     with pytest.raises(ValueError, match="single quotes"):
         warning_rules._text("it's")
