@@ -82,12 +82,19 @@ def _value(path: str) -> _Cel:
     return _Cel(f"object.{path}")
 
 
-def _moving_tag(path: str) -> str:
-    """CEL: the image at `path` names no tag, or `latest`, and no digest."""
+def _moving_tag(rule_id: str, path: str, consequence: str) -> WarningRule:
+    """The image at `path` names no tag, or `latest`, and no digest: `consequence` follows."""
     image = _value(path)
-    return (
-        f"{_has(path)} && !{image}.contains('@') && "
-        f"({image}.endsWith(':latest') || !{image}.matches('^.*:[^/]*$'))"
+    return WarningRule(
+        id=rule_id,
+        path=path,
+        trap=f"{_has(path)} && !{image}.contains('@') && "
+        f"({image}.endsWith(':latest') || !{image}.matches('^.*:[^/]*$'))",
+        message=_text(
+            'is "',
+            image,
+            f'", a moving tag (latest, or none): {consequence}; pin a version tag or a digest (@sha256:...)',
+        ),
     )
 
 
@@ -172,29 +179,17 @@ RULES: tuple[WarningRule, ...] = (
             "the image hosts",
         ),
     ),
-    WarningRule(
-        id="builder-image-moving-tag",
-        path="spec.engine.builderImage",
-        trap=_moving_tag("spec.engine.builderImage"),
-        message=_text(
-            'is "',
-            _value("spec.engine.builderImage"),
-            '", a moving tag (latest, or none): the cacheKey holds the image by name, so a new image '
-            "behind the tag never rebuilds the engine, and builds on other nodes can pull another "
-            "TensorRT-LLM version; pin a version tag or a digest (@sha256:...)",
-        ),
+    _moving_tag(
+        "builder-image-moving-tag",
+        "spec.engine.builderImage",
+        "the cacheKey holds the image by name, so a new image behind the tag never rebuilds the engine, "
+        "and builds on other nodes can pull another TensorRT-LLM version",
     ),
-    WarningRule(
-        id="serving-image-moving-tag",
-        path="spec.serving.image",
-        trap=_moving_tag("spec.serving.image"),
-        message=_text(
-            'is "',
-            _value("spec.serving.image"),
-            '", a moving tag (latest, or none): a pod started after the tag moved can pull a '
-            "TensorRT-LLM runtime other than the one the engine was built with, and the engine then "
-            "fails to load; pin a version tag or a digest (@sha256:...)",
-        ),
+    _moving_tag(
+        "serving-image-moving-tag",
+        "spec.serving.image",
+        "a pod started after the tag moved can pull a TensorRT-LLM runtime other than the one the engine "
+        "was built with, and the engine then fails to load",
     ),
     WarningRule(
         id="network-policy-without-clients",
