@@ -1,13 +1,14 @@
 """Plans memoised by spec, and which resources use which cacheKey and claim: one owner, one lock.
 
 A plan (settings, limits, rendered repository, build and launch plans) is about 55 KiB and derived from
-the spec alone, so resources with the same spec share one, held while some resource has that spec: with
+the spec alone, as are the spec's warnings (tens of milliseconds of CEL), so resources with the same spec
+share them, held while some resource has that spec: with
 specs changing all day, an LRU of plans held megabytes for specs nobody had any more (the soak). What a
 resource's current plan uses (its cacheKey and engine-cache claim) routes the event of a shared child (a
 build Job, a claim) to every resource it concerns; the controller asks `users_of_cache_key` and
 `users_of_claim`. Safe to call from several worker threads.
 
-Imports the api's name rule, the config, the planner and the digests; no I/O.
+Imports the api's name rule and warning rules, the config, the planner and the digests; no I/O.
 """
 
 from __future__ import annotations
@@ -19,11 +20,20 @@ from typing import Any
 
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.api.validation import InvalidSpecError, name_problem
+from mmd_operator.api.warning_rules import spec_warnings
 from mmd_operator.config import OperatorConfig
 from mmd_operator.plan.resource_plan import ResourcePlan, plan_spec_document
 from mmd_operator.vocabulary import hashing
 
 Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A valid spec's checked plan and its warnings (`path: message` each)."""
+
+    plan: ResourcePlan
+    warnings: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -40,28 +50,27 @@ class PlanMemory:
     def __init__(self, config: OperatorConfig) -> None:
         self._config = config
         self._lock = threading.Lock()
-        self._plans: dict[str, ResourcePlan | InvalidSpecError] = {}
+        self._plans: dict[str, Planned | InvalidSpecError] = {}
         self._holders: dict[str, set[Key]] = {}
         self._spec_of: dict[Key, str] = {}
         self._uses: dict[Key, Use] = {}
 
-    def plan(self, body: Mapping[str, Any]) -> tuple[MultimodalDeployment, ResourcePlan] | InvalidSpecError:
-        """The resource of `body` with its checked plan, or every problem of its spec."""
+    def plan(self, body: Mapping[str, Any]) -> tuple[MultimodalDeployment, Planned] | InvalidSpecError:
+        """The resource of `body` with its checked plan and warnings, or every problem of its spec."""
         metadata = dict(body.get("metadata", {}))
         name_problems = name_problem(str(metadata.get("name", "")))
         if name_problems:
             return InvalidSpecError(name_problems)
-        filled_spec = self._config.with_spec_defaults(body.get("spec"))
-        fingerprint = hashing.digest(filled_spec)
+        spec = body.get("spec")
+        # The spec as stored, not as filled with the operator's defaults: the warnings speak of what the
+        # user wrote. The settings are the same for every spec, so this identifies the plan as well.
+        fingerprint = hashing.digest(spec)
         key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
         with self._lock:
             planned = self._plans.get(fingerprint)
         if planned is None:
             # Outside the lock: planning takes milliseconds, and other workers need not wait for it.
-            try:
-                planned = plan_spec_document(filled_spec)
-            except InvalidSpecError as invalid:
-                planned = invalid
+            planned = self._planned(spec)
         with self._lock:
             if self._spec_of.get(key) != fingerprint:
                 self._release(key)
@@ -70,7 +79,16 @@ class PlanMemory:
             planned = self._plans.setdefault(fingerprint, planned)
         if isinstance(planned, InvalidSpecError):
             return planned
-        return MultimodalDeployment(metadata=metadata, spec=planned.settings.spec), planned
+        return MultimodalDeployment(metadata=metadata, spec=planned.plan.settings.spec), planned
+
+    def _planned(self, spec: object) -> Planned | InvalidSpecError:
+        try:
+            plan = plan_spec_document(self._config.with_spec_defaults(spec))
+        except InvalidSpecError as invalid:
+            return invalid
+        assert isinstance(spec, Mapping)  # planning refuses anything else
+        warnings = spec_warnings(spec, default_access_mode=self._config.engine_cache_access_mode)
+        return Planned(plan, tuple(str(warning) for warning in warnings))
 
     def record_use(self, key: Key, use: Use) -> bool:
         """Record what `key`'s plan uses; True when its cacheKey is new to it (first look at an engine)."""

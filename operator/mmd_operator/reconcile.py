@@ -150,7 +150,8 @@ class Reconciler:
             _log_transition(namespace, name, previous, result)
             return Outcome(phase=result.status.phase, writes=count.total)
 
-        resource, plan = planned
+        resource, checked = planned
+        plan = checked.plan
         claim = engine_build.claim_name(resource, self.config)
         first_look = self.plans.record_use((namespace, name), Use(plan.cache_key, claim))
         observed = observe(self.store, self.client, resource, cache_key=plan.cache_key, claim=claim, now=now)
@@ -181,7 +182,9 @@ class Reconciler:
                 self.store, self.client, resource, cache_key=plan.cache_key, claim=claim, now=now
             )
             judged = judge(plan.cache_key, observed, previous, generation)
-        findings = assess(resource, plan, observed, judged, decision.rendered, claim=claim)
+        findings = assess(
+            resource, plan, observed, judged, decision.rendered, claim=claim, warnings=checked.warnings
+        )
         result = report(findings, previous=previous, now=now)
         engine = judged.engine
         if engine.reason == "BuildFailed" and not _reported(previous, "BuildFailed"):

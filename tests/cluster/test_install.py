@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / chart.CHART_DIR
 LLAVA = ROOT / "examples" / "llava.yaml"
 SECTIONS = ("spec", "rules", "subjects", "roleRef", "data")
+WARNING_POLICY = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
 
 
 def _documents(text: str) -> list[dict[str, Any]]:
@@ -80,15 +81,17 @@ def test_the_chart_lints_strictly_and_the_api_server_accepts_what_it_renders_in_
         tools.run("helm", "lint", "--strict", str(CHART), *values)
         rendered = _helm_template(tools, "-n", release_namespace, *values)
         kinds = sorted(d["kind"] for d in _documents(rendered))
+        common = ["ServiceAccount", "CustomResourceDefinition", "Service", "Deployment", *WARNING_POLICY]
         if mode == "cluster-wide":
-            roles = ["ClusterRole", "ClusterRoleBinding"]
-            common = ["ServiceAccount", "CustomResourceDefinition", "Service", "Deployment"]
-            assert kinds == sorted([*common, *roles])
+            assert kinds == sorted([*common, "ClusterRole", "ClusterRoleBinding"])
         else:
             # Not one cluster-wide permission: a Role and its binding in each watched namespace.
-            assert kinds == sorted(
-                ["ServiceAccount", "CustomResourceDefinition", "Role", "RoleBinding", "Service", "Deployment"]
-            )
+            assert kinds == sorted([*common, "Role", "RoleBinding"])
+            (binding,) = [d for d in _documents(rendered) if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+            # The warnings, too, only where the operator is given resources.
+            assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace]}
+            ]
         manifest = Path(tools.env["HOME"]) / f"rendered-{mode}.yaml"
         manifest.write_text(rendered)
         applied = tools.run("kubectl", "apply", "--dry-run=server", "--server-side", "-f", str(manifest))
@@ -97,6 +100,8 @@ def test_the_chart_lints_strictly_and_the_api_server_accepts_what_it_renders_in_
     assert "kind: ServiceMonitor" in monitor
     without_crd = _helm_template(tools, "--set", "crds.enabled=false")
     assert "CustomResourceDefinition" not in without_crd
+    without_warnings = _helm_template(tools, "--set", "admissionWarnings.enabled=false")
+    assert "ValidatingAdmissionPolicy" not in without_warnings
     crd = next(d for d in _documents(_helm_template(tools)) if d["kind"] == "CustomResourceDefinition")
     # The chart's CRD is the generated one, never a copy that could age.
     assert crd["spec"] == crdgen.crd()["spec"]

@@ -33,7 +33,7 @@ from mmd_operator.judgement import judge
 from mmd_operator.judgement.engine import describe_failure
 from mmd_operator.plan.model_repository import ModelRepository
 from mmd_operator.plan.resource_plan import ResourcePlan
-from mmd_operator.status import Findings, report, transition
+from mmd_operator.status import SPEC_WARNINGS, Findings, report, transition
 from mmd_operator.status.assessment import assess
 from mmd_operator.vocabulary import hashing, labels, names
 from mmd_operator.vocabulary.ownership import ObjectKey
@@ -629,6 +629,27 @@ def test_an_unchanged_world_gives_an_identical_status_and_no_event() -> None:
     assert [e.reason for e in first.events] == ["Building"]
     later = report(decision.findings, previous=first.status, now=NOW + timedelta(minutes=5))
     assert later.status == first.status and later.events == ()
+
+
+def test_warnings_are_a_status_note_and_one_event_and_never_hold_ready_back() -> None:
+    resource, plan = example()
+    findings = decide(resource, plan).findings
+    assert findings is not None
+    warned = dataclasses.replace(findings, warnings=("spec.x: a trap", "spec.y: another"))
+    first = report(warned, previous=None, now=NOW)
+    assert first.status.warnings == ["spec.x: a trap", "spec.y: another"]
+    assert [(e.type, e.reason) for e in first.events] == [("Normal", "Building"), ("Warning", SPEC_WARNINGS)]
+    assert first.events[1].message == "2 warnings about the spec: spec.x: a trap; spec.y: another"
+    unwarned = report(findings, previous=None, now=NOW).status
+    # The same phase and conditions as without warnings.
+    assert first.status.phase == unwarned.phase and first.status.conditions == unwarned.conditions
+    # At rest: the identical status and no event.
+    later = report(warned, previous=first.status, now=NOW + timedelta(minutes=10))
+    assert later.status == first.status and later.events == ()
+    # Cleared: the field goes, with no event.
+    cleared = report(findings, previous=first.status, now=NOW + timedelta(minutes=20))
+    assert cleared.status.warnings is None and cleared.events == ()
+    assert "warnings" not in cleared.status.model_dump(by_alias=True, exclude_none=True)
 
 
 def test_endpoints_and_selector_point_at_the_service() -> None:

@@ -18,6 +18,7 @@ service_monitor
 watch_namespaces
 crds
 service_account
+admission_warnings
 pod_annotations
 tensorrt_llm_assumed
 

@@ -63,6 +63,9 @@ SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 # Kubernetes' own quantity syntax: a decimal number, then a binary or decimal suffix or an exponent.
 _NUMBER = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
 QUANTITY_PATTERN = rf"^(\+|-)?{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?{_NUMBER}))?$"
+# Status warnings: at most this many, each at most this long (a status always fits).
+MAX_WARNINGS = 32
+WARNING_MAX_LENGTH = 4096
 # Longest resource name: `<name>-repo-<10 hex>` and pod names derived from `<name>` must stay valid.
 MAX_NAME_LENGTH = 48
 
@@ -882,6 +885,13 @@ class MultimodalDeploymentStatus(_Schema):
     """Serving pods ready."""
     selector: str | None = None
     """Label selector of the serving pods (for the scale subresource and autoscalers)."""
+    warnings: list[Annotated[str, Field(max_length=WARNING_MAX_LENGTH)]] | None = Field(
+        None, max_length=MAX_WARNINGS
+    )
+    """Traps the spec walks into that the API server admits but a real cluster punishes (a ReadWriteOnce
+    engine cache with several replicas, a model revision that is not a commit, ...), one `field path:
+    message` each: the words `kubectl apply` prints where the chart's admission policy is installed, and
+    `mmctl validate` offline. A note only: they never hold Ready back."""
 
 
 class MultimodalDeployment(_Schema):

@@ -84,8 +84,9 @@ _CEL = celpy.Environment()
 
 
 @cache
-def _program(rule: str) -> celpy.Runner:
-    return _CEL.program(_CEL.compile(rule))
+def cel_program(expression: str) -> celpy.Runner:
+    """The compiled CEL `expression`, compiled once per process."""
+    return _CEL.program(_CEL.compile(expression))
 
 
 @cache
@@ -109,7 +110,7 @@ def _cel_problems(value: Any, schema: Mapping[str, Any], path: str, old: Any = _
         if transition:
             activation["oldSelf"] = json_to_cel(old)
         try:
-            passed = bool(_program(rule["rule"]).evaluate(activation))
+            passed = bool(cel_program(rule["rule"]).evaluate(activation))
         except CELEvalError as error:
             problems.append(Problem(target, f"rule {rule['rule']!r} could not be evaluated: {error}"))
             continue

@@ -3,14 +3,16 @@
 - `values.yaml`, every key with its description as a comment, and `values.schema.json`, so helm refuses
   a misspelt or mistyped value, both from `Values`;
 - `templates/crd.yaml`, the generated CRD behind `crds.enabled`, with `helm.sh/resource-policy: keep`
-  behind `crds.keep` (a CRD under `templates/`, unlike one under `crds/`, is upgraded by `helm upgrade`).
+  behind `crds.keep` (a CRD under `templates/`, unlike one under `crds/`, is upgraded by `helm upgrade`);
+- `templates/admission-warnings.yaml`, the ValidatingAdmissionPolicy of `api.warning_rules` and its
+  binding behind `admissionWarnings.enabled`, confined to `watchNamespaces` when they are set.
 
 The chart's templates turn each value into the operator's `MMD_*` variable (`config.OperatorConfig`).
 `configuration_doc` writes `docs/configuration.md` from the same sources: every operator setting with the
 chart value that sets it (read from the deployment template) and its command-line flag, then every other
 chart value. `mmctl generate` writes these files; a test fails when they drift. Imports pydantic, PyYAML,
-the CRD generator, the settings, the operator's command line and the pinned versions; `plain_manifests`
-runs helm.
+the CRD generator and warning rules, the settings, the operator's command line and the pinned versions;
+`plain_manifests` runs helm.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pydantic.alias_generators import to_camel
 
 from engine_builder import versions
 from mmd_operator import main as operator_main
-from mmd_operator.api import crdgen
+from mmd_operator.api import crdgen, warning_rules
 from mmd_operator.config import DEFAULT_CLAIM, OperatorConfig
 
 CHART_DIR = "charts/mmd-operator"
@@ -62,6 +64,18 @@ class Crds(_Values):
     """Install and upgrade the CRD with the chart. Turn off when the CRD is managed elsewhere."""
     keep: bool = True
     """Keep the CRD, and so every MultimodalDeployment, when the release is uninstalled."""
+
+
+class AdmissionWarnings(_Values):
+    """Warnings at `kubectl apply` for specs that the API server admits but a real cluster punishes."""
+
+    enabled: bool = True
+    """Install a ValidatingAdmissionPolicy and its binding (admissionregistration.k8s.io/v1, Kubernetes
+    1.30 or later, no webhook) with validationActions Warn and Audit: `kubectl apply` prints a warning,
+    and the audit log records it, for a ReadWriteOnce engine cache with several replicas, a model
+    revision that is not a commit hash and the other traps `mmctl validate` warns of. It never refuses
+    anything. With `watchNamespaces` it covers those namespaces only. Turn it off before Kubernetes 1.30;
+    the operator reports the same warnings in each resource's status either way."""
 
 
 class ServiceAccount(_Values):
@@ -148,6 +162,8 @@ class Values(_Values):
     cluster-wide roles. Otherwise one Role per namespace and no cluster-wide permission at all."""
     crds: Crds = Field(default_factory=Crds)
     """The CRD."""
+    admission_warnings: AdmissionWarnings = Field(default_factory=AdmissionWarnings)
+    """The admission policy that warns at `kubectl apply`."""
     service_account: ServiceAccount = Field(default_factory=ServiceAccount)
     """The ServiceAccount."""
     rbac: Rbac = Field(default_factory=Rbac)
@@ -263,12 +279,55 @@ def crd_template(crd: dict[str, Any] | None = None) -> str:
     )
 
 
+_WARNINGS_NAME = '{{ include "mmd-operator.fullname" . }}-warnings'
+_LABELS = '  labels:\n    {{- include "mmd-operator.labels" . | nindent 4 }}\n'
+
+
+def admission_warnings_template() -> str:
+    """`templates/admission-warnings.yaml`: the warning rules' admission policy and binding.
+
+    Raises:
+        ValueError: when a rule contains '{{', which helm would read as a template action.
+    """
+    policy = yaml.safe_dump({"spec": warning_rules.admission_policy_spec()}, sort_keys=False, width=120)
+    if "{{" in policy:
+        raise ValueError("a warning rule contains '{{', which helm would read as a template action")
+    return (
+        f"{_HEADER}{{{{- if .Values.admissionWarnings.enabled }}}}\n"
+        "apiVersion: admissionregistration.k8s.io/v1\n"
+        "kind: ValidatingAdmissionPolicy\n"
+        f"metadata:\n  name: {_WARNINGS_NAME}\n{_LABELS}"
+        f"{policy}"
+        "---\n"
+        "apiVersion: admissionregistration.k8s.io/v1\n"
+        "kind: ValidatingAdmissionPolicyBinding\n"
+        f"metadata:\n  name: {_WARNINGS_NAME}\n{_LABELS}"
+        "spec:\n"
+        f"  policyName: {_WARNINGS_NAME}\n"
+        "  validationActions: [Warn, Audit]\n"
+        "  {{- if .Values.watchNamespaces }}\n"
+        "  matchResources:\n"
+        "    namespaceSelector:\n"
+        "      matchExpressions:\n"
+        "        - key: kubernetes.io/metadata.name\n"
+        "          operator: In\n"
+        "          values:\n"
+        "            {{- toYaml .Values.watchNamespaces | nindent 12 }}\n"
+        "  {{- end }}\n"
+        "{{- end }}\n"
+    )
+
+
+ADMISSION_WARNINGS_TEMPLATE = f"{CHART_DIR}/templates/admission-warnings.yaml"
+
+
 def generated_files() -> dict[str, str]:
     """The chart's generated files, relative to the repository root."""
     return {
         f"{CHART_DIR}/values.yaml": values_yaml(),
         f"{CHART_DIR}/values.schema.json": json.dumps(values_schema(), indent=2) + "\n",
         f"{CHART_DIR}/templates/crd.yaml": crd_template(),
+        ADMISSION_WARNINGS_TEMPLATE: admission_warnings_template(),
     }
 
 

@@ -13,7 +13,17 @@ from collections.abc import Callable, Sequence
 
 # Each sub-command module exposes `register(subparsers)`, which adds its parser and sets
 # `handler` (a function of the parsed namespace returning an exit code).
-_SUBCOMMAND_MODULES = ("render", "generate", "cluster", "images", "run_operator", "infer", "eval_asr", "chat")
+_SUBCOMMAND_MODULES = (
+    "render",
+    "validate",
+    "generate",
+    "cluster",
+    "images",
+    "run_operator",
+    "infer",
+    "eval_asr",
+    "chat",
+)
 EXIT_MISSING_EXTRA = 2
 
 

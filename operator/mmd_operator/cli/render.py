@@ -1,9 +1,9 @@
-"""`mmctl render` and `mmctl validate`: what the operator would build and serve, computed offline.
+"""`mmctl render`: what the operator would build and serve for one MultimodalDeployment, computed offline.
 
-`render` writes the model repository, the derived limits, the build plan, the launch command and, under
-`manifests/`, every object the operator applies for one MultimodalDeployment (computed by the same
-code); `validate` only checks it. Invalid input prints one line per problem (field path
-and rule), exits non-zero and writes nothing.
+It writes the model repository, the derived limits, the build plan, the launch command and, under
+`manifests/`, every object the operator applies for the resource (computed by the same code). Invalid
+input prints one line per problem (field path and rule), exits non-zero and writes nothing; `validate`
+checks many resources at once.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.api.validation import InvalidSpecError
+from mmd_operator.cli.documents import InputError, read_documents
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired.decision import manifest_files
 from mmd_operator.plan.repository_check import RepositoryError
@@ -28,32 +27,21 @@ EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 
 
-class InputError(Exception):
-    """The input file cannot be read as one MultimodalDeployment document."""
-
-
 def load_document(path: Path) -> dict[str, Any]:
-    """Read the single YAML document in `path`.
+    """Read the single YAML document in `path` (`-` for stdin).
 
     Raises:
         InputError: if the file is missing, is not YAML, or does not hold exactly one mapping.
     """
-    try:
-        text = path.read_text() if str(path) != "-" else sys.stdin.read()
-    except OSError as error:
-        raise InputError(f"{path}: cannot read: {error.strerror}") from None
-    try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise InputError(f"{path}: not valid YAML{where}: {problem}") from None
-    if len(documents) != 1 or not isinstance(documents[0], dict):
+    documents, error = read_documents(str(path))
+    if error is not None:
+        raise error
+    if len(documents) != 1 or not isinstance(documents[0].content, dict):
         raise InputError(
-            f"{path}: expected exactly one MultimodalDeployment document, found {len(documents)}"
+            f"{path}: expected exactly one MultimodalDeployment document, found {len(documents)} "
+            "(mmctl validate reads several)"
         )
-    return documents[0]
+    return documents[0].content
 
 
 def load_and_plan(path: Path) -> tuple[MultimodalDeployment, ResourcePlan]:
@@ -123,24 +111,8 @@ def run_render(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_validate(args: argparse.Namespace) -> int:
-    """Handle `mmctl validate`."""
-    path = Path(args.file)
-    loaded = _load_or_report(path)
-    if isinstance(loaded, int):
-        return loaded
-    resource, plan = loaded
-    limits = plan.limits
-    print(
-        f"{path}: valid {resource.metadata.get('name')} ({plan.settings.knowledge.model_type}), "
-        f"cacheKey {plan.cache_key}, max_batch_size {limits.max_batch_size}, "
-        f"max_multimodal_len {limits.max_multimodal_len}"
-    )
-    return 0
-
-
 def register(subparsers: Any) -> None:
-    """Add `render` and `validate` to `subparsers`."""
+    """Add `render` to `subparsers`."""
     render = subparsers.add_parser(
         "render",
         help="write the model repository, derived limits, build plan and launch argv of a resource",
@@ -149,10 +121,3 @@ def register(subparsers: Any) -> None:
     render.add_argument("-f", "--file", required=True, help="MultimodalDeployment YAML ('-' for stdin)")
     render.add_argument("-o", "--output", required=True, help="directory to write into")
     render.set_defaults(handler=run_render)
-    validate = subparsers.add_parser(
-        "validate",
-        help="check a resource against every rule without writing anything",
-        description="Validate one MultimodalDeployment: schema, CEL rules and derived limits.",
-    )
-    validate.add_argument("-f", "--file", required=True, help="MultimodalDeployment YAML ('-' for stdin)")
-    validate.set_defaults(handler=run_validate)

@@ -1,8 +1,9 @@
 """The status a resource shows: phase, conditions with classified reasons, and the events to post.
 
 `assessment.assess` gathers what one reconcile found after its writes; `report` turns it (the spec's
-problems or its plan, the engine, the repository, the serving pods) into the status subresource and
-the Kubernetes Events of any phase change or new failure. Ready is True only when every condition is,
+problems or its plan, the engine, the repository, the serving pods, the spec's warnings) into the status
+subresource and the Kubernetes Events of any phase change, new failure or new warnings. Warnings are a
+note in `status.warnings` and never hold Ready back. Ready is True only when every condition is,
 for this generation, with the rollout finished. A condition keeps its lastTransitionTime while its
 status does not change, so an unchanged world gives an identical status and the operator writes
 nothing. Decides no write. Pure: imports the api models and the judgement.
@@ -18,6 +19,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from mmd_operator.api.v1alpha1 import (
+    MAX_WARNINGS,
+    WARNING_MAX_LENGTH,
     Condition,
     ConditionStatus,
     DerivedLimits,
@@ -40,6 +43,8 @@ RECONCILING = "Reconciling"
 STALLED = "Stalled"
 # A condition message is capped so a status always fits (the CRD allows 32 KiB).
 MESSAGE_LIMIT = 4000
+# The reason of the Warning event that lists the spec's warnings when they change.
+SPEC_WARNINGS = "SpecWarnings"
 _FAILED_REASONS = frozenset({"InvalidSpec", "BuildFailed", "RepositoryTooLarge"})
 
 
@@ -88,10 +93,12 @@ class Findings:
     serving: ServingState | None = None
     endpoints: Endpoints | None = None
     selector: str | None = None
+    # Traps the spec walks into (`api.warning_rules`), "path: message" each; never a reason to wait.
+    warnings: Sequence[str] = ()
 
 
-def _clip(message: str) -> str:
-    return message if len(message) <= MESSAGE_LIMIT else message[: MESSAGE_LIMIT - 1] + "…"
+def _clip(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    return message if len(message) <= limit else message[: limit - 1] + "…"
 
 
 def _condition(kind: str, ok: bool | None, reason: str, message: str, generation: int) -> Condition:
@@ -212,7 +219,24 @@ def _keep_transition_times(
     return kept
 
 
+def _warning_event(
+    status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
+) -> tuple[Event, ...]:
+    """A Warning event when the spec's warnings change to some (none when they clear or stay)."""
+    if not status.warnings or (previous is not None and previous.warnings == status.warnings):
+        return ()
+    count = len(status.warnings)
+    message = f"{count} warning{'s' if count != 1 else ''} about the spec: {'; '.join(status.warnings)}"
+    return (Event("Warning", SPEC_WARNINGS, _clip(message)),)
+
+
 def _events(
+    status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
+) -> tuple[Event, ...]:
+    return _phase_events(status, previous) + _warning_event(status, previous)
+
+
+def _phase_events(
     status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
 ) -> tuple[Event, ...]:
     ready = next(c for c in status.conditions if c.type == READY)
@@ -271,6 +295,7 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
         updated_replicas=serving.updated_replicas if serving is not None else None,
         ready_replicas=serving.ready_replicas if serving is not None else None,
         selector=findings.selector,
+        warnings=[_clip(w, WARNING_MAX_LENGTH) for w in findings.warnings[:MAX_WARNINGS]] or None,
     )
     if findings.problems and previous is not None:
         # An invalid spec changes nothing that runs: keep showing what does.

@@ -2,11 +2,13 @@
 
 From the world observed after the writes, the judgement of it and what the decision rendered: whether
 the repository ConfigMap and the Deployment carry what was decided, how serving is doing, and the
-Service's endpoints. Decides nothing to write. Pure: imports the api models, the plan, the facts, the
-judgement and the vocabulary.
+Service's endpoints; the spec's warnings are carried through. Decides nothing to write. Pure: imports
+the api models, the plan, the facts, the judgement and the vocabulary.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from mmd_operator.api.v1alpha1 import Endpoints, MultimodalDeployment
 from mmd_operator.facts import Meta, Observed
@@ -46,8 +48,9 @@ def assess(
     rendered: Rendered,
     *,
     claim: str,
+    warnings: Sequence[str] = (),
 ) -> Findings:
-    """The findings of `resource` in the world `observed`, which `judgement` judged."""
+    """The findings of `resource` in the world `observed`, which `judgement` judged, with `warnings`."""
     instance = str(resource.metadata["name"])
     namespace = str(resource.metadata.get("namespace", "default"))
     engine = judgement.engine
@@ -81,4 +84,5 @@ def assess(
         serving=serving,
         endpoints=endpoints(instance, namespace),
         selector=selector_string(instance),
+        warnings=warnings,
     )
