@@ -31,6 +31,7 @@ from mmd_operator.facts import (
 )
 from mmd_operator.judgement import judge
 from mmd_operator.judgement.engine import describe_failure
+from mmd_operator.judgement.placement import build_demand
 from mmd_operator.plan.model_repository import ModelRepository
 from mmd_operator.plan.resource_plan import ResourcePlan
 from mmd_operator.status import Findings, report, transition
@@ -98,7 +99,7 @@ class Decided(Desired):
 def decide(resource: MultimodalDeployment, plan: ResourcePlan, previous: Any = None, **facts: Any) -> Decided:
     observed = Observed(now=NOW, **{"claim": bound_claim(), **facts})
     generation = int(resource.metadata.get("generation", 1))
-    judged = judge(plan.cache_key, observed, previous, generation)
+    judged = judge(plan.cache_key, observed, previous, generation, build_demand(resource.spec))
     decision = desired_state(resource, plan, observed, judged, config=CONFIG)
     claim = engine_build.claim_name(resource, CONFIG)
     findings = assess(resource, plan, observed, judged, decision.rendered, claim=claim)
@@ -329,7 +330,11 @@ def test_a_failed_build_reports_the_builders_step_and_reason_verbatim_and_is_not
     decision = decide(resource, plan, job=job, build_pods=(pod,))
     status = status_of(decision)
     assert status.phase is Phase.FAILED
-    assert condition(status, "Ready").message == "step build-llm failed (exit code 1): CUDA out of memory"
+    assert condition(status, "EngineReady").message == "step build-llm failed (exit code 1): CUDA out of memory"
+    assert condition(status, "Ready").message == (
+        f"step build-llm failed (exit code 1): CUDA out of memory; kubectl logs job/{job.meta.name} has the "
+        "rest, and a change of the spec (or deleting the Job) builds again."
+    )
     assert decision.delete == () and "Job" not in kinds(decision)
     # Reported at this generation: looking again changes nothing.
     again = decide(resource, plan, previous=status, job=job, build_pods=(pod,))
@@ -565,7 +570,11 @@ def test_serving_trouble_makes_the_phase_degraded_with_what_kubernetes_said() ->
     )
     assert status.phase is Phase.DEGRADED
     assert condition(status, "Available").reason == "InsufficientGPUs"
-    assert scheduler in condition(status, "Ready").message
+    assert condition(status, "Available").message == (
+        "pod llava-2 cannot be scheduled: spec.serving.replicas 2 x spec.engine.tensorParallelSize 1 = 2 "
+        f"nvidia.com/gpu. Scheduler: {scheduler}"
+    )
+    assert condition(status, "Ready").message.startswith("spec.serving.replicas 2 x ")
     crash = PodFacts(
         meta=meta("llava-2"),
         phase=PodPhase.RUNNING,

@@ -80,6 +80,11 @@ class Rbac(_Values):
 
     create: bool = True
     """Create the roles and their bindings (cluster-wide, or one Role per watched namespace)."""
+    read_nodes: bool = _DEFAULTS.read_nodes
+    """Let the operator list nodes, read-only, so that a pod it cannot place is reported with the GPUs
+    of the nodes it may use. The cost: a ClusterRole and binding even with `watchNamespaces`, and the
+    operator sees every node's name, labels, taints, capacity and status. Off: those messages give the
+    spec's side of the sum only."""
 
 
 class EngineCache(_Values):
