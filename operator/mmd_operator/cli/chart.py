@@ -338,12 +338,16 @@ def _chart_values(model: BaseModel, prefix: str = "") -> dict[str, tuple[Any, st
 def _setting_default(value: object) -> str:
     if value is None or value == ():
         return "empty"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return f"`{value}`"
 
 
 def _setting_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean (true or false)"
     if isinstance(value, int):
         return "integer"
     if isinstance(value, float):

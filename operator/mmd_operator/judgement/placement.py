@@ -332,7 +332,7 @@ def unschedulable(pod: PodFacts, demand: GpuDemand, nodes: Nodes | None) -> Unpl
     found = match(placement, nodes)
     blocked = obstacle(found, demand)
     requested = _requested(nodes, found)
-    held = f"; the operator's pods request {requested} of them" if requested else ""
+    held = f"; this operator's pods already request {requested} of these GPUs" if requested else ""
     if blocked is None:
         room = f", room for {found.room(demand.gpus_per_pod)} pods" if demand.role == "serving" else ""
         message = f"{who} cannot be scheduled: {demand.arithmetic()}; {nodes_offered(found)}{room}{held}"
