@@ -287,6 +287,13 @@ def obstacle(found: NodeMatch, demand: GpuDemand) -> Obstacle | None:
     return None
 
 
+def explain(blocked: Obstacle, demand: GpuDemand) -> str:
+    """What keeps the pods off and what to do, in one clause (the Ready sentence and the preflight)."""
+    if blocked.gpus:
+        return f"{demand.arithmetic()}, but {blocked.what}; {blocked.fix}"
+    return f"{blocked.what}; {blocked.fix}"
+
+
 # -- the operator's message ------------------------------------------------------------------------
 
 
@@ -346,10 +353,8 @@ def unschedulable(pod: PodFacts, demand: GpuDemand, nodes: Nodes | None) -> Unpl
                 f"the scheduler cannot place {who} for a reason other than GPUs, node selectors and taints: "
                 f"see the {demand.condition} condition, which quotes it."
             )
-    elif blocked.gpus:
-        message = f"{who} cannot be scheduled: {demand.arithmetic()}; {blocked.what}{held}"
-        summary = f"{demand.arithmetic()}, but {blocked.what}; {blocked.fix} {figures}."
     else:
         message = f"{who} cannot be scheduled: {demand.arithmetic()}; {blocked.what}"
-        summary = f"{blocked.what}; {blocked.fix} {figures}."
+        message += held if blocked.gpus else ""
+        summary = f"{explain(blocked, demand)} {figures}."
     return Unplaced(reason, f"{message}. Scheduler: {words}", summary)
