@@ -258,13 +258,17 @@ def obstacle(found: NodeMatch, demand: GpuDemand) -> Obstacle | None:
         taints = sorted({str(t) for node in found.selected for t in untolerated(found.pod, node)})
         keys = sorted({t.key for node in found.selected for t in untolerated(found.pod, node)})
         field = f"{pod_field}.tolerations"
-        nodes = f"the {len(found.selected)} node{'s' if len(found.selected) != 1 else ''} with {GPU_RESOURCE}"
+        one = len(found.selected) == 1
+        nodes = f"the {len(found.selected)} node{'' if one else 's'} with {GPU_RESOURCE}"
         if found.pod.node_selector or found.pod.affinity_terms:
             nodes += f" that {pod_field} selects"
+        carry = (
+            "carries a taint" if one and len(taints) == 1 else "carry taints" if not one else "carries taints"
+        )
         return Obstacle(
             ObstacleKind.TAINTS,
             field,
-            f"{nodes} carry taints the pod does not tolerate: {_listed(taints, LISTED_VALUES)}",
+            f"{nodes} {carry} the pod does not tolerate: {_listed(taints, LISTED_VALUES)}",
             f"add a toleration for {_listed(keys, LISTED_VALUES)} to {field}",
         )
     if not found.fitting:
