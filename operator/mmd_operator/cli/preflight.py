@@ -31,6 +31,7 @@ from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import engine_build
 from mmd_operator.desired.decision import manifests
+from mmd_operator.facts import Nodes
 from mmd_operator.judgement.placement import (
     GpuDemand,
     ObstacleKind,
@@ -219,7 +220,7 @@ def _engine_built(checks: _Checks, claim: str, cache_key: str) -> bool:
     return index is not None and EngineIndex.from_configmap_data(index.get("data")).get(cache_key) is not None
 
 
-def _placement(checks: _Checks, pod_spec: dict[str, Any], demand: GpuDemand, nodes: Any) -> None:
+def _placement(checks: _Checks, pod_spec: dict[str, Any], demand: GpuDemand, nodes: Nodes) -> None:
     found = match(object_facts.pod_placement(pod_spec), nodes)
     blocked = obstacle(found, demand)
     if blocked is None:

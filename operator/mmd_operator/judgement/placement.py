@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 from mmd_operator.api.v1alpha1 import GPU_RESOURCE, MultimodalDeploymentSpec
 from mmd_operator.facts import NodeFacts, NodeRequirement, Nodes, PodFacts, PodPlacement, Taint, Toleration
@@ -37,8 +38,7 @@ def scheduling_reason(message: str) -> str:
 class GpuDemand:
     """What the spec asks of the scheduler for one kind of pod, and the fields that say it."""
 
-    # "build" or "serving".
-    role: str
+    role: Literal["build", "serving"]
     pods: int
     gpus_per_pod: int
 

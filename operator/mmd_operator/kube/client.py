@@ -93,6 +93,13 @@ class KubeClient:
         )
         return cls(k8s.ApiClient(configuration), field_manager=field_manager)
 
+    @staticmethod
+    def kubeconfig_namespace(path: str | None = None, *, context: str | None = None) -> str:
+        """The namespace a kubeconfig's context (`context`, else the current one) names; else `default`."""
+        contexts, current = k8s_config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
+        chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+        return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+
     def close(self) -> None:
         """Release the connection pool."""
         self._api.close()  # type: ignore[no-untyped-call]
