@@ -48,6 +48,8 @@ class OperatorConfig:
     health_port: int = 8081
     log_level: str = "INFO"
     log_format: str = "text"
+    # List the nodes (cluster-wide) while a pod cannot be scheduled, to name their GPUs in the message.
+    read_nodes: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:

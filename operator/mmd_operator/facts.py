@@ -3,7 +3,8 @@
 The kube adapter reduces live objects (Jobs, pods, Deployments, claims, the engine index) to these facts;
 the pure layers (`desired`, `status`) decide from them alone. Keeping them small keeps the operator's
 cache small at a thousand resources, and keeping them plain makes every decision testable without a
-cluster. Pure: imports only the builder's result format.
+cluster. Nodes are facts too, read only while a pod cannot be scheduled (`kube.nodes`). Pure: imports
+only the builder's result format.
 """
 
 from __future__ import annotations
@@ -49,6 +50,71 @@ class Meta:
         return any(owner.uid == uid for owner in self.owners)
 
 
+@dataclass(frozen=True)
+class Toleration:
+    """A taint a pod tolerates (core/v1 Toleration; `toleration_seconds` changes nothing for placement)."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A node's taint."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(frozen=True)
+class NodeRequirement:
+    """One requirement of a required node-affinity term: a label (or, with `field`, metadata.name)."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+    field: bool = False
+
+
+@dataclass(frozen=True)
+class PodPlacement:
+    """What the scheduler matches a pod against nodes with: selector, node affinity, tolerations, GPUs."""
+
+    gpus: int = 0
+    node_selector: tuple[tuple[str, str], ...] = ()
+    # requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms: any term, all of its requirements.
+    affinity_terms: tuple[tuple[NodeRequirement, ...], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """A node that offers GPUs: what placement reads of it."""
+
+    name: str
+    # Allocatable nvidia.com/gpu.
+    gpus: int
+    labels: tuple[tuple[str, str], ...] = ()
+    # The NoSchedule and NoExecute taints (a cordoned node's included), the only ones that keep pods off.
+    taints: tuple[Taint, ...] = ()
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """The cluster's nodes as placement sees them: those with GPUs, and how many there are in all."""
+
+    total: int
+    with_gpus: tuple[NodeFacts, ...] = ()
+    # GPUs the operator's own build and serving pods request, by node (pods the operator watches).
+    requested: tuple[tuple[str, int], ...] = ()
+
+
 class PodPhase(StrEnum):
     """A pod's phase, as Kubernetes reports it."""
 
@@ -81,6 +147,10 @@ class PodFacts:
     # Ready=False while its containers are ready: the node controller's mark when the node stopped
     # reporting (a kubelet never writes that combination).
     node_lost: bool = False
+    # The nvidia.com/gpu it asks for.
+    gpus: int = 0
+    # What the scheduler matched it against nodes with: kept only while it cannot be scheduled.
+    placement: PodPlacement | None = None
 
 
 @dataclass(frozen=True)
@@ -133,11 +203,12 @@ class Missing(StrEnum):
 
 @dataclass(frozen=True)
 class MissingReference:
-    """What is missing, where the spec names it, and how to say it."""
+    """What is missing, where the spec names it, how to say it, and what to do about it."""
 
     kind: Missing
     field: str
     message: str
+    fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -162,3 +233,6 @@ class Observed:
     stale_claims: tuple[ClaimFacts, ...] = ()
     # The serving pods' NetworkPolicy, if one exists (there is one only while the spec asks for it).
     network_policy: Meta | None = None
+    # The nodes, read only while one of the resource's pods cannot be scheduled and the operator may
+    # read them; None otherwise.
+    nodes: Nodes | None = None

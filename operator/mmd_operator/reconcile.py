@@ -24,10 +24,13 @@ from mmd_operator.api.validation import InvalidSpecError
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import engine_build
 from mmd_operator.desired.decision import desired_state
+from mmd_operator.facts import Observed
 from mmd_operator.judgement import judge
+from mmd_operator.judgement.placement import build_demand
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.events import EventRecorder
+from mmd_operator.kube.nodes import NodeDirectory
 from mmd_operator.kube.observe import observe
 from mmd_operator.kube.settling import REREAD_SECONDS, UNSETTLED, SpecSettling
 from mmd_operator.kube.writes import WriteCount, Writer
@@ -68,6 +71,7 @@ class Reconciler:
         self.clock = clock
         self.plans = PlanMemory(config)
         self.settling = SpecSettling(client, store)
+        self.nodes = NodeDirectory(client, enabled=config.read_nodes)
         self.phases = metrics.PhaseTally()
 
     def forget(self, namespace: str, name: str) -> None:
@@ -154,12 +158,25 @@ class Reconciler:
         plan = checked.plan
         claim = engine_build.claim_name(resource, self.config)
         first_look = self.plans.record_use((namespace, name), Use(plan.cache_key, claim))
-        observed = observe(self.store, self.client, resource, cache_key=plan.cache_key, claim=claim, now=now)
+
+        def look() -> Observed:
+            return observe(
+                self.store,
+                self.client,
+                resource,
+                cache_key=plan.cache_key,
+                claim=claim,
+                now=now,
+                nodes=self.nodes,
+            )
+
+        observed = look()
         if first_look and (
             previous is None or previous.engine is None or previous.engine.cache_key != plan.cache_key
         ):
             metrics.ENGINE_CACHE.labels(result="hit" if observed.engine is not None else "miss").inc()
-        judged = judge(plan.cache_key, observed, previous, generation)
+        build = build_demand(resource.spec)
+        judged = judge(plan.cache_key, observed, previous, generation, build)
         decision = desired_state(resource, plan, observed, judged, config=self.config)
 
         self.writer.carry_out(
@@ -178,10 +195,8 @@ class Reconciler:
 
         if count.total:
             # Report what the world looks like after these writes, not before them.
-            observed = observe(
-                self.store, self.client, resource, cache_key=plan.cache_key, claim=claim, now=now
-            )
-            judged = judge(plan.cache_key, observed, previous, generation)
+            observed = look()
+            judged = judge(plan.cache_key, observed, previous, generation, build)
         findings = assess(
             resource, plan, observed, judged, decision.rendered, claim=claim, warnings=checked.warnings
         )

@@ -9,6 +9,7 @@ is applied, and every fixed resource must converge to Ready for its generation.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from mmd_operator.api import v1alpha1
-from mmd_operator.cli.localcluster.objects import NodePool, gpu_node
+from mmd_operator.cli.localcluster.objects import NodePool
 from mmd_operator.vocabulary import labels
 from tests.support.bad_inputs import (
     AT_ADMISSION,
@@ -37,6 +38,7 @@ from tests.support.bad_inputs import (
     claim,
 )
 from tests.support.kube import Kube, Resources, Tools
+from tests.support.nodes import extra_gpu_nodes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
@@ -51,30 +53,12 @@ MORE_NODES = (
 
 @pytest.fixture
 def more_gpu_nodes(kube: Kube) -> Iterator[None]:
-    names = [name for pool in MORE_NODES for name in pool.node_names()]
-    for pool in MORE_NODES:
-        for name in pool.node_names():
-            node = gpu_node(name, pool)
-            if pool.gpus_per_node < 8:
-                node["spec"]["taints"] = [{"key": SMALL_NODE_TAINT, "value": "true", "effect": "NoSchedule"}]
-            try:
-                kube.core.create_node(node)
-            except ApiException as error:
-                if error.status != 409:
-                    raise
-
-    def ready() -> bool:
-        nodes = {n.metadata.name: n for n in kube.core.list_node(label_selector="type=kwok").items}
-        return all(
-            name in nodes
-            and any(c.type == "Ready" and c.status == "True" for c in nodes[name].status.conditions or [])
-            for name in names
-        )
-
-    kube.wait_for("the extra GPU nodes to be Ready", ready, timeout=60)
-    yield
-    for name in names:
-        kube.core.delete_node(name)
+    small_taint = {"key": SMALL_NODE_TAINT, "value": "true", "effect": "NoSchedule"}
+    with contextlib.ExitStack() as nodes:
+        for pool in MORE_NODES:
+            taints = (small_taint,) if pool.gpus_per_node < 8 else ()
+            nodes.enter_context(extra_gpu_nodes(kube, pool, taints=taints))
+        yield
 
 
 def _create(kube: Kube, namespace: str, manifest: dict[str, Any]) -> None:

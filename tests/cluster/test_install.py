@@ -82,16 +82,26 @@ def test_the_chart_lints_strictly_and_the_api_server_accepts_what_it_renders_in_
         rendered = _helm_template(tools, "-n", release_namespace, *values)
         kinds = sorted(d["kind"] for d in _documents(rendered))
         common = ["ServiceAccount", "CustomResourceDefinition", "Service", "Deployment", *WARNING_POLICY]
+        # Listing nodes (rbac.readNodes, on by default) is a ClusterRole of its own in both modes.
+        nodes = ["ClusterRole", "ClusterRoleBinding"]
         if mode == "cluster-wide":
-            assert kinds == sorted([*common, "ClusterRole", "ClusterRoleBinding"])
+            assert kinds == sorted([*common, "ClusterRole", "ClusterRoleBinding", *nodes])
         else:
-            # Not one cluster-wide permission: a Role and its binding in each watched namespace.
-            assert kinds == sorted([*common, "Role", "RoleBinding"])
+            # A Role and its binding in each watched namespace, and cluster-wide nothing but nodes.
+            assert kinds == sorted([*common, "Role", "RoleBinding", *nodes])
+            without = _helm_template(tools, "-n", release_namespace, *values, "--set", "rbac.readNodes=false")
+            assert sorted(d["kind"] for d in _documents(without)) == sorted([*common, "Role", "RoleBinding"])
             (binding,) = [d for d in _documents(rendered) if d["kind"] == "ValidatingAdmissionPolicyBinding"]
             # The warnings, too, only where the operator is given resources.
             assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
                 {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace]}
             ]
+        node_role = next(
+            d
+            for d in _documents(rendered)
+            if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-nodes")
+        )
+        assert node_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
         manifest = Path(tools.env["HOME"]) / f"rendered-{mode}.yaml"
         manifest.write_text(rendered)
         applied = tools.run("kubectl", "apply", "--dry-run=server", "--server-side", "-f", str(manifest))
@@ -134,7 +144,7 @@ def test_every_value_reaches_the_operator_as_its_setting(tools: Tools) -> None:
         tools,
         "--set", "watchNamespaces={a,b}", "--set", "workers=3", "--set", "resyncSeconds=90",
         "--set", "engineCache.storageClassName=fast", "--set", "images.serving=mirror.example/serving:1",
-        "--set", "logging.format=json", "--set", "metrics.port=9100",
+        "--set", "logging.format=json", "--set", "metrics.port=9100", "--set", "rbac.readNodes=false",
     )  # fmt: skip
     deployment = next(d for d in _documents(rendered) if d["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
@@ -149,6 +159,7 @@ def test_every_value_reaches_the_operator_as_its_setting(tools: Tools) -> None:
 
     config = OperatorConfig.from_env(env)
     assert config.namespaces == ("a", "b") and config.serving_image == "mirror.example/serving:1"
+    assert env["MMD_READ_NODES"] == "false" and config.read_nodes is False
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
 
 
@@ -290,6 +301,7 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
     resource = "multimodaldeployments.serving.multimodal.dev"
     assert _can(tools, who, "patch", resource, "--subresource=status", *where)
     assert _can(tools, who, "get", "secrets", *where)
+    assert _can(tools, who, "list", "nodes")  # rbac.readNodes, for the scheduling messages
     must_not = [
         ["list", "secrets", *where],
         ["watch", "secrets", *where],
@@ -298,6 +310,7 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
         ["delete", "multimodaldeployments.serving.multimodal.dev", *where],
         ["patch", "nodes"],
         ["create", "nodes"],
+        ["watch", "nodes"],
         ["update", "customresourcedefinitions.apiextensions.k8s.io"],
         ["get", "certificates.cert-manager.io", *where],
         ["create", "clusterrolebindings.rbac.authorization.k8s.io"],

@@ -188,7 +188,14 @@ def test_a_failing_build_reports_the_builders_reason_and_recovers_once_the_spec_
     failed = resources.wait_phase("llava", "Failed")
     ready = next(c for c in failed["status"]["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "BuildFailed"
-    assert ready["message"] == "step build-llm failed (exit code 1): [TensorRT-LLM][ERROR] CUDA out of memory"
+    line = "step build-llm failed (exit code 1): [TensorRT-LLM][ERROR] CUDA out of memory"
+    engine = next(c for c in failed["status"]["conditions"] if c["type"] == "EngineReady")
+    assert engine["message"] == line
+    job = failed["status"]["engine"]["job"]
+    assert ready["message"] == (
+        f"{line}; kubectl logs job/{job} has the rest, and a change of the spec (or deleting the Job) builds "
+        "again."
+    )
     events = kube.core.list_namespaced_event(namespace, field_selector="involvedObject.name=llava").items
     assert any(
         e.type == "Warning" and e.reason == "Failed" and "CUDA out of memory" in e.message for e in events
@@ -212,7 +219,9 @@ def test_a_missing_token_secret_fails_naming_it_creates_nothing_and_recovers_whe
     ready = next(c for c in failed["status"]["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "SecretNotFound"
     assert ready["message"] == (
-        f"spec.model.source.huggingface.tokenSecretRef: Secret huggingface not found in namespace {namespace}"
+        f"spec.model.source.huggingface.tokenSecretRef: Secret huggingface not found in namespace "
+        f"{namespace}: create it with kubectl create secret generic huggingface -n {namespace} "
+        "--from-literal=token=<your Hugging Face token>."
     )
     assert jobs(kube, namespace) == []
     assert children(kube, namespace, "mllama") == {"configmaps": [], "deployments": [], "services": []}

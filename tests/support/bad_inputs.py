@@ -845,8 +845,9 @@ CASES: list[BadInput] = [
             ),
         ),
         UNSCHEDULABLE,
-        "",
-        "Insufficient nvidia.com/gpu",
+        # Ready's one sentence names the field and the GPUs; EngineReady also quotes the scheduler.
+        "spec.engine.tensorParallelSize",
+        "4 = 4 nvidia.com/gpu for one build pod",
         reason="InsufficientGPUs",
         fix=_spec(engine={"tensorParallelSize": 2}),
     ),

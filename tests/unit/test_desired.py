@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from kubernetes import client as k8s
 from engine_builder.plan_format import BuildPlan
 from engine_builder.result_format import BuildFailed, termination_message
 from mmd_operator.api.v1alpha1 import MultimodalDeployment, Phase
+from mmd_operator.api.validation import Problem
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import engine_build
 from mmd_operator.desired.decision import Desired, desired_state, manifests
@@ -31,6 +33,7 @@ from mmd_operator.facts import (
 )
 from mmd_operator.judgement import judge
 from mmd_operator.judgement.engine import describe_failure
+from mmd_operator.judgement.placement import build_demand
 from mmd_operator.plan.model_repository import ModelRepository
 from mmd_operator.plan.resource_plan import ResourcePlan
 from mmd_operator.status import SPEC_WARNINGS, Findings, report, transition
@@ -40,6 +43,7 @@ from mmd_operator.vocabulary.ownership import ObjectKey
 from tests.support.builds import summary
 from tests.support.examples import EXAMPLE_PATHS, plan_example
 
+ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 CONFIG = OperatorConfig()
 UID = "11111111-2222-3333-4444-555555555555"
@@ -98,7 +102,7 @@ class Decided(Desired):
 def decide(resource: MultimodalDeployment, plan: ResourcePlan, previous: Any = None, **facts: Any) -> Decided:
     observed = Observed(now=NOW, **{"claim": bound_claim(), **facts})
     generation = int(resource.metadata.get("generation", 1))
-    judged = judge(plan.cache_key, observed, previous, generation)
+    judged = judge(plan.cache_key, observed, previous, generation, build_demand(resource.spec))
     decision = desired_state(resource, plan, observed, judged, config=CONFIG)
     claim = engine_build.claim_name(resource, CONFIG)
     findings = assess(resource, plan, observed, judged, decision.rendered, claim=claim)
@@ -329,7 +333,13 @@ def test_a_failed_build_reports_the_builders_step_and_reason_verbatim_and_is_not
     decision = decide(resource, plan, job=job, build_pods=(pod,))
     status = status_of(decision)
     assert status.phase is Phase.FAILED
-    assert condition(status, "Ready").message == "step build-llm failed (exit code 1): CUDA out of memory"
+    assert (
+        condition(status, "EngineReady").message == "step build-llm failed (exit code 1): CUDA out of memory"
+    )
+    assert condition(status, "Ready").message == (
+        f"step build-llm failed (exit code 1): CUDA out of memory; kubectl logs job/{job.meta.name} has the "
+        "rest, and a change of the spec (or deleting the Job) builds again."
+    )
     assert decision.delete == () and "Job" not in kinds(decision)
     # Reported at this generation: looking again changes nothing.
     again = decide(resource, plan, previous=status, job=job, build_pods=(pod,))
@@ -565,7 +575,11 @@ def test_serving_trouble_makes_the_phase_degraded_with_what_kubernetes_said() ->
     )
     assert status.phase is Phase.DEGRADED
     assert condition(status, "Available").reason == "InsufficientGPUs"
-    assert scheduler in condition(status, "Ready").message
+    assert condition(status, "Available").message == (
+        "pod llava-2 cannot be scheduled: spec.serving.replicas 2 x spec.engine.tensorParallelSize 1 = 2 "
+        f"nvidia.com/gpu. Scheduler: {scheduler}"
+    )
+    assert condition(status, "Ready").message.startswith("spec.serving.replicas 2 x ")
     crash = PodFacts(
         meta=meta("llava-2"),
         phase=PodPhase.RUNNING,
@@ -734,3 +748,119 @@ def test_the_log_hears_of_a_failure_once_per_reason_and_of_the_recovery() -> Non
     assert transition(degraded, degraded) is None  # still failing the same way: nothing more
     recovered = transition(degraded, building)
     assert recovered is not None and not recovered.failing and recovered.text == "recovered: Building"
+
+
+def _every_state_short_of_ready() -> dict[str, Any]:
+    """A status for each way a resource can be short of Ready, by the reason its Ready condition shows."""
+    resource, plan = example()
+    job_name = names.build_job(plan.cache_key, "mmd-engine-cache")
+    job = JobFacts(meta=meta(job_name, owners=(ME,)))
+    failed_job, failed_pod = _failed_job(plan)
+    retried = dataclasses.replace(failed_job, failed=False, failure=None)
+    at = {"created": NOW}
+    starting = PodFacts(meta=meta("build-pod", **at), phase=PodPhase.PENDING)
+    stuck = dataclasses.replace(
+        starting, unschedulable="0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    )
+    unmatched = dataclasses.replace(
+        starting,
+        unschedulable="0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector.",
+    )
+    running = PodFacts(meta=meta("build-pod", **at), phase=PodPhase.RUNNING, node="gpu-node-1")
+    unbound = dataclasses.replace(bound_claim(), phase="Pending")
+    done, two = served(resource, plan), live_deployment(resource, plan, replicas=2, ready=1)
+    wide, wide_plan = example(serving__replicas=2)
+    wide_done, wide_live = served(wide, wide_plan), live_deployment(wide, wide_plan, replicas=2, ready=1)
+    serving_pod = PodFacts(meta=meta("llava-1"), phase=PodPhase.RUNNING, started=NOW - timedelta(seconds=60))
+    huge = ModelRepository(
+        configs={**plan.repository.configs, "ensemble": "x" * 1_100_000}, assembly=plan.repository.assembly
+    )
+
+    def missing(kind: Missing, field: str, message: str, fix: str) -> Any:
+        return status_of(
+            decide(resource, plan, claim=None, missing=(MissingReference(kind, field, message, fix),))
+        )
+
+    def trouble(*pods: PodFacts, deployment: DeploymentFacts = wide_live) -> Any:
+        return status_of(decide(wide, wide_plan, **wide_done, deployment=deployment, serving_pods=pods))
+
+    invalid = Findings(generation=1, problems=[Problem("spec.engine.maxSeqLen", "must be greater than 2048")])
+    return {
+        "InvalidSpec": report(invalid, previous=None, now=NOW).status,
+        "BuildPending (creating the Job)": status_of(decide(resource, plan)),
+        "BuildPending (the Job starts)": status_of(decide(resource, plan, job=job)),
+        "BuildPending (its pod starts)": status_of(decide(resource, plan, job=job, build_pods=(starting,))),
+        "BuildPending (the claim is not bound)": status_of(decide(resource, plan, claim=unbound)),
+        "BuildRunning": status_of(decide(resource, plan, job=job, build_pods=(running,))),
+        "BuildRunning (between attempts)": status_of(
+            decide(resource, plan, job=retried, build_pods=(failed_pod,))
+        ),
+        "BuildFailed": status_of(decide(resource, plan, job=failed_job, build_pods=(failed_pod,))),
+        "InsufficientGPUs (build)": status_of(decide(resource, plan, job=job, build_pods=(stuck,))),
+        "Unschedulable (build)": status_of(decide(resource, plan, job=job, build_pods=(unmatched,))),
+        "SecretNotFound": missing(
+            Missing.SECRET,
+            "spec.model.source.huggingface.tokenSecretRef",
+            "Secret hf not found in namespace ml",
+            "create it",
+        ),
+        "SecretKeyNotFound": missing(
+            Missing.SECRET_KEY,
+            "spec.model.source.huggingface.tokenSecretRef",
+            "Secret hf has no key token",
+            "add the key",
+        ),
+        "SourceClaimNotFound": missing(
+            Missing.SOURCE_CLAIM,
+            "spec.model.source.pvc.claimName",
+            "PersistentVolumeClaim w not found in namespace ml",
+            "create the claim",
+        ),
+        "RepositoryTooLarge": status_of(
+            decide(resource, dataclasses.replace(plan, repository=huge), engine=summary(plan.cache_key))
+        ),
+        "Rendering": status_of(decide(resource, plan, engine=summary(plan.cache_key))),
+        "Deploying": status_of(decide(resource, plan, **done)),
+        "RolloutInProgress": status_of(
+            decide(resource, plan, **done, deployment=dataclasses.replace(two, updated_replicas=1))
+        ),
+        "PodsNotReady (starting)": trouble(serving_pod),
+        "PodsNotReady (restarted)": trouble(dataclasses.replace(serving_pod, restarts=3)),
+        "PodsNotReady (past its budget)": trouble(
+            dataclasses.replace(serving_pod, started=NOW - timedelta(hours=1))
+        ),
+        "PodsNotReady (no progress)": trouble(
+            deployment=dataclasses.replace(wide_live, progress_failure="ReplicaSet has timed out")
+        ),
+        "CrashLoop": trouble(
+            dataclasses.replace(serving_pod, crash_loop="container x is in CrashLoopBackOff")
+        ),
+        "NodeLost": trouble(dataclasses.replace(serving_pod, node="gpu-node-3", node_lost=True)),
+        "InsufficientGPUs (serving)": trouble(dataclasses.replace(stuck, meta=meta("llava-2"))),
+    }
+
+
+# What a sentence a person acts on says to do: a command, a field to change, or that nothing is needed.
+_ACTIONS = ("kubectl", "nothing to do yet", "fix", "create", "add", "lower", "change", "look after", "report",
+            "mmctl", "free")  # fmt: skip
+
+
+def test_every_reason_short_of_ready_is_one_sentence_that_says_what_to_do() -> None:
+    states = _every_state_short_of_ready()
+    documented = (ROOT / "docs" / "troubleshooting.md").read_text()
+    for label, status in states.items():
+        reason = label.split(" ")[0]
+        ready = condition(status, "Ready")
+        assert ready.reason == reason and ready.status == "False", (label, ready)
+        assert f"**`{reason}`**" in documented, f"{reason} is not in docs/troubleshooting.md"
+        message = ready.message
+        assert "\n" not in message and message.endswith("."), (label, message)
+        assert ". " not in message.replace("e.g. ", ""), (label, message)  # one sentence
+        assert any(action in message for action in _ACTIONS), (label, message)
+        # The condition the reason comes from keeps the details, which Ready repeats or sums up.
+        detailed = [
+            c
+            for c in status.conditions
+            if c.reason == reason and c.type not in ("Ready", "Reconciling", "Stalled")
+        ]
+        assert detailed and all(c.message != message for c in detailed), (label, detailed)

@@ -94,6 +94,11 @@ class Rbac(_Values):
 
     create: bool = True
     """Create the roles and their bindings (cluster-wide, or one Role per watched namespace)."""
+    read_nodes: bool = _DEFAULTS.read_nodes
+    """Let the operator list nodes, read-only, so that a pod it cannot place is reported with the GPUs
+    of the nodes it may use. The cost: a ClusterRole and binding even with `watchNamespaces`, and the
+    operator sees every node's name, labels, taints, capacity and status. Off: those messages give the
+    spec's side of the sum only."""
 
 
 class EngineCache(_Values):
@@ -392,12 +397,16 @@ def _chart_values(model: BaseModel, prefix: str = "") -> dict[str, tuple[Any, st
 def _setting_default(value: object) -> str:
     if value is None or value == ():
         return "empty"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return f"`{value}`"
 
 
 def _setting_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean (true or false)"
     if isinstance(value, int):
         return "integer"
     if isinstance(value, float):

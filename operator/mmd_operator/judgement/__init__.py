@@ -5,7 +5,7 @@ to record) and whether the build is blocked on a missing reference. `desired` de
 the judgement; `status` reports it. `Rendered` is what the decision built that the status reports on.
 Whether serving is available (`serving.serving_state`) is judged here too, after the writes.
 
-Pure: imports the api models and the facts.
+Pure: imports the api models, the facts and placement.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from mmd_operator.api.v1alpha1 import MultimodalDeploymentStatus
 from mmd_operator.facts import Observed
 from mmd_operator.judgement.engine import EngineState, engine_state
+from mmd_operator.judgement.placement import GpuDemand
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,17 @@ class Judgement:
 
 
 def judge(
-    cache_key: str, observed: Observed, previous: MultimodalDeploymentStatus | None, generation: int
+    cache_key: str,
+    observed: Observed,
+    previous: MultimodalDeploymentStatus | None,
+    generation: int,
+    build: GpuDemand,
 ) -> Judgement:
-    """Judge the world `observed` for the plan with `cache_key`; `previous` is the last status written."""
-    engine = engine_state(cache_key, observed, previous, generation)
+    """Judge the world `observed` for the plan with `cache_key`.
+
+    `previous` is the last status written, `build` what the build pod asks of the scheduler.
+    """
+    engine = engine_state(cache_key, observed, previous, generation, build)
     blocked = bool(observed.missing) and not engine.ready and observed.job is None
     return Judgement(engine=engine, blocked=blocked)
 

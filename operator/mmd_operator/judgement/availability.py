@@ -1,10 +1,11 @@
 """How the serving pods are doing: available, rolling out, or in trouble, and why.
 
 Trouble is named from what Kubernetes itself reports: the scheduler's message for a pod it cannot place
-(InsufficientGPUs when it is GPUs), a pod the node controller marked not ready because its node stopped
-reporting (NodeLost), CrashLoopBackOff with what the container last said, a pod that is
-still not ready when its startup budget is spent, or the Deployment controller's own progress deadline.
-Pure: imports the facts.
+(InsufficientGPUs when it is GPUs, with the spec's and the nodes' figures from `placement`), a pod the
+node controller marked not ready because its node stopped reporting (NodeLost), CrashLoopBackOff with
+what the container last said, a pod that is still not ready when its startup budget is spent, or the
+Deployment controller's own progress deadline. Each state also says, in one sentence for the Ready
+condition, what to do or where to look. Pure: imports the facts and placement.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from mmd_operator.facts import DeploymentFacts, PodFacts, PodPhase
-from mmd_operator.judgement.engine import scheduling_reason
+from mmd_operator.facts import DeploymentFacts, Nodes, PodFacts, PodPhase
+from mmd_operator.judgement.placement import GpuDemand, unschedulable
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class ServingState:
     rolled_out: bool
     reason: str
     message: str
+    # One sentence for the Ready condition while serving is not ready: what is wrong and what to do.
+    summary: str = ""
     # Something a wait alone may not fix: the phase becomes Degraded.
     trouble: bool = False
     ready_replicas: int = 0
@@ -39,31 +42,49 @@ class ServingState:
     recheck_after: float | None = None
 
 
-def _pod_trouble(pods: list[PodFacts], now: datetime, startup_budget: float) -> tuple[str, str] | None:
-    """The first problem among `pods`: (reason, message)."""
+def _crash_summary(pod: PodFacts, crash: str) -> str:
+    if "Image" in crash or "ErrImagePull" in crash:
+        return (
+            f"pod {pod.meta.name}: {crash}: check spec.serving.image and spec.serving.pod.imagePullSecrets."
+        )
+    return f"pod {pod.meta.name}: {crash}: kubectl logs {pod.meta.name} --previous has the rest."
+
+
+def _pod_trouble(
+    pods: list[PodFacts], now: datetime, startup_budget: float, demand: GpuDemand, nodes: Nodes | None
+) -> tuple[str, str, str] | None:
+    """The first problem among `pods`: (reason, message, summary)."""
     for pod in pods:
         if pod.unschedulable:
-            return scheduling_reason(pod.unschedulable), f"pod {pod.meta.name}: {pod.unschedulable}"
+            unplaced = unschedulable(pod, demand, nodes)
+            return unplaced.reason, unplaced.message, unplaced.summary
     for pod in pods:
         if pod.node_lost:
+            message = f"pod {pod.meta.name}: its node {pod.node} stopped reporting; the pod is not ready"
             return (
                 "NodeLost",
-                f"pod {pod.meta.name}: its node {pod.node} stopped reporting; the pod is not ready",
+                message,
+                f"{message}: look after the node; the pod moves once the node controller evicts it.",
             )
     for pod in pods:
         if pod.crash_loop:
-            return "CrashLoop", f"pod {pod.meta.name}: {pod.crash_loop}"
+            return "CrashLoop", f"pod {pod.meta.name}: {pod.crash_loop}", _crash_summary(pod, pod.crash_loop)
     for pod in pods:
         if pod.phase is not PodPhase.RUNNING or pod.ready or pod.started is None:
             continue
         waited = (now - pod.started).total_seconds()
         # The message names no elapsed time: an unchanged world must give an unchanged status.
+        name = pod.meta.name
         if pod.restarts > 0:
-            return "PodsNotReady", f"pod {pod.meta.name} is not ready and has restarted {pod.restarts} times"
+            message = f"pod {name} is not ready and has restarted {pod.restarts} times"
+            return "PodsNotReady", message, f"{message}: kubectl logs {name} --previous says why."
         if waited > startup_budget:
+            message = f"pod {name} is still not ready after its startup budget of {startup_budget:.0f} s"
             return (
                 "PodsNotReady",
-                f"pod {pod.meta.name} is still not ready after its startup budget of {startup_budget:.0f} s",
+                message,
+                f"{message}: kubectl logs {name} says why; an engine that loads slowly needs a larger "
+                "spec.serving.probes.startupTimeoutSeconds.",
             )
     return None
 
@@ -87,12 +108,24 @@ def serving_state(
     engine_ready: bool,
     now: datetime,
     startup_budget: float,
+    demand: GpuDemand,
+    nodes: Nodes | None = None,
 ) -> ServingState:
-    """The serving state; `applied` says whether the live Deployment is the one the current spec wants."""
+    """The serving state.
+
+    `applied` says whether the live Deployment is the one the current spec wants, `demand` what the
+    serving pods ask of the scheduler and `nodes` what the nodes offer (None: not known).
+    """
     if deployment is None:
         if not engine_ready:
-            return ServingState(desired, False, False, False, "EngineNotReady", "waiting for the engine")
-        return ServingState(desired, False, False, False, "Deploying", "creating the Deployment")
+            return ServingState(
+                desired, False, False, False, "EngineNotReady", "waiting for the engine",
+                summary="waiting for the engine; the EngineReady condition says where it is.",
+            )  # fmt: skip
+        return ServingState(
+            desired, False, False, False, "Deploying", "creating the Deployment",
+            summary="creating the serving Deployment; nothing to do yet.",
+        )  # fmt: skip
     current = applied and deployment.observed_generation >= deployment.generation
     updated = deployment.updated_replicas if current else 0
     rolled_out = (
@@ -119,16 +152,29 @@ def serving_state(
         )
 
     live = [pod for pod in pods if not pod.meta.deleting]
-    problem = _pod_trouble(live, now, startup_budget)
+    problem = _pod_trouble(live, now, startup_budget, demand, nodes)
+    name = deployment.meta.name
     if problem is None and deployment.progress_failure:
-        problem = ("PodsNotReady", deployment.progress_failure)
+        failure = deployment.progress_failure
+        describe = f"kubectl describe deployment {name}"
+        problem = (
+            "PodsNotReady",
+            failure,
+            f"the Deployment {name} made no progress ({failure}): {describe} says why.",
+        )
     if problem is not None:
-        return state(available, rolled_out, *problem, trouble=True)
+        reason, message, summary = problem
+        return state(available, rolled_out, reason, message, summary=summary, trouble=True)
     recheck = _budget_left(live, now, startup_budget)
     ready = f"{deployment.ready_replicas} of {desired} pods ready"
     if rolled_out:
         return state(True, True, "ScaledToZero" if desired == 0 else "AllReplicasAvailable", ready)
     if not current or deployment.updated_replicas < desired or deployment.status_replicas > desired:
         message = f"rolling out: {updated} of {desired} pods updated, {ready}"
-        return state(available, False, "RolloutInProgress", message, recheck_after=recheck)
-    return state(available, False, "PodsNotReady", ready, recheck_after=recheck)
+        summary = f"{message}; kubectl rollout status deployment/{name} follows it."
+        return state(available, False, "RolloutInProgress", message, summary=summary, recheck_after=recheck)
+    summary = (
+        f"{ready}; the others are starting, with {startup_budget:.0f} s to load the engine "
+        "(spec.serving.probes.startupTimeoutSeconds): nothing to do yet."
+    )
+    return state(available, False, "PodsNotReady", ready, summary=summary, recheck_after=recheck)

@@ -1,8 +1,10 @@
 """Where a resource's engine is: ready (found or built), building, or blocked, and why.
 
 Read from the engine index, the build Job and its pods. A failed build's step and last error line come
-from the builder's own termination message and reach the condition message verbatim. Pure: imports the
-api models, the facts, the kinds table and the builder's result format.
+from the builder's own termination message and reach the condition message verbatim; a build pod the
+scheduler cannot place is described in the spec's fields and GPU figures (`placement`). Each state that
+is not ready also says, in one sentence for the Ready condition, what to do or where to look. Pure:
+imports the api models, the facts, placement and the builder's result format.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from engine_builder.result_format import BuildFailed, BuildSucceeded, parse_termination_message
 from mmd_operator.api.v1alpha1 import EngineSource, MultimodalDeploymentStatus
 from mmd_operator.facts import JobFacts, Observed, PodFacts, PodPhase
-from mmd_operator.vocabulary.kinds import GPU_RESOURCE
+from mmd_operator.judgement.placement import GpuDemand, unschedulable
 
 ENGINE_READY = "EngineReady"
 
@@ -24,6 +26,8 @@ class EngineState:
     ready: bool
     reason: str
     message: str
+    # One sentence for the Ready condition while the engine is not ready: what is wrong and what to do.
+    summary: str = ""
     # Where a ready engine came from.
     source: EngineSource | None = None
     # A success the engine index does not hold yet.
@@ -59,11 +63,6 @@ def describe_failure(failure: BuildFailed) -> str:
         killed = ", killed by SIGKILL (out of memory or evicted)" if failure.exit_code == SIGKILL_EXIT else ""
         return f"the builder exited{code}{killed} without a result; its last line: {failure.reason}"
     return f"step {failure.step} failed{code}: {failure.reason}"
-
-
-def scheduling_reason(message: str) -> str:
-    """InsufficientGPUs when the scheduler says so, else Unschedulable."""
-    return "InsufficientGPUs" if f"Insufficient {GPU_RESOURCE}" in message else "Unschedulable"
 
 
 def _newest(pods: tuple[PodFacts, ...]) -> list[PodFacts]:
@@ -117,6 +116,7 @@ def _job_state(
     observed: Observed,
     previous: MultimodalDeploymentStatus | None,
     generation: int,
+    demand: GpuDemand,
 ) -> EngineState:
     results = [(pod, pod_result(pod)) for pod in _newest(pods)]
     finished = [(pod, result) for pod, result in results if result is not None]
@@ -124,6 +124,7 @@ def _job_state(
     if built is not None:
         # The pod's own report is the result; the Job controller marks the Job Complete a moment later.
         return _ready(cache_key, observed, previous, built, record=built)
+    logs = f"kubectl logs job/{job.meta.name}"
     if job.succeeded:
         last = finished[0][1] if finished else None
         if isinstance(last, BuildSucceeded) and last.cache_key == cache_key:
@@ -134,7 +135,7 @@ def _job_state(
             message = f"the build Job {job.meta.name} reported cacheKey {last.cache_key}, not {cache_key}"
         else:
             message = f"the build Job {job.meta.name} completed without a result"
-        return _failed(message, cache_key, previous, generation)
+        return _failed(message, logs, cache_key, previous, generation)
     if job.failed:
         failures = [result for _, result in finished if isinstance(result, BuildFailed)]
         if failures:
@@ -143,7 +144,7 @@ def _job_state(
                 message += f" ({job.failure})"
         else:
             message = f"the build Job {job.meta.name} failed: {job.failure or 'no pod reported why'}"
-        return _failed(message, cache_key, previous, generation)
+        return _failed(message, logs, cache_key, previous, generation)
     earlier = [result for _, result in finished if isinstance(result, BuildFailed)]
     retrying = ""
     if earlier:
@@ -151,52 +152,68 @@ def _job_state(
     running = [pod for pod in _newest(pods) if pod.phase is PodPhase.RUNNING and not pod.meta.deleting]
     if running:
         pod = running[0]
+        where = f"in pod {pod.meta.name} on {pod.node or 'a node'}{retrying}"
         return EngineState(
             ready=False,
             reason="BuildRunning",
-            message=f"building engine {cache_key} in pod {pod.meta.name} on {pod.node or 'a node'}{retrying}",
+            message=f"building engine {cache_key} {where}",
+            summary=f"the engine is building {where}: follow it with {logs} -f.",
         )
     pending = [pod for pod in _newest(pods) if pod.phase is PodPhase.PENDING and not pod.meta.deleting]
     for pod in pending:
         if pod.unschedulable:
+            unplaced = unschedulable(pod, demand, observed.nodes)
             return EngineState(
-                ready=False,
-                reason=scheduling_reason(pod.unschedulable),
-                message=f"build pod {pod.meta.name} cannot be scheduled: {pod.unschedulable}",
+                ready=False, reason=unplaced.reason, message=unplaced.message, summary=unplaced.summary
             )
     if pending:
+        name = pending[0].meta.name
         return EngineState(
             ready=False,
             reason="BuildPending",
-            message=f"build pod {pending[0].meta.name} is starting{retrying}",
+            message=f"build pod {name} is starting{retrying}",
+            summary=f"build pod {name} is starting{retrying}: kubectl describe pod {name} shows what it "
+            "waits for.",
         )
     if earlier:
         # Every pod so far failed and none runs: the Job controller retries or gives up next.
-        return EngineState(
-            ready=False,
-            reason="BuildRunning",
-            message=f"build attempt {len(earlier)} failed: {describe_failure(earlier[0])}; the Job retries "
-            "it or gives up",
+        message = (
+            f"build attempt {len(earlier)} failed: {describe_failure(earlier[0])}; the Job retries it or "
+            "gives up"
         )
-    return EngineState(ready=False, reason="BuildPending", message=f"build Job {job.meta.name} is starting")
+        return EngineState(
+            ready=False, reason="BuildRunning", message=message, summary=f"{message}: {logs} has the rest."
+        )
+    starting = f"build Job {job.meta.name} is starting"
+    return EngineState(
+        ready=False,
+        reason="BuildPending",
+        message=starting,
+        summary=f"{starting}: kubectl describe job {job.meta.name} shows its pods.",
+    )
 
 
 def _failed(
-    message: str, cache_key: str, previous: MultimodalDeploymentStatus | None, generation: int
+    message: str, logs: str, cache_key: str, previous: MultimodalDeploymentStatus | None, generation: int
 ) -> EngineState:
     reason, seen_at = _previous_engine(previous, cache_key)
     # A failure this resource reported for an older generation: the spec changed since, so try again.
     retry = reason == "BuildFailed" and seen_at is not None and seen_at < generation
-    return EngineState(ready=False, reason="BuildFailed", message=message, retry=retry, failed=not retry)
+    summary = f"{message}; {logs} has the rest, and a change of the spec (or deleting the Job) builds again."
+    return EngineState(
+        ready=False, reason="BuildFailed", message=message, summary=summary, retry=retry, failed=not retry
+    )
 
 
 def _waiting_for_claim(observed: Observed) -> EngineState:
     assert observed.claim is not None
+    name = observed.claim.meta.name
+    message = f"waiting for the engine-cache claim {name} to be bound (it is {observed.claim.phase})"
     return EngineState(
         ready=False,
         reason="BuildPending",
-        message=f"waiting for the engine-cache claim {observed.claim.meta.name} to be bound "
-        f"(it is {observed.claim.phase})",
+        message=message,
+        summary=f"the build is {message}: kubectl describe pvc {name} says why.",
         waiting_for_claim=True,
     )
 
@@ -206,21 +223,33 @@ def engine_state(
     observed: Observed,
     previous: MultimodalDeploymentStatus | None,
     generation: int,
+    demand: GpuDemand,
 ) -> EngineState:
-    """The state of the engine `cache_key` as `observed`; `previous` is the resource's last status."""
+    """The state of the engine `cache_key` as `observed`.
+
+    `previous` is the resource's last status, and `demand` what its build pod asks of the scheduler.
+    """
     if observed.engine is not None and observed.engine.cache_key == cache_key:
         return _ready(cache_key, observed, previous, observed.engine)
     unbound = observed.claim is not None and observed.claim.phase != "Bound"
     if observed.job is not None and not observed.job.meta.deleting:
-        state = _job_state(cache_key, observed.job, observed.build_pods, observed, previous, generation)
+        state = _job_state(
+            cache_key, observed.job, observed.build_pods, observed, previous, generation, demand
+        )
         # A build that cannot start for want of storage is waiting on the claim, whatever its pod says.
         return _waiting_for_claim(observed) if unbound and not (state.failed or state.retry) else state
     if observed.missing:
         first = observed.missing[0]
         message = "; ".join(f"{missing.field}: {missing.message}" for missing in observed.missing)
-        return EngineState(ready=False, reason=first.kind.value, message=message, failed=True)
+        summary = "; ".join(f"{m.field}: {m.message}: {m.fix}" for m in observed.missing) + "."
+        return EngineState(
+            ready=False, reason=first.kind.value, message=message, summary=summary, failed=True
+        )
     if unbound:
         return _waiting_for_claim(observed)
     return EngineState(
-        ready=False, reason="BuildPending", message=f"creating the build Job of engine {cache_key}"
+        ready=False,
+        reason="BuildPending",
+        message=f"creating the build Job of engine {cache_key}",
+        summary=f"creating the build Job of engine {cache_key}; nothing to do yet.",
     )

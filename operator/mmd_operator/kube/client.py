@@ -82,6 +82,24 @@ class KubeClient:
             k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         return cls(k8s.ApiClient(configuration), field_manager=field_manager)
 
+    @classmethod
+    def from_kubeconfig(
+        cls, path: str | None = None, *, context: str | None = None, field_manager: str
+    ) -> KubeClient:
+        """A client for a kubeconfig (`path`, else $KUBECONFIG or ~/.kube/config) and its `context`."""
+        configuration = k8s.Configuration()
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=path, context=context, client_configuration=configuration
+        )
+        return cls(k8s.ApiClient(configuration), field_manager=field_manager)
+
+    @staticmethod
+    def kubeconfig_namespace(path: str | None = None, *, context: str | None = None) -> str:
+        """The namespace a kubeconfig's context (`context`, else the current one) names; else `default`."""
+        contexts, current = k8s_config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
+        chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+        return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+
     def close(self) -> None:
         """Release the connection pool."""
         self._api.close()  # type: ignore[no-untyped-call]

@@ -1,8 +1,9 @@
 """Live objects, as the API server sends them, reduced to the operator's small facts.
 
 Only what decisions read is kept (a ConfigMap's data, a pod's spec and most of its status are dropped),
-so a thousand resources' worth of children stay cheap to hold. Pure functions of plain dicts; imports
-the facts, the label keys and the engine index format.
+so a thousand resources' worth of children stay cheap to hold: a pod keeps its selector and tolerations
+only while the scheduler cannot place it. Nodes become the little placement reads of them. Pure
+functions of plain dicts; imports the facts, the label keys and the GPU resource name.
 """
 
 from __future__ import annotations
@@ -12,10 +13,28 @@ from datetime import datetime
 from typing import Any
 
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND
-from mmd_operator.facts import ClaimFacts, DeploymentFacts, JobFacts, Meta, OwnerRef, PodFacts, PodPhase
+from mmd_operator.facts import (
+    ClaimFacts,
+    DeploymentFacts,
+    JobFacts,
+    Meta,
+    NodeFacts,
+    NodeRequirement,
+    OwnerRef,
+    PodFacts,
+    PodPhase,
+    PodPlacement,
+    Taint,
+    Toleration,
+)
 from mmd_operator.vocabulary import labels
+from mmd_operator.vocabulary.kinds import GPU_RESOURCE
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+# The taint a cordoned node carries (the node controller adds it; a node's `spec.unschedulable` says so
+# before it does).
+CORDONED = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+_KEEPS_PODS_OFF = frozenset({"NoSchedule", "NoExecute"})
 
 
 def timestamp(value: Any) -> datetime | None:
@@ -71,6 +90,85 @@ def _container_trouble(statuses: list[Mapping[str, Any]]) -> str | None:
     return None
 
 
+def _count(quantity: Any) -> int:
+    """An extended resource's quantity (always a whole number); 0 when it is not one."""
+    try:
+        return int(str(quantity))
+    except ValueError:
+        return 0
+
+
+def pod_gpus(pod_spec: Mapping[str, Any]) -> int:
+    """The nvidia.com/gpu a pod spec asks for, over its containers."""
+    total = 0
+    for container in pod_spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        asked = (resources.get("limits") or {}).get(GPU_RESOURCE) or (resources.get("requests") or {}).get(
+            GPU_RESOURCE
+        )
+        total += _count(asked) if asked is not None else 0
+    return total
+
+
+def _requirements(items: Any, *, field: bool) -> tuple[NodeRequirement, ...]:
+    return tuple(
+        NodeRequirement(
+            key=str(item.get("key", "")),
+            operator=str(item.get("operator", "")),
+            values=tuple(str(value) for value in item.get("values") or []),
+            field=field,
+        )
+        for item in items or []
+    )
+
+
+def pod_placement(pod_spec: Mapping[str, Any]) -> PodPlacement:
+    """What the scheduler matches a pod spec against nodes with (a live pod's, or a rendered template's)."""
+    node_affinity = (pod_spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = tuple(
+        _requirements(term.get("matchExpressions"), field=False)
+        + _requirements(term.get("matchFields"), field=True)
+        for term in required.get("nodeSelectorTerms") or []
+    )
+    tolerations = tuple(
+        Toleration(
+            key=str(item.get("key") or ""),
+            operator=str(item.get("operator") or "Equal"),
+            value=str(item.get("value") or ""),
+            effect=str(item.get("effect") or ""),
+        )
+        for item in pod_spec.get("tolerations") or []
+    )
+    return PodPlacement(
+        gpus=pod_gpus(pod_spec),
+        node_selector=tuple(
+            sorted((str(k), str(v)) for k, v in (pod_spec.get("nodeSelector") or {}).items())
+        ),
+        affinity_terms=terms,
+        tolerations=tolerations,
+    )
+
+
+def node(obj: Mapping[str, Any]) -> NodeFacts:
+    """A node: its allocatable GPUs, labels, and the taints that keep pods off it."""
+    spec = obj.get("spec") or {}
+    taints = [
+        Taint(str(taint.get("key", "")), str(taint.get("value") or ""), str(taint.get("effect", "")))
+        for taint in spec.get("taints") or []
+        if taint.get("effect") in _KEEPS_PODS_OFF
+    ]
+    if spec.get("unschedulable") and not any(taint.key == CORDONED.key for taint in taints):
+        taints.append(CORDONED)
+    allocatable = (obj.get("status") or {}).get("allocatable") or {}
+    return NodeFacts(
+        name=str((obj.get("metadata") or {}).get("name", "")),
+        gpus=_count(allocatable.get(GPU_RESOURCE, 0)),
+        labels=tuple(sorted(((obj.get("metadata") or {}).get("labels") or {}).items())),
+        taints=tuple(taints),
+    )
+
+
 def pod(obj: Mapping[str, Any]) -> PodFacts:
     """A build or serving pod."""
     status = obj.get("status") or {}
@@ -116,6 +214,8 @@ def pod(obj: Mapping[str, Any]) -> PodFacts:
         and ready.get("status") == "False"
         and containers_ready is not None
         and containers_ready.get("status") == "True",
+        gpus=pod_gpus(spec),
+        placement=pod_placement(spec) if unschedulable is not None else None,
     )
 
 

@@ -2,12 +2,14 @@
 
 Children come from the watch-fed cache. The API server is asked directly only for what the operator
 does not watch and only while it matters: whether the Hugging Face token Secret (and its key) and the
-model source claims exist, before a build Job is created. A Secret's value is never read into memory
-beyond the API response, and never logged. Imports the cache, the client and the facts.
+model source claims exist, before a build Job is created; and the nodes, while a pod cannot be scheduled
+(from the node directory's shared listing). A Secret's value is never read into memory beyond the API
+response, and never logged. Imports the cache, the client, the node directory and the facts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
@@ -15,13 +17,14 @@ from mmd_operator.facts import ClaimFacts, JobFacts, Meta, Missing, MissingRefer
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.kube.engine_index import EngineIndex
+from mmd_operator.kube.nodes import NodeDirectory, requested_by_node, scheduler_node_count
 from mmd_operator.vocabulary import labels, names
 
 
-def _missing_references(
+def missing_references(
     client: KubeClient, resource: MultimodalDeployment, namespace: str
 ) -> list[MissingReference]:
-    """Secrets and claims the spec names for the build that do not exist."""
+    """Secrets and claims the spec names for the build that do not exist (also `mmctl validate --cluster`)."""
     spec = resource.spec
     missing: list[MissingReference] = []
     hub = spec.model.source.huggingface
@@ -32,14 +35,23 @@ def _missing_references(
         if secret is None:
             missing.append(
                 MissingReference(
-                    Missing.SECRET, field, f"Secret {token.name} not found in namespace {namespace}"
+                    Missing.SECRET,
+                    field,
+                    f"Secret {token.name} not found in namespace {namespace}",
+                    f"create it with kubectl create secret generic {token.name} -n {namespace} "
+                    f"--from-literal={token.key}=<your Hugging Face token>",
                 )
             )
         elif token.key not in (secret.get("data") or {}) and token.key not in (
             secret.get("stringData") or {}
         ):
             missing.append(
-                MissingReference(Missing.SECRET_KEY, field, f"Secret {token.name} has no key {token.key}")
+                MissingReference(
+                    Missing.SECRET_KEY,
+                    field,
+                    f"Secret {token.name} has no key {token.key}",
+                    f"add the key to the Secret, or name one it has in {field}.key",
+                )
             )
     sources = [("spec.model.source.pvc.claimName", spec.model.source.pvc)]
     if spec.model.lora is not None:
@@ -54,6 +66,7 @@ def _missing_references(
                     Missing.SOURCE_CLAIM,
                     field,
                     f"PersistentVolumeClaim {source.claim_name} not found in namespace {namespace}",
+                    "create the claim with the model in it, or name another",
                 )
             )
     return missing
@@ -67,8 +80,12 @@ def observe(
     cache_key: str,
     claim: str,
     now: datetime,
+    nodes: NodeDirectory | None = None,
 ) -> Observed:
-    """The facts of `resource`, whose current plan has `cache_key` and uses `claim`."""
+    """The facts of `resource`, whose current plan has `cache_key` and uses `claim`.
+
+    The nodes come from `nodes` while one of the resource's pods cannot be scheduled.
+    """
     instance = str(resource.metadata["name"])
     namespace = str(resource.metadata["namespace"])
     uid = str(resource.metadata.get("uid", ""))
@@ -82,7 +99,7 @@ def observe(
     )
     missing: list[MissingReference] = []
     if engine is None and job is None:
-        missing = _missing_references(client, resource, namespace)
+        missing = missing_references(client, resource, namespace)
     repositories = tuple(
         value
         for value in store.of_instance(cached.CONFIGMAPS, namespace, instance)
@@ -93,6 +110,10 @@ def observe(
         for pod in store.of_instance(cached.PODS, namespace, instance)
         if pod.meta.label(labels.COMPONENT) == labels.SERVING
     )
+    stuck = next((pod for pod in build_pods + serving_pods if pod.unschedulable), None)
+    listed = nodes.nodes(scheduler_node_count(stuck.unschedulable)) if stuck and nodes is not None else None
+    if listed is not None:
+        listed = dataclasses.replace(listed, requested=requested_by_node(store.all(cached.PODS)))
     stale_jobs = tuple(j for j in store.owned_by(cached.JOBS, namespace, uid) if j.meta.name != job_name)
     stale_claims = tuple(c for c in store.owned_by(cached.CLAIMS, namespace, uid) if c.meta.name != claim)
     return Observed(
@@ -108,4 +129,5 @@ def observe(
         stale_jobs=stale_jobs,
         stale_claims=stale_claims,
         network_policy=store.get(cached.NETWORK_POLICIES, namespace, names.serving(instance)),
+        nodes=listed,
     )

@@ -3,8 +3,10 @@
 `assessment.assess` gathers what one reconcile found after its writes; `report` turns it (the spec's
 problems or its plan, the engine, the repository, the serving pods, the spec's warnings) into the status
 subresource and the Kubernetes Events of any phase change, new failure or new warnings. Warnings are a
-note in `status.warnings` and never hold Ready back. Ready is True only when every condition is,
-for this generation, with the rollout finished. A condition keeps its lastTransitionTime while its
+note in `status.warnings` and never hold Ready back. Ready is True only when every condition is, for
+this generation, with the rollout finished; while it is not, its message is one sentence a person acts
+on (what is wrong, and what to do or where to look), and the condition it comes from keeps the
+details. A condition keeps its lastTransitionTime while its
 status does not change, so an unchanged world gives an identical status and the operator writes
 nothing. Decides no write. Pure: imports the api models and the judgement.
 """
@@ -115,14 +117,19 @@ def _conditions(findings: Findings) -> list[Condition]:
     if findings.problems:
         problems = "; ".join(str(problem) for problem in findings.problems)
         count = len(findings.problems)
-        message = f"the spec breaks {count} rule{'s' if count != 1 else ''}: {problems}"
+        rules = f"{count} rule{'s' if count != 1 else ''}"
+        message = f"the spec breaks {rules}: {problems}"
+        summary = (
+            f"the spec breaks {rules}, so nothing changes until it is fixed: {problems} "
+            "(mmctl validate -f shows the same offline)."
+        )
         unknown = "not evaluated: the spec is invalid"
         return [
             _condition(VALIDATED, False, "InvalidSpec", message, generation),
             _condition(ENGINE_READY, None, "InvalidSpec", unknown, generation),
             _condition(MODEL_REPOSITORY_READY, None, "InvalidSpec", unknown, generation),
             _condition(AVAILABLE, None, "InvalidSpec", unknown, generation),
-            _condition(READY, False, "InvalidSpec", message, generation),
+            _condition(READY, False, "InvalidSpec", summary, generation),
         ]
     engine, repository, serving = findings.engine, findings.repository, findings.serving
     assert engine is not None and repository is not None and serving is not None
@@ -130,15 +137,13 @@ def _conditions(findings: Findings) -> list[Condition]:
         _condition(VALIDATED, True, "Valid", f"engine cacheKey {findings.cache_key}", generation),
         _condition(ENGINE_READY, engine.ready, engine.reason, engine.message, generation),
     ]
+    too_large = f"the rendered repository takes {repository.size} bytes; a ConfigMap holds at most 1 MiB"
+    repository_summary = f"applying the model repository ConfigMap {repository.name}; nothing to do yet."
     if repository.too_large:
-        repo = _condition(
-            MODEL_REPOSITORY_READY,
-            False,
-            "RepositoryTooLarge",
-            f"the rendered repository takes {repository.size} bytes; a ConfigMap holds at most 1 MiB",
-            generation,
-        )
+        repo = _condition(MODEL_REPOSITORY_READY, False, "RepositoryTooLarge", too_large, generation)
+        repository_summary = f"{too_large}: report it as a bug, with the spec."
     elif repository.held is not None:
+        repository_summary = engine.summary or engine.message
         repo = _condition(
             MODEL_REPOSITORY_READY,
             False,
@@ -157,9 +162,9 @@ def _conditions(findings: Findings) -> list[Condition]:
     conditions.append(repo)
     conditions.append(_condition(AVAILABLE, serving.available, serving.reason, serving.message, generation))
     ready_checks = [
-        (engine.ready, engine.reason, engine.message),
-        (repo.status is ConditionStatus.TRUE, repo.reason, repo.message),
-        (serving.rolled_out and serving.available, serving.reason, serving.message),
+        (engine.ready, engine.reason, engine.summary or engine.message),
+        (repo.status is ConditionStatus.TRUE, repo.reason, repository_summary),
+        (serving.rolled_out and serving.available, serving.reason, serving.summary or serving.message),
     ]
     failing = next(((reason, message) for ok, reason, message in ready_checks if not ok), None)
     if failing is None:

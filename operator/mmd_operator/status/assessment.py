@@ -14,6 +14,7 @@ from mmd_operator.api.v1alpha1 import Endpoints, MultimodalDeployment
 from mmd_operator.facts import Meta, Observed
 from mmd_operator.judgement import Judgement, Rendered
 from mmd_operator.judgement.availability import serving_state
+from mmd_operator.judgement.placement import serving_demand
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from mmd_operator.plan.resource_plan import ResourcePlan
 from mmd_operator.status import Findings, RepositoryState
@@ -71,6 +72,8 @@ def assess(
         engine_ready=engine.ready,
         now=observed.now,
         startup_budget=float(resource.spec.serving.probes.startup_timeout_seconds),
+        demand=serving_demand(resource.spec),
+        nodes=observed.nodes,
     )
     job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
     return Findings(

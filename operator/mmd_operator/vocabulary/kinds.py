@@ -41,6 +41,11 @@ EVENT = ApiKind("v1", "Event", "events")
 JOB = ApiKind("batch/v1", "Job", "jobs")
 DEPLOYMENT = ApiKind("apps/v1", "Deployment", "deployments")
 NETWORK_POLICY = ApiKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies")
+# Cluster-scoped, and only read: nodes (for scheduling messages and `mmctl validate --cluster`),
+# StorageClasses and Namespaces (for the preflight alone).
+NODE = ApiKind("v1", "Node", "nodes")
+STORAGE_CLASS = ApiKind("storage.k8s.io/v1", "StorageClass", "storageclasses")
+NAMESPACE = ApiKind("v1", "Namespace", "namespaces")
 
 ALL = (
     MULTIMODAL_DEPLOYMENT,
@@ -53,4 +58,7 @@ ALL = (
     JOB,
     DEPLOYMENT,
     NETWORK_POLICY,
+    NODE,
+    STORAGE_CLASS,
+    NAMESPACE,
 )

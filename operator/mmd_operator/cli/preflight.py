@@ -1,0 +1,292 @@
+"""`mmctl validate --cluster`: what a resource needs from the cluster, checked before a GPU hour is spent.
+
+Read-only (gets and lists, nothing else), with the current kubeconfig or a client given, for a resource
+that passed offline validation and the namespace it is meant for:
+
+- the namespace exists, and its Pod Security labels admit the pods: the operator's build and serving
+  pods meet `restricted`, the strictest level, so any valid level admits them; the level found is reported;
+- the Hugging Face token Secret and its key exist, and every claim a `pvc` source names (the operator's
+  own check, `kube.observe.missing_references`); no Secret value reaches a finding;
+- the engine-cache claim exists, or the StorageClass it would be created with does: the one named, or
+  the cluster's default when none is;
+- some node matches the build pod's and the serving pods' selector, required node affinity and
+  tolerations with enough allocatable GPUs for one pod (`judgement.placement.match`, the rule the
+  operator explains its scheduling failures with), unless the engine is already built; too little room
+  for every serving replica is a warning, since GPUs other pods hold are not counted here.
+
+A check that cannot be made (a 403, say) is a warning naming what could not be read, never an error.
+`preflight` returns the findings; printing them is the CLI's. Imports the api, the config, the desired
+builders, the kube adapter, placement and the vocabulary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from mmd_operator.api.v1alpha1 import MultimodalDeployment
+from mmd_operator.config import OperatorConfig
+from mmd_operator.desired import engine_build
+from mmd_operator.desired.decision import manifests
+from mmd_operator.facts import Nodes
+from mmd_operator.judgement.placement import (
+    GpuDemand,
+    ObstacleKind,
+    build_demand,
+    explain,
+    match,
+    nodes_offered,
+    obstacle,
+    serving_demand,
+)
+from mmd_operator.kube import object_facts
+from mmd_operator.kube.client import ApiError, KubeClient
+from mmd_operator.kube.engine_index import EngineIndex
+from mmd_operator.kube.nodes import nodes_of
+from mmd_operator.kube.observe import missing_references
+from mmd_operator.plan.resource_plan import ResourcePlan
+from mmd_operator.vocabulary import kinds, names
+
+POD_SECURITY = "pod-security.kubernetes.io/"
+LEVELS = ("privileged", "baseline", "restricted")
+DEFAULT_CLASS_ANNOTATIONS = (
+    "storageclass.kubernetes.io/is-default-class",
+    "storageclass.beta.kubernetes.io/is-default-class",
+)
+_T = TypeVar("_T")
+
+
+class Severity(StrEnum):
+    """How much a finding matters: an error keeps the resource from running, a warning may, info is fine."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the preflight found: where (a field path, or the object it is about) and what."""
+
+    field: str
+    message: str
+    severity: Severity
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.field}: {self.message}"
+
+
+class _UnreadableError(Exception):
+    """A read the preflight may not make, already reported as a warning."""
+
+
+class _Checks:
+    """The checks of one resource, collecting findings."""
+
+    def __init__(self, client: KubeClient, namespace: str) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.findings: list[Finding] = []
+
+    def add(self, severity: Severity, field: str, message: str) -> None:
+        self.findings.append(Finding(field, message, severity))
+
+    def read(self, field: str, what: str, request: Callable[[], _T]) -> _T:
+        """`request()`, or a warning that `what` could not be read (and `_UnreadableError`)."""
+        try:
+            return request()
+        except ApiError as error:
+            self.add(
+                Severity.WARNING, field, f"could not read {what} to check it: {error.status} {error.reason}"
+            )
+            raise _UnreadableError from None
+
+
+def _pod_security(checks: _Checks, namespace: dict[str, Any]) -> None:
+    labels = (namespace.get("metadata") or {}).get("labels") or {}
+    field = f"namespace {checks.namespace}"
+    enforce = labels.get(f"{POD_SECURITY}enforce")
+    version = labels.get(f"{POD_SECURITY}enforce-version", "latest")
+    others = ", ".join(
+        f"{mode} {labels[POD_SECURITY + mode]}" for mode in ("warn", "audit") if POD_SECURITY + mode in labels
+    )
+    also = f" (and {others})" if others else ""
+    if enforce is None:
+        checks.add(
+            Severity.INFO,
+            field,
+            f"no Pod Security label: the cluster's default level applies{also}; the operator's pods meet "
+            "restricted, the strictest, so every level admits them",
+        )
+    elif enforce not in LEVELS:
+        checks.add(
+            Severity.WARNING,
+            f"{field}: label {POD_SECURITY}enforce",
+            f"{enforce!r} is not a Pod Security level ({', '.join(LEVELS)}); the API server then holds pods "
+            "to restricted, which the operator's pods meet",
+        )
+    else:
+        checks.add(
+            Severity.INFO,
+            field,
+            f"Pod Security enforces {enforce} ({version}){also}; the operator's pods meet restricted, so it "
+            "admits them",
+        )
+
+
+def _references(checks: _Checks, resource: MultimodalDeployment) -> None:
+    missing = checks.read(
+        "spec.model.source",
+        "the Secret or claims the spec names",
+        lambda: missing_references(checks.client, resource, checks.namespace),
+    )
+    for reference in missing:
+        checks.add(Severity.ERROR, reference.field, f"{reference.message}: {reference.fix}")
+
+
+def _storage(checks: _Checks, resource: MultimodalDeployment, claim: str, config: OperatorConfig) -> None:
+    live = checks.read(
+        "spec.engineCache",
+        f"PersistentVolumeClaim {claim}",
+        lambda: checks.client.get(kinds.CLAIM.api_version, kinds.CLAIM.kind, checks.namespace, claim),
+    )
+    if live is not None:
+        phase = (live.get("status") or {}).get("phase", "Pending")
+        if phase == "Bound":
+            checks.add(
+                Severity.INFO, "spec.engineCache", f"the engine-cache claim {claim} exists and is Bound"
+            )
+        else:
+            checks.add(
+                Severity.WARNING,
+                "spec.engineCache",
+                f"the engine-cache claim {claim} is {phase}: builds wait until it is bound "
+                f"(kubectl describe pvc {claim} -n {checks.namespace} says why)",
+            )
+        return
+    field = "spec.engineCache.storageClassName"
+    named = resource.spec.engine_cache.storage_class_name or config.engine_cache_storage_class
+    api, kind = kinds.STORAGE_CLASS.api_version, kinds.STORAGE_CLASS.kind
+    if named:
+        if (
+            checks.read(field, f"StorageClass {named}", lambda: checks.client.get(api, kind, None, named))
+            is None
+        ):
+            checks.add(
+                Severity.ERROR,
+                field,
+                f"StorageClass {named} not found, so the engine-cache claim {claim} the operator creates "
+                "would stay Pending: name one kubectl get storageclass lists",
+            )
+        else:
+            checks.add(
+                Severity.INFO, field, f"the operator creates the claim {claim} with StorageClass {named}"
+            )
+        return
+    classes = checks.read(field, "the StorageClasses", lambda: checks.client.list(api, kind))
+    default = sorted(
+        str(c["metadata"]["name"])
+        for c in classes
+        if any(
+            (c["metadata"].get("annotations") or {}).get(key) == "true" for key in DEFAULT_CLASS_ANNOTATIONS
+        )
+    )
+    if not default:
+        checks.add(
+            Severity.ERROR,
+            field,
+            f"no StorageClass is the cluster's default, so the engine-cache claim {claim} the operator "
+            "creates would stay Pending: name a class here, or create the claim and name it in "
+            "spec.engineCache.claimName",
+        )
+    else:
+        checks.add(
+            Severity.INFO,
+            field,
+            f"the operator creates the claim {claim} with the default StorageClass {default[0]}",
+        )
+
+
+def _engine_built(checks: _Checks, claim: str, cache_key: str) -> bool:
+    """Whether the engine index of `claim` already holds `cache_key` (no build pod will run)."""
+    api, kind = kinds.CONFIGMAP.api_version, kinds.CONFIGMAP.kind
+    try:
+        index = checks.client.get(api, kind, checks.namespace, names.engine_index(claim))
+    except ApiError:
+        return False  # then the build pod is checked too, which is the careful side
+    return index is not None and EngineIndex.from_configmap_data(index.get("data")).get(cache_key) is not None
+
+
+def _placement(checks: _Checks, pod_spec: dict[str, Any], demand: GpuDemand, nodes: Nodes) -> None:
+    found = match(object_facts.pod_placement(pod_spec), nodes)
+    blocked = obstacle(found, demand)
+    if blocked is None:
+        room = f", room for {found.room(demand.gpus_per_pod)} pods" if demand.role == "serving" else ""
+        checks.add(Severity.INFO, demand.pod_field, f"{demand.arithmetic()}; {nodes_offered(found)}{room}")
+        return
+    # Only the sum over every replica leaves the GPUs other pods hold out: it may still be enough.
+    severity = Severity.WARNING if blocked.kind is ObstacleKind.TOO_FEW else Severity.ERROR
+    checks.add(severity, blocked.field, explain(blocked, demand))
+
+
+def _pod_spec(objects: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
+    found = next((o for o in objects if o["kind"] == kind), None)
+    return found["spec"]["template"]["spec"] if found is not None else None
+
+
+def _nodes(
+    checks: _Checks, resource: MultimodalDeployment, plan: ResourcePlan, config: OperatorConfig
+) -> None:
+    claim = engine_build.claim_name(resource, config)
+    items = checks.read(
+        "nodes", "the nodes", lambda: checks.client.list(kinds.NODE.api_version, kinds.NODE.kind)
+    )
+    nodes = nodes_of(items)
+    objects = manifests(resource, plan, config=config)
+    build, serving = _pod_spec(objects, "Job"), _pod_spec(objects, "Deployment")
+    if _engine_built(checks, claim, plan.cache_key):
+        checks.add(
+            Severity.INFO, "spec.build.pod", f"engine {plan.cache_key} is built already: no build pod runs"
+        )
+    elif build is not None:
+        _placement(checks, build, build_demand(resource.spec), nodes)
+    if serving is not None and resource.spec.serving.replicas > 0:
+        _placement(checks, serving, serving_demand(resource.spec), nodes)
+
+
+def preflight(
+    resource: MultimodalDeployment,
+    plan: ResourcePlan,
+    namespace: str,
+    client: KubeClient,
+    *,
+    config: OperatorConfig | None = None,
+) -> list[Finding]:
+    """What `resource` (with its checked `plan`) needs from the cluster behind `client`, in `namespace`.
+
+    `config` is the operator's settings where the spec leaves a default (the engine-cache claim and its
+    StorageClass); the defaults when not given.
+    """
+    config = config or OperatorConfig()
+    claim = engine_build.claim_name(resource, config)
+    checks = _Checks(client, namespace)
+    with contextlib.suppress(_UnreadableError):
+        api, kind = kinds.NAMESPACE.api_version, kinds.NAMESPACE.kind
+        found = checks.read(
+            "metadata.namespace", f"namespace {namespace}", lambda: client.get(api, kind, None, namespace)
+        )
+        if found is None:
+            checks.add(Severity.ERROR, "metadata.namespace", f"namespace {namespace} not found")
+        else:
+            _pod_security(checks, found)
+    if not any(f.field == "metadata.namespace" and f.severity is Severity.ERROR for f in checks.findings):
+        with contextlib.suppress(_UnreadableError):
+            _references(checks, resource)
+        with contextlib.suppress(_UnreadableError):
+            _storage(checks, resource, claim, config)
+    with contextlib.suppress(_UnreadableError):
+        _nodes(checks, resource, plan, config)
+    return checks.findings

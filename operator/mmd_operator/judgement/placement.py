@@ -1,0 +1,364 @@
+"""Where a GPU pod may run, and, when it cannot, what keeps it off, said in the spec's fields and numbers.
+
+`match` is the one matching rule, used by the operator (to explain a pod the scheduler cannot place) and
+by `mmctl validate --cluster` (to check before anything runs). It follows the scheduler's own filters
+for nodes: the pod's nodeSelector, its required node affinity, its tolerations against the nodes'
+NoSchedule and NoExecute taints, and the nodes' allocatable nvidia.com/gpu. What it does not judge (pod
+affinity, topology spread, other resources, GPUs other pods hold) the scheduler's own words, which every
+operator message quotes after ours, still say. `obstacle` names the first thing that keeps the pods off,
+and `unschedulable` writes the condition message and the one sentence for Ready.
+
+Pure: imports the api models, the facts and the GPU resource name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from mmd_operator.api.v1alpha1 import GPU_RESOURCE, MultimodalDeploymentSpec
+from mmd_operator.facts import NodeFacts, NodeRequirement, Nodes, PodFacts, PodPlacement, Taint, Toleration
+
+INSUFFICIENT_GPUS = "InsufficientGPUs"
+UNSCHEDULABLE = "Unschedulable"
+# Nodes a message names one by one before it counts the rest.
+LISTED_NODES = 4
+# Values of a label that a message lists before it counts the rest.
+LISTED_VALUES = 4
+
+
+def scheduling_reason(message: str) -> str:
+    """InsufficientGPUs when the scheduler says so, else Unschedulable."""
+    return INSUFFICIENT_GPUS if f"Insufficient {GPU_RESOURCE}" in message else UNSCHEDULABLE
+
+
+@dataclass(frozen=True)
+class GpuDemand:
+    """What the spec asks of the scheduler for one kind of pod, and the fields that say it."""
+
+    role: Literal["build", "serving"]
+    pods: int
+    gpus_per_pod: int
+
+    @property
+    def pod_field(self) -> str:
+        """The spec section whose selector, affinity and tolerations the pods carry."""
+        return f"spec.{self.role}.pod"
+
+    @property
+    def condition(self) -> str:
+        """The condition that carries the details of this kind of pod."""
+        return "EngineReady" if self.role == "build" else "Available"
+
+    @property
+    def total(self) -> int:
+        """GPUs for every pod."""
+        return self.pods * self.gpus_per_pod
+
+    def arithmetic(self) -> str:
+        """The spec's side of the sum, naming the fields."""
+        if self.role == "build":
+            size = self.gpus_per_pod
+            return f"spec.engine.tensorParallelSize {size} = {size} {GPU_RESOURCE} for one build pod"
+        return (
+            f"spec.serving.replicas {self.pods} x spec.engine.tensorParallelSize {self.gpus_per_pod} = "
+            f"{self.total} {GPU_RESOURCE}"
+        )
+
+
+def build_demand(spec: MultimodalDeploymentSpec) -> GpuDemand:
+    """The one build pod of `spec`."""
+    return GpuDemand("build", 1, spec.engine.tensor_parallel_size)
+
+
+def serving_demand(spec: MultimodalDeploymentSpec) -> GpuDemand:
+    """The serving pods of `spec`."""
+    return GpuDemand("serving", spec.serving.replicas, spec.engine.tensor_parallel_size)
+
+
+# -- the matching rule -----------------------------------------------------------------------------
+
+
+def tolerates(toleration: Toleration, taint: Taint) -> bool:
+    """Whether `toleration` tolerates `taint` (the scheduler's rule: an empty key or effect matches any)."""
+    if toleration.effect and toleration.effect != taint.effect:
+        return False
+    if toleration.key and toleration.key != taint.key:
+        return False
+    return toleration.operator == "Exists" or toleration.value == taint.value
+
+
+def untolerated(pod: PodPlacement, node: NodeFacts) -> tuple[Taint, ...]:
+    """The taints of `node` that keep `pod` off it."""
+    return tuple(t for t in node.taints if not any(tolerates(tol, t) for tol in pod.tolerations))
+
+
+def _requirement_met(requirement: NodeRequirement, node: NodeFacts) -> bool:
+    labels = {"metadata.name": node.name} if requirement.field else dict(node.labels)
+    value = labels.get(requirement.key)
+    operator = requirement.operator
+    if operator == "In":
+        return value is not None and value in requirement.values
+    if operator == "NotIn":
+        return value is None or value not in requirement.values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and len(requirement.values) == 1:
+        try:
+            have, bound = int(value), int(requirement.values[0])
+        except ValueError:
+            return False
+        return have > bound if operator == "Gt" else have < bound
+    return False
+
+
+def _selector_met(pod: PodPlacement, node: NodeFacts) -> bool:
+    labels = dict(node.labels)
+    return all(labels.get(key) == value for key, value in pod.node_selector)
+
+
+def _affinity_met(pod: PodPlacement, node: NodeFacts) -> bool:
+    if not pod.affinity_terms:
+        return True
+    # Any term, all of its requirements; a term without requirements matches no node.
+    return any(term and all(_requirement_met(r, node) for r in term) for term in pod.affinity_terms)
+
+
+@dataclass(frozen=True)
+class NodeMatch:
+    """Which of the nodes with GPUs a pod may run on, filter by filter."""
+
+    pod: PodPlacement
+    total_nodes: int
+    # Every node with allocatable GPUs.
+    with_gpus: tuple[NodeFacts, ...]
+    # ... that the pod's nodeSelector selects,
+    by_selector: tuple[NodeFacts, ...]
+    # ... and its required node affinity too,
+    selected: tuple[NodeFacts, ...]
+    # ... whose every taint the pod tolerates: "the nodes matching the pod's selector and tolerations",
+    matching: tuple[NodeFacts, ...]
+    # ... with allocatable GPUs for one pod.
+    fitting: tuple[NodeFacts, ...]
+
+    @property
+    def offered(self) -> int:
+        """Allocatable GPUs of the matching nodes."""
+        return sum(node.gpus for node in self.matching)
+
+    def room(self, gpus_per_pod: int) -> int:
+        """How many pods of `gpus_per_pod` the matching nodes hold at the most."""
+        return sum(node.gpus // gpus_per_pod for node in self.matching) if gpus_per_pod else 0
+
+
+def match(pod: PodPlacement, nodes: Nodes) -> NodeMatch:
+    """The nodes `pod` may run on: the one matching rule of the operator and of the preflight."""
+    with_gpus = tuple(sorted((node for node in nodes.with_gpus if node.gpus > 0), key=lambda n: n.name))
+    by_selector = tuple(node for node in with_gpus if _selector_met(pod, node))
+    selected = tuple(node for node in by_selector if _affinity_met(pod, node))
+    matching = tuple(node for node in selected if not untolerated(pod, node))
+    fitting = tuple(node for node in matching if node.gpus >= pod.gpus)
+    return NodeMatch(pod, nodes.total, with_gpus, by_selector, selected, matching, fitting)
+
+
+# -- what keeps the pods off -----------------------------------------------------------------------
+
+
+class ObstacleKind(StrEnum):
+    """What keeps a pod off every node, in the order the filters run."""
+
+    NO_GPU_NODES = "no node has GPUs"
+    SELECTOR = "nodeSelector"
+    AFFINITY = "node affinity"
+    TAINTS = "taints"
+    POD_TOO_LARGE = "no node holds one pod"
+    TOO_FEW = "too few GPUs for every pod"
+
+
+@dataclass(frozen=True)
+class Obstacle:
+    """What keeps pods off, the field to change, and how."""
+
+    kind: ObstacleKind
+    # The spec field to change.
+    field: str
+    # What is wrong, with the values: a clause.
+    what: str
+    # What to do: a clause.
+    fix: str
+
+    @property
+    def gpus(self) -> bool:
+        """A shortage of GPUs (rather than nodes the pod may not use)."""
+        return self.kind in (ObstacleKind.NO_GPU_NODES, ObstacleKind.POD_TOO_LARGE, ObstacleKind.TOO_FEW)
+
+
+def _listed(items: Sequence[str], limit: int) -> str:
+    shown = ", ".join(items[:limit])
+    return f"{shown} and {len(items) - limit} more" if len(items) > limit else shown
+
+
+def nodes_offered(found: NodeMatch) -> str:
+    """The nodes' side of the sum: what the nodes matching the pod's selector and tolerations offer."""
+    listed = _listed([f"{node.name} {node.gpus}" for node in found.matching], LISTED_NODES)
+    return f"nodes matching the pod's selector and tolerations offer {found.offered} ({listed})"
+
+
+def _selector_obstacle(found: NodeMatch, demand: GpuDemand) -> Obstacle:
+    field = f"{demand.pod_field}.nodeSelector"
+    failing = []
+    for key, value in found.pod.node_selector:
+        carried = sorted({dict(node.labels)[key] for node in found.with_gpus if key in dict(node.labels)})
+        if value in carried:
+            continue
+        them = f"they carry {_listed(carried, LISTED_VALUES)}" if carried else f"none carries {key}"
+        failing.append(f'{field}["{key}"]={value} matches no node with {GPU_RESOURCE} ({them})')
+    if failing:
+        return Obstacle(
+            ObstacleKind.SELECTOR,
+            field,
+            "; ".join(failing),
+            "set it to a value the nodes carry, or remove it",
+        )
+    pairs = ", ".join(f"{key}={value}" for key, value in found.pod.node_selector)
+    return Obstacle(
+        ObstacleKind.SELECTOR,
+        field,
+        f"{field} ({pairs}) matches no node with {GPU_RESOURCE}: no node carries all of these labels",
+        "drop the labels no node carries together with the others",
+    )
+
+
+def obstacle(found: NodeMatch, demand: GpuDemand) -> Obstacle | None:
+    """The first thing that keeps the pods of `demand` off the nodes, or None when the nodes hold them all."""
+    pod_field = demand.pod_field
+    if not found.with_gpus:
+        return Obstacle(
+            ObstacleKind.NO_GPU_NODES,
+            pod_field,
+            f"none of the {found.total_nodes} nodes has allocatable {GPU_RESOURCE}",
+            f"add GPU nodes (NVIDIA's device plugin makes them report {GPU_RESOURCE})",
+        )
+    if not found.by_selector:
+        return _selector_obstacle(found, demand)
+    if not found.selected:
+        field = f"{pod_field}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        among = "that its nodeSelector selects" if found.pod.node_selector else f"with {GPU_RESOURCE}"
+        return Obstacle(
+            ObstacleKind.AFFINITY,
+            field,
+            f"{field} matches none of the {len(found.by_selector)} nodes {among}",
+            "loosen its terms",
+        )
+    if not found.matching:
+        taints = sorted({str(t) for node in found.selected for t in untolerated(found.pod, node)})
+        keys = sorted({t.key for node in found.selected for t in untolerated(found.pod, node)})
+        field = f"{pod_field}.tolerations"
+        one = len(found.selected) == 1
+        nodes = f"the {len(found.selected)} node{'' if one else 's'} with {GPU_RESOURCE}"
+        if found.pod.node_selector or found.pod.affinity_terms:
+            nodes += f" that {pod_field} selects"
+        carry = (
+            "carries a taint" if one and len(taints) == 1 else "carry taints" if not one else "carries taints"
+        )
+        return Obstacle(
+            ObstacleKind.TAINTS,
+            field,
+            f"{nodes} {carry} the pod does not tolerate: {_listed(taints, LISTED_VALUES)}",
+            f"add a toleration for {_listed(keys, LISTED_VALUES)} to {field}",
+        )
+    if not found.fitting:
+        most = max(found.matching, key=lambda node: (node.gpus, node.name))
+        return Obstacle(
+            ObstacleKind.POD_TOO_LARGE,
+            "spec.engine.tensorParallelSize",
+            f"nodes matching the pod's selector and tolerations offer at most {most.gpus} on one node "
+            f"({most.name})",
+            f"lower spec.engine.tensorParallelSize, or let {pod_field} reach nodes with more GPUs",
+        )
+    room = found.room(demand.gpus_per_pod)
+    if room < demand.pods:
+        return Obstacle(
+            ObstacleKind.TOO_FEW,
+            "spec.serving.replicas",
+            f"{nodes_offered(found)}: room for {room} of the {demand.pods} pods",
+            "lower spec.serving.replicas, or add GPU nodes",
+        )
+    return None
+
+
+def explain(blocked: Obstacle, demand: GpuDemand) -> str:
+    """What keeps the pods off and what to do, in one clause (the Ready sentence and the preflight)."""
+    if blocked.gpus:
+        return f"{demand.arithmetic()}, but {blocked.what}; {blocked.fix}"
+    return f"{blocked.what}; {blocked.fix}"
+
+
+# -- the operator's message ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unplaced:
+    """A pod the scheduler cannot place, as the status says it."""
+
+    reason: str
+    # The condition's message: our figures, then the scheduler's own words.
+    message: str
+    # One sentence for Ready: what is wrong and what to do.
+    summary: str
+
+
+def _requested(nodes: Nodes, found: NodeMatch) -> int:
+    matching = {node.name for node in found.matching}
+    return sum(gpus for name, gpus in nodes.requested if name in matching)
+
+
+def unschedulable(pod: PodFacts, demand: GpuDemand, nodes: Nodes | None) -> Unplaced:
+    """What to say of `pod`, which the scheduler cannot place, given the nodes (None: not known)."""
+    words = pod.unschedulable or "Unschedulable"
+    reason = scheduling_reason(words)
+    who = f"{'build pod' if demand.role == 'build' else 'pod'} {pod.meta.name}"
+    quoted = f"(the {demand.condition} condition quotes the scheduler)"
+    figures = f"(the {demand.condition} condition has the figures and the scheduler's words)"
+    if nodes is None:
+        message = f"{who} cannot be scheduled: {demand.arithmetic()}"
+        if reason == INSUFFICIENT_GPUS:
+            lower = "spec.engine.tensorParallelSize" + (
+                " or spec.serving.replicas" if demand.pods > 1 else ""
+            )
+            summary = (
+                f"{demand.arithmetic()} and the scheduler finds too few free for {who}: free or add GPUs, "
+                f"or lower {lower} {quoted}."
+            )
+        else:
+            summary = (
+                f"the scheduler cannot place {who}: change what it names in {demand.pod_field} {quoted}."
+            )
+        return Unplaced(reason, f"{message}. Scheduler: {words}", summary)
+    placement = pod.placement or PodPlacement(gpus=pod.gpus or demand.gpus_per_pod)
+    found = match(placement, nodes)
+    blocked = obstacle(found, demand)
+    requested = _requested(nodes, found)
+    held = f"; this operator's pods already request {requested} of these GPUs" if requested else ""
+    if blocked is None:
+        room = f", room for {found.room(demand.gpus_per_pod)} pods" if demand.role == "serving" else ""
+        message = f"{who} cannot be scheduled: {demand.arithmetic()}; {nodes_offered(found)}{room}{held}"
+        if reason == INSUFFICIENT_GPUS:
+            summary = (
+                f"{demand.arithmetic()} and the nodes {who} may use have room for it, but the scheduler "
+                f"finds too few free: free GPUs or add nodes {figures}."
+            )
+        else:
+            summary = (
+                f"the scheduler cannot place {who} for a reason other than GPUs, node selectors and taints: "
+                f"see the {demand.condition} condition, which quotes it."
+            )
+    else:
+        message = f"{who} cannot be scheduled: {demand.arithmetic()}; {blocked.what}"
+        message += held if blocked.gpus else ""
+        summary = f"{explain(blocked, demand)} {figures}."
+    return Unplaced(reason, f"{message}. Scheduler: {words}", summary)

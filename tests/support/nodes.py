@@ -1,0 +1,44 @@
+"""Extra fake GPU nodes for a test: created as the local cluster makes its own, Ready when returned,
+deleted afterwards. Imports the local cluster's node objects and the test API handles."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from mmd_operator.cli.localcluster.objects import NodePool, gpu_node
+from tests.support.kube import Kube
+
+
+@contextmanager
+def extra_gpu_nodes(
+    kube: Kube, pool: NodePool, *, taints: tuple[dict[str, str], ...] = ()
+) -> Iterator[list[str]]:
+    """The nodes of `pool`, with `taints`, Ready while the block runs."""
+    names = pool.node_names()
+    for name in names:
+        node: dict[str, Any] = gpu_node(name, pool)
+        node["spec"]["taints"] = list(taints)
+        try:
+            kube.core.create_node(node)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+
+    def ready() -> bool:
+        nodes = {n.metadata.name: n for n in kube.core.list_node(label_selector="type=kwok").items}
+        return all(
+            name in nodes
+            and any(c.type == "Ready" and c.status == "True" for c in nodes[name].status.conditions or [])
+            for name in names
+        )
+
+    kube.wait_for(f"nodes {', '.join(names)} to be Ready", ready, timeout=60)
+    try:
+        yield names
+    finally:
+        for name in names:
+            kube.core.delete_node(name)
