@@ -4,6 +4,9 @@ warnings where the kubeconfig may not read something."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -209,3 +212,42 @@ def test_what_the_kubeconfig_may_not_read_is_a_warning_not_an_error(
         "nodes",
     }
     assert all("could not read" in f.message and "403" in f.message for f in found), found
+
+
+def test_mmctl_validate_cluster_runs_the_preflight_over_a_directory(
+    kube: Kube, tools: Tools, namespace: str, tmp_path: Path
+) -> None:
+    """The command a user runs: `mmctl validate --cluster -n <ns> -f dir/`, text and JSON."""
+    _secret(kube, namespace, {"other": TOKEN_VALUE})  # the key the example names is missing
+    (tmp_path / "apps").mkdir()
+    (tmp_path / "apps" / "mllama.yaml").write_text((ROOT / "examples" / "mllama.yaml").read_text())
+    (tmp_path / "apps" / "whisper.yaml").write_text((ROOT / "examples" / "whisper.yaml").read_text())
+    mmctl = [sys.executable, "-m", "mmd_operator.cli.main"]
+    command = [*mmctl, "validate", "--cluster", "-n", namespace, "-f", str(tmp_path / "apps")]
+    env = tools.env
+    text = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert text.returncode == 1, text.stdout + text.stderr
+    lines = text.stdout.splitlines()
+    assert f"{tmp_path}/apps/mllama.yaml:1 mllama 1 error, 1 warning" in lines
+    assert lines[-1] == "2 resources: 0 ok, 1 with warnings, 1 invalid; 0 other documents skipped"
+    assert (
+        "  spec.model.source.huggingface.tokenSecretRef: Secret huggingface has no key token: add the key "
+        "to the Secret, or name one it has in spec.model.source.huggingface.tokenSecretRef.key"
+    ) in lines
+    assert any(line.startswith("  note: spec.serving.pod: spec.serving.replicas 1 x ") for line in lines)
+    assert TOKEN_VALUE not in text.stdout + text.stderr
+
+    as_json = subprocess.run(
+        [*command, "-o", "json"], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    report = json.loads(as_json.stdout)
+    assert report["exitCode"] == 1 and report["summary"]["resources"] == 2
+    by_name = {r["name"]: r for r in report["resources"]}
+    assert [e["path"] for e in by_name["mllama"]["errors"]] == [
+        "spec.model.source.huggingface.tokenSecretRef"
+    ]
+    assert by_name["whisper"]["errors"] == []
+    assert any(
+        n.startswith(f"namespace {namespace}: Pod Security enforces restricted")
+        for n in by_name["whisper"]["notes"]
+    )

@@ -6,7 +6,9 @@ admission policy makes `kubectl apply` print). Documents of other kinds are skip
 command runs over a whole GitOps repository. One line per resource, `file:doc namespace/name verdict`, its
 problems indented below, then a summary line; `-o json` gives the same as one JSON document (its shape is
 in docs/resource.md). Exit status: 2 when an input cannot be read, else 1 when a resource is invalid (or
-has warnings, with `--strict`), else 0. Imports the api, the planner and the CLI's document reader.
+has warnings, with `--strict`), else 0. `--cluster` adds the read-only preflight of `cli.preflight`
+against the current kubeconfig. Imports the api, the planner, the CLI's document reader, the preflight
+and the kube client.
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kubernetes.config.config_exception import ConfigException
+
 from mmd_operator.api.v1alpha1 import KIND, MultimodalDeployment
 from mmd_operator.api.validation import InvalidSpecError, Problem, check_resource
 from mmd_operator.api.warning_rules import SpecWarning, spec_warnings
 from mmd_operator.cli.documents import STDIN, Document, InputError, input_files, read_documents
+from mmd_operator.cli.preflight import Severity, preflight
+from mmd_operator.kube.client import KubeClient
 from mmd_operator.plan.repository_check import RepositoryError
 from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
 
@@ -32,11 +38,14 @@ EXIT_INTERNAL = 3
 
 OK, WARNINGS, INVALID = "ok", "warnings", "invalid"
 
-# A further check of a resource that passed every offline rule, given its checked plan: the problems and
-# warnings it finds. The read-only `--cluster` preflight is meant to be one (added to `validate(checks=)`).
+# A further check of a resource that passed every offline rule, given its checked plan: the problems,
+# warnings and notes (what was found fine) it finds. The read-only `--cluster` preflight is one.
 ResourceCheck = Callable[
-    [MultimodalDeployment, ResourcePlan], tuple[Sequence[Problem], Sequence[SpecWarning]]
+    [MultimodalDeployment, ResourcePlan],
+    tuple[Sequence[Problem], Sequence[SpecWarning], Sequence[str]],
 ]
+# The rule name of a warning the cluster preflight found.
+CLUSTER_RULE = "cluster"
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,8 @@ class Verdict:
     errors: tuple[Problem, ...]
     warnings: tuple[SpecWarning, ...]
     cache_key: str | None = None
+    # What a further check found fine (the cluster preflight's figures), for people.
+    notes: tuple[str, ...] = ()
     # The warning rule behind each error that was a warning before `--strict` made it an error.
     strict_rules: dict[Problem, str] = field(default_factory=dict)
 
@@ -117,11 +128,13 @@ def check_document(document: Document, checks: Sequence[ResourceCheck] = ()) -> 
         return Verdict(document, tuple(invalid.problems), tuple(_warnings_of(parsed)))
     errors: list[Problem] = []
     warnings = _warnings_of(resource)
+    notes: list[str] = []
     for check in checks:
-        more_errors, more_warnings = check(resource, plan)
+        more_errors, more_warnings, more_notes = check(resource, plan)
         errors += more_errors
         warnings += more_warnings
-    return Verdict(document, tuple(errors), tuple(warnings), cache_key=plan.cache_key)
+        notes += more_notes
+    return Verdict(document, tuple(errors), tuple(warnings), cache_key=plan.cache_key, notes=tuple(notes))
 
 
 def _strict(verdict: Verdict) -> Verdict:
@@ -174,6 +187,7 @@ def text_report(report: Report) -> list[str]:
         lines.append(f"{_where(verdict.document)} {who} {_verdict_text(verdict)}")
         lines += [f"  {problem}" for problem in verdict.errors]
         lines += [f"  warning: {warning}" for warning in verdict.warnings]
+        lines += [f"  note: {note}" for note in verdict.notes]
     summary = (
         f"{_plural(len(report.resources), 'resource')}: {report.count(OK)} ok, "
         f"{report.count(WARNINGS)} with warnings, {report.count(INVALID)} invalid; "
@@ -203,6 +217,7 @@ def json_report(report: Report, *, strict: bool) -> dict[str, Any]:
                 "verdict": v.verdict,
                 "errors": [error(v, problem) for problem in v.errors],
                 "warnings": [{"rule": w.rule, "path": w.path, "message": w.message} for w in v.warnings],
+                "notes": list(v.notes),
                 "cacheKey": v.cache_key,
             }
             for v in report.resources
@@ -231,14 +246,54 @@ def json_report(report: Report, *, strict: bool) -> dict[str, Any]:
     }
 
 
+def cluster_check(client: KubeClient, default_namespace: str) -> ResourceCheck:
+    """The read-only preflight against the cluster behind `client`, as a check of `validate`.
+
+    A resource is checked in its own `metadata.namespace`, else in `default_namespace`.
+    """
+
+    def check(
+        resource: MultimodalDeployment, plan: ResourcePlan
+    ) -> tuple[list[Problem], list[SpecWarning], list[str]]:
+        namespace = str(resource.metadata.get("namespace") or default_namespace)
+        findings = preflight(resource, plan, namespace, client)
+        return (
+            [Problem(f.field, f.message) for f in findings if f.severity is Severity.ERROR],
+            [
+                SpecWarning(f.field, f.message, CLUSTER_RULE)
+                for f in findings
+                if f.severity is Severity.WARNING
+            ],
+            [f"{f.field}: {f.message}" for f in findings if f.severity is Severity.INFO],
+        )
+
+    return check
+
+
+def _cluster_checks(args: argparse.Namespace) -> tuple[list[ResourceCheck], KubeClient | None]:
+    if not args.cluster:
+        return [], None
+    client = KubeClient.from_kubeconfig(args.kubeconfig, context=args.context, field_manager="mmctl")
+    namespace = args.namespace or KubeClient.kubeconfig_namespace(args.kubeconfig, context=args.context)
+    return [cluster_check(client, namespace)], client
+
+
 def run(args: argparse.Namespace) -> int:
     """Handle `mmctl validate`."""
     try:
-        report = validate(args.file, strict=args.strict)
+        checks, client = _cluster_checks(args)
+    except (OSError, ConfigException) as error:
+        print(f"mmctl validate --cluster: cannot read the kubeconfig: {error}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    try:
+        report = validate(args.file, strict=args.strict, checks=checks)
     except RepositoryError as inconsistent:
         # The same check Triton does at load time; a failure here is our bug, not the user's.
         print(f"internal error: the rendered repository is inconsistent: {inconsistent}", file=sys.stderr)
         return EXIT_INTERNAL
+    finally:
+        if client is not None:
+            client.close()
     if args.output == "json":
         print(json.dumps(json_report(report, strict=args.strict), indent=2))
     else:
@@ -271,5 +326,16 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "-o", "--output", choices=("text", "json"), default="text", help="text lines (default) or JSON"
     )
-    # A read-only `--cluster` preflight (the current kubeconfig) adds its ResourceCheck to `validate`.
+    cluster = parser.add_argument_group("cluster preflight (read-only)")
+    cluster.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also ask the cluster: the namespace and its Pod Security level, the token Secret and key, "
+        "source claims, the engine-cache claim or its StorageClass, a node with GPUs for one pod",
+    )
+    cluster.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    cluster.add_argument("--context", help="kubeconfig context (default: the current one)")
+    cluster.add_argument(
+        "-n", "--namespace", help="namespace of resources that name none (default: the context's)"
+    )
     parser.set_defaults(handler=run)
