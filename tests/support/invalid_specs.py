@@ -137,6 +137,14 @@ CASES: list[InvalidSpec] = [
         "unknown field; did you mean maxBatchSize?",
     ),
     InvalidSpec(
+        "quantity-in-limits",
+        "llava",
+        {"spec": {"serving": {"pod": {"resources": {"limits": {"memory": "96 GB"}}}}}},
+        "spec.serving.pod.resources.limits[memory]",
+        '"96 GB" is not a Kubernetes quantity; write a number with an optional suffix such as 500Gi',
+        values=('"96 GB"',),
+    ),
+    InvalidSpec(
         "tp-size",
         "llava",
         {"spec": {"engine": {"tensorParallelSize": 3}}},

@@ -127,13 +127,13 @@ SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 # lacks that function, one that matches this pattern.
 _NUMBER = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
 QUANTITY_PATTERN = rf"^(\+|-)?{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?{_NUMBER}))?$"
-_QUANTITY_HINT = (
+QUANTITY_HINT = (
     "write a number with an optional suffix such as 500Gi (Ki, Mi, Gi, Ti, Pi, Ei or k, M, G, T, P, E)"
 )
 QUANTITY_RULE = cel_rule(
     "isQuantity(string(self))",
-    f'"{{self}}" is not a Kubernetes quantity; {_QUANTITY_HINT}',
-    fallback=f"not a Kubernetes quantity; {_QUANTITY_HINT}",
+    f'"{{self}}" is not a Kubernetes quantity; {QUANTITY_HINT}',
+    fallback=f"not a Kubernetes quantity; {QUANTITY_HINT}",
 )
 # Longest resource name: `<name>-repo-<10 hex>` and pod names derived from `<name>` must stay valid.
 MAX_NAME_LENGTH = 48

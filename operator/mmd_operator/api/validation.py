@@ -20,7 +20,7 @@ from typing import Any
 import celpy
 from celpy import celtypes
 from celpy.adapter import json_to_cel
-from celpy.evaluation import CELEvalError
+from celpy.evaluation import CELEvalError, CELFunction
 from pydantic import ValidationError
 
 from mmd_operator.api import crdgen, v1alpha1
@@ -120,7 +120,7 @@ def _is_quantity(value: celtypes.Value) -> celtypes.BoolType:
 
 
 # The functions of the API server's CEL environment that the rules use and cel-python does not have.
-_KUBERNETES_FUNCTIONS = {"isQuantity": _is_quantity}
+_KUBERNETES_FUNCTIONS: dict[str, CELFunction] = {"isQuantity": _is_quantity}
 
 
 @cache
@@ -159,12 +159,28 @@ def _with_defaults(value: Any, schema: Mapping[str, Any]) -> Any:
     return value
 
 
-def _message(rule: Mapping[str, Any], activation: Mapping[str, Any]) -> str:
-    """The rule's message as the API server writes it: its message expression's, else its static one."""
+_NO_OLD = object()
+
+
+def rule_failure(rule: Mapping[str, Any], value: Any, old: Any = _NO_OLD) -> str | None:
+    """The message the API server writes when `value` breaks `rule`; None when it holds.
+
+    `rule` is an `x-kubernetes-validations` entry; `old` is the stored value, for a transition rule. The
+    message is the message expression's text, or the static message when the expression fails to
+    evaluate or gives no one-line text, as the API server falls back.
+    """
+    activation = {"self": json_to_cel(value)}
+    if old is not _NO_OLD:
+        activation["oldSelf"] = json_to_cel(old)
+    try:
+        if bool(_program(rule["rule"]).evaluate(activation)):
+            return None
+    except CELEvalError as error:
+        return f"rule {rule['rule']!r} could not be evaluated: {error}"
     expression = rule.get("messageExpression")
     if expression:
         try:
-            text = _program(expression).evaluate(dict(activation))
+            text = _program(expression).evaluate(activation)
         except CELEvalError:
             text = None
         if isinstance(text, str) and text.strip() and "\n" not in text.strip():
@@ -172,27 +188,19 @@ def _message(rule: Mapping[str, Any], activation: Mapping[str, Any]) -> str:
     return str(rule["message"]).strip()
 
 
-_NO_OLD = object()
-
-
 def _cel_problems(value: Any, schema: Mapping[str, Any], path: str, old: Any = _NO_OLD) -> list[Problem]:
     """Problems of `value` under the CEL rules of `schema`; transition rules (`oldSelf`) only with `old`."""
     problems = []
     for rule in schema.get("x-kubernetes-validations", ()):
         target = (path + rule.get("fieldPath", "")).lstrip(".")
-        transition = "oldSelf" in rule["rule"]
-        if transition and old is _NO_OLD:
-            continue  # only an update can break it
-        activation = {"self": json_to_cel(value)}
-        if transition:
-            activation["oldSelf"] = json_to_cel(old)
-        try:
-            passed = bool(_program(rule["rule"]).evaluate(activation))
-        except CELEvalError as error:
-            problems.append(Problem(target, f"rule {rule['rule']!r} could not be evaluated: {error}"))
-            continue
-        if not passed:
-            problems.append(Problem(target, _message(rule, activation)))
+        if "oldSelf" not in rule["rule"]:
+            message = rule_failure(rule, value)
+        elif old is not _NO_OLD:
+            message = rule_failure(rule, value, old)
+        else:
+            continue  # a transition rule: only an update can break it
+        if message is not None:
+            problems.append(Problem(target, message))
     if isinstance(value, Mapping):
         properties = schema.get("properties", {})
         values_schema = schema.get("additionalProperties")
