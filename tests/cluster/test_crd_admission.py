@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from mmd_operator.api import v1alpha1
-from mmd_operator.api.validation import InvalidSpecError, check_resource, check_spec
+from mmd_operator.api.validation import InvalidSpecError, check_resource, check_spec, stored_spec
 from mmd_operator.plan.resource_plan import plan_resource
 from tests.support.invalid_specs import CASES, InvalidSpec, resource
 from tests.support.kube import Tools
@@ -78,8 +78,10 @@ def test_every_example_is_admitted_with_defaults_filled_in(
     engine, serving = created["spec"]["engine"], created["spec"]["serving"]
     assert engine["kvCacheDtype"] in {"auto", "fp8"}
     assert serving["queue"]["preprocessingMaxQueueDelayMicroseconds"] == 20000
-    # Defaulting adds no empty map or list (`kubectl describe` shows what was written and what matters).
+    # Defaulting adds no empty map or list (`kubectl describe` shows what was written and what matters),
+    # and offline validation judges the very object the API server stores.
     assert _empty_containers(created["spec"]) == []
+    assert created["spec"] == stored_spec(document["spec"])
     # What the API server stored is what the operator will read: it must validate offline too, and plan
     # the same engine (cacheKey) and objects as the file itself.
     stored, problems = check_resource(created)

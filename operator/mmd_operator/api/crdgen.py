@@ -195,7 +195,8 @@ def crd() -> dict[str, Any]:
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
+                                # Declared so that NAME_RULE can report at metadata.name.
+                                "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
                                 "spec": spec,
                                 "status": status,
                             },

@@ -37,9 +37,11 @@ WHISPER_TYPES = sorted({t.value for t, k in KNOWLEDGE.items() if k.whisper_varia
 #   no reason, or FieldValueInvalid:  spec.engine.maxSeqLen: Invalid value: "object": <message>
 #   FieldValueForbidden:              spec.engine.maxSeqLen: Forbidden: <message>
 #   FieldValueRequired:               spec.model.variant: Required value: <message>
-# "Invalid value" shows the schema type of the node the rule sits on ("object", or "" for a quantity),
-# never the field's value. So every rule here is Forbidden (a value that is not allowed where it is) or
-# Required (a field that must be set), and names the values in its own message.
+# "Invalid value" shows the schema type of the node the rule sits on ("object"), never the field's value.
+# So every rule here is Forbidden (a value that is not allowed where it is) or Required (a field that must
+# be set), and names the values in its own message. The values are written with `format` ('%s' renders
+# integers, numbers, booleans and strings): concatenating `string(self.x)` is refused when the CRD is
+# created, because the cost estimator cannot bound the length of a number turned into a string.
 FORBIDDEN = "FieldValueForbidden"
 REQUIRED = "FieldValueRequired"
 
@@ -63,9 +65,8 @@ def _message_expression(message: str) -> str | None:
     if len(parts) == 1:
         return None
     # Even parts are text, odd parts CEL expressions.
-    return " + ".join(
-        f"string({part})" if index % 2 else _cel_string(part) for index, part in enumerate(parts) if part
-    )
+    text = "".join("%s" if index % 2 else part.replace("%", "%%") for index, part in enumerate(parts))
+    return f"{_cel_string(text)}.format([{', '.join(parts[1::2])}])"
 
 
 def _static_message(message: str) -> str:
@@ -160,13 +161,16 @@ class SecretKeyRef(_Schema):
 
 # A Kubernetes resource quantity (`2`, `500m`, `16Gi`), as the API server accepts it: integer or string.
 # The string's syntax is checked by a CEL rule (at the API server and offline), which says it in a sentence;
-# a `pattern` would answer with the regular expression.
+# a `pattern` would answer with the regular expression. The length bound keeps the rule's estimated cost
+# within the API server's budget (maps of quantities are bounded for the same reason).
+QUANTITY_MAX_LENGTH = 64
 Quantity = Annotated[
-    int | str,
+    int | Annotated[str, Field(max_length=QUANTITY_MAX_LENGTH)],
     WithJsonSchema(
         {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "x-kubernetes-int-or-string": True,
+            "maxLength": QUANTITY_MAX_LENGTH,
             "x-kubernetes-validations": [QUANTITY_RULE],
         }
     ),
@@ -225,9 +229,9 @@ class ResourceRequirements(_Schema):
         }
     )
 
-    requests: dict[str, Quantity] = Field(default_factory=dict)
+    requests: dict[str, Quantity] = Field(default_factory=dict, max_length=32)
     """Resources the scheduler reserves, e.g. `cpu: 8`, `memory: 64Gi`."""
-    limits: dict[str, Quantity] = Field(default_factory=dict)
+    limits: dict[str, Quantity] = Field(default_factory=dict, max_length=32)
     """Upper bounds, e.g. `memory: 96Gi`. `nvidia.com/gpu` is always the tensor-parallel size."""
 
 

@@ -119,8 +119,26 @@ def _is_quantity(value: celtypes.Value) -> celtypes.BoolType:
     return celtypes.BoolType(isinstance(value, str) and _QUANTITY.fullmatch(value) is not None)
 
 
+def _as_go_text(value: celtypes.Value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _format(template: celtypes.Value, values: celtypes.Value) -> celtypes.StringType:
+    """cel-go's `string.format(list)` for the `%s` the rules' messages use, which cel-python lacks."""
+    if not isinstance(template, str) or not isinstance(values, list):
+        raise TypeError("format needs a string and a list")
+    pending = iter(values)
+    return celtypes.StringType(
+        re.sub(r"%[s%]", lambda verb: "%" if verb[0] == "%%" else _as_go_text(next(pending)), template)
+    )
+
+
 # The functions of the API server's CEL environment that the rules use and cel-python does not have.
-_KUBERNETES_FUNCTIONS: dict[str, CELFunction] = {"isQuantity": _is_quantity}
+_KUBERNETES_FUNCTIONS: dict[str, CELFunction] = {"isQuantity": _is_quantity, "format": _format}
 
 
 @cache
@@ -157,6 +175,15 @@ def _with_defaults(value: Any, schema: Mapping[str, Any]) -> Any:
     if isinstance(value, list):
         return [_with_defaults(item, schema.get("items", {})) for item in value]
     return value
+
+
+def stored_spec(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A `spec` mapping as the API server stores it (the CRD's defaults filled in), in JSON types.
+
+    What the CEL rules see, at the API server and here; nothing else is added (no empty maps or lists).
+    """
+    stored: dict[str, Any] = _with_defaults(json.loads(json.dumps(document, default=str)), _spec_schema())
+    return stored
 
 
 _NO_OLD = object()
@@ -304,8 +331,7 @@ def check_spec(
         spec = v1alpha1.MultimodalDeploymentSpec.model_validate_json(text, strict=True)
     except ValidationError as error:
         return None, _schema_problems(error, "spec")
-    stored = _with_defaults(json.loads(text), _spec_schema())
-    return spec, _cel_problems(stored, _spec_schema(), "spec") + pod_metadata_problems(spec)
+    return spec, _cel_problems(stored_spec(document), _spec_schema(), "spec") + pod_metadata_problems(spec)
 
 
 def check_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem]:
@@ -318,8 +344,7 @@ def check_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem
     new_spec, _ = check_spec(new)
     if old_spec is None or new_spec is None:
         return []
-    old_value = _with_defaults(json.loads(json.dumps(old, default=str)), _spec_schema())
-    new_value = _with_defaults(json.loads(json.dumps(new, default=str)), _spec_schema())
+    old_value, new_value = stored_spec(old), stored_spec(new)
     return [
         problem
         for problem in _cel_problems(new_value, _spec_schema(), "spec", old_value)
