@@ -108,13 +108,13 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def without_empty(value: Any) -> Any:
+def _without_empty(value: Any) -> Any:
     """`value` without empty maps and lists, at any depth (a map left empty by that goes too)."""
     if isinstance(value, dict):
-        kept = {key: without_empty(item) for key, item in value.items()}
+        kept = {key: _without_empty(item) for key, item in value.items()}
         return {key: item for key, item in kept.items() if item not in ({}, [])}
     if isinstance(value, list):
-        return [without_empty(item) for item in value]
+        return [_without_empty(item) for item in value]
     return value
 
 
@@ -133,7 +133,7 @@ def _apply_section_defaults(model: type[BaseModel], schema: dict[str, Any]) -> N
             continue
         factory = field.default_factory
         if isinstance(factory, type) and issubclass(factory, BaseModel):
-            default = without_empty(factory().model_dump(by_alias=True, exclude_none=True, mode="json"))
+            default = _without_empty(factory().model_dump(by_alias=True, exclude_none=True, mode="json"))
             if default:
                 child["default"] = default
         nested = _nested_model(field.annotation)

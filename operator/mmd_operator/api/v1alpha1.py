@@ -2,8 +2,9 @@
 
 These models are the single source of the CRD schema (see `crdgen`). Field docstrings become the
 descriptions `kubectl explain` shows. Cross-field rules are written once, in CEL, on the models
-(`x-kubernetes-validations`): the API server enforces them at admission and `validation` evaluates the
-same expressions offline. Imports only pydantic and `mmd_operator.knowledge`.
+(`x-kubernetes-validations`, built by `cel_rule`, with messages that name the values they compared): the
+API server enforces them at admission and `validation` evaluates the same expressions offline. Imports
+only pydantic and `mmd_operator.knowledge`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 SINGULAR = "multimodaldeployment"
 SHORT_NAMES = ("mmd",)
 
-WHISPER_TYPES = sorted({t.value for t, k in KNOWLEDGE.items() if k.whisper_variants})
+WHISPER_TYPES = types_where("whisper_variants")
 
 
 # How the API server (v1.34, tried on the local control plane) prints a rule that fails: `reason` picks the
