@@ -103,7 +103,8 @@ def test_a_minimal_resource_is_stored_with_what_was_written_and_meaningful_defau
     )
     spec = stored["spec"]
     assert _empty_containers(spec) == []
-    assert spec["model"] == document["spec"]["model"]
+    assert spec == stored_spec(document["spec"])
+    assert spec["model"]["source"]["huggingface"] == {"repo": "llava-hf/llava-1.5-7b-hf", "revision": "main"}
     # The sections with something to say are there; those that would only hold empty maps are not.
     assert set(spec) == {"model", "engine", "serving", "build", "engineCache"}
     assert "pod" not in spec["serving"] and "pod" not in spec["build"] and "vision" not in spec["engine"]
@@ -147,6 +148,7 @@ def test_rules_hold_on_sections_written_in_part(
 QUANTITY_SAMPLES = (
     "500Gi", "500GB", "500gi", "1.5Gi", ".5", "5.", "1e3", "1E3", "1E", "1e-3", "-1Gi", "+2", "2 Gi", "Gi",
     "", "0x10", "1.5.5", "100m", "1u", "1n", "1k", "1K", "1Ki", "1P", "1Ei", "1Mi ", "1_000", "12e", "1e+6",
+    "+", ".", "-.5Mi", "1.G", "1e1.5", "1ke3", "1iK", "5e-", "0", "007", "1.0e+2",
 )  # fmt: skip
 
 

@@ -124,11 +124,12 @@ DNS_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # Keys of a Secret's data.
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
-# Kubernetes' own quantity syntax (resource.Quantity): a decimal number, then a binary or decimal suffix or
-# an exponent. The API server checks it with CEL's `isQuantity`; offline validation gives cel-python, which
-# lacks that function, one that matches this pattern.
-_NUMBER = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-QUANTITY_PATTERN = rf"^(\+|-)?{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?{_NUMBER}))?$"
+# What Kubernetes' own parser accepts as a quantity (resource.ParseQuantity, which CEL's `isQuantity` calls):
+# a sign, digits with a fraction (either may be empty: `Gi` and `.` parse as 0), then a binary or decimal
+# suffix or an integer exponent; not the empty string. The API server checks it with `isQuantity`; offline
+# validation gives cel-python, which lacks that function, one that matches this pattern (the cluster tier
+# checks that both judge a list of strings alike).
+QUANTITY_PATTERN = r"^(?=.)[+-]?[0-9]*(\.[0-9]*)?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
 QUANTITY_HINT = (
     "write a number with an optional suffix such as 500Gi (Ki, Mi, Gi, Ti, Pi, Ei or k, M, G, T, P, E)"
 )
