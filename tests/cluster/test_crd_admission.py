@@ -144,6 +144,39 @@ def test_rules_hold_on_sections_written_in_part(
     assert refused in causes[0][1] and refused in offline[0].message
 
 
+def _server_side_apply(api_client: k8s.ApiClient, namespace: str, document: dict[str, Any]) -> dict[str, Any]:
+    custom = k8s.CustomObjectsApi(api_client)
+    custom.patch_namespaced_custom_object(
+        v1alpha1.GROUP, v1alpha1.VERSION, namespace, v1alpha1.PLURAL, document["metadata"]["name"], document,
+        field_manager="kubectl", force=True, _content_type="application/apply-patch+yaml",
+    )  # fmt: skip
+    stored: dict[str, Any] = custom.get_namespaced_custom_object(
+        v1alpha1.GROUP, v1alpha1.VERSION, namespace, v1alpha1.PLURAL, document["metadata"]["name"]
+    )
+    return stored
+
+
+@pytest.mark.usefixtures("crd_installed")
+@pytest.mark.parametrize("emptied", [{}, None], ids=["empty", "null"])
+def test_sections_emptied_in_a_server_side_applied_file_are_admitted(
+    api_client: k8s.ApiClient, namespace: str, emptied: dict[str, Any] | None
+) -> None:
+    # Server-side apply turns a section emptied in the file into null (kubernetes/kubernetes#104694); the
+    # optional sections accept null, which reads as absent, where a default used to stand in for it.
+    pod = {"annotations": {"a": "b"}, "nodeSelector": {"pool": "gpu"}, "resources": {"limits": {"cpu": 8}}}
+    written = resource("vila", {"spec": {"engine": {"vision": {"maxBatchSize": 8}}, "serving": {"pod": pod}}})
+    _server_side_apply(api_client, namespace, written)
+    for section in ({"serving": {"pod": {**pod, "nodeSelector": emptied, "resources": emptied}}}, {
+        "serving": {"pod": emptied}, "engine": {"vision": emptied}
+    }):  # fmt: skip
+        applied = resource("vila", {"spec": section})
+        stored = _server_side_apply(api_client, namespace, applied)
+        # Nothing empty but what the file itself says.
+        assert set(_empty_containers(stored["spec"])) <= set(_empty_containers(applied["spec"]))
+        assert check_resource(stored)[1] == []
+        assert plan_resource(stored)[1].cache_key == plan_resource(resource("vila"))[1].cache_key
+
+
 # Strings the API server's `isQuantity` and the offline stand-in must judge alike.
 QUANTITY_SAMPLES = (
     "500Gi", "500GB", "500gi", "1.5Gi", ".5", "5.", "1e3", "1E3", "1E", "1e-3", "-1Gi", "+2", "2 Gi", "Gi",

@@ -141,11 +141,31 @@ def _apply_section_defaults(model: type[BaseModel], schema: dict[str, Any]) -> N
             _apply_section_defaults(nested, child.get("items", child))
 
 
+def _allow_null_sections(schema: dict[str, Any]) -> None:
+    """Mark the optional objects, maps and lists without a default `nullable`.
+
+    Server-side apply turns a section emptied in the applied file (`pod: {}` after `pod: {labels: ...}`)
+    into null (kubernetes/kubernetes#104694), which a non-nullable object refuses (`must be of type
+    object: "null"`) unless a default replaces it, and these sections have no default (nothing empty is
+    stored). Null reads as absent everywhere: CEL's has() is false for it and the models drop it.
+    """
+    required = set(schema.get("required", ()))
+    for name, child in schema.get("properties", {}).items():
+        if name not in required and "default" not in child and child.get("type") in {"object", "array"}:
+            child["nullable"] = True
+        _allow_null_sections(child)
+    if "items" in schema:
+        _allow_null_sections(schema["items"])
+    if isinstance(schema.get("additionalProperties"), dict):
+        _allow_null_sections(schema["additionalProperties"])
+
+
 def crd() -> dict[str, Any]:
     """Return the CustomResourceDefinition of MultimodalDeployment as a plain dict."""
     spec = structural_schema(v1alpha1.MultimodalDeploymentSpec)
     # Sections with all-default fields must exist, filled in, for the CEL rules that read them.
     _apply_section_defaults(v1alpha1.MultimodalDeploymentSpec, spec)
+    _allow_null_sections(spec)
     status = structural_schema(v1alpha1.MultimodalDeploymentStatus)
     conditions = status["properties"]["conditions"]
     conditions["x-kubernetes-list-type"] = "map"

@@ -153,18 +153,19 @@ def _spec_schema() -> dict[str, Any]:
 
 
 def _with_defaults(value: Any, schema: Mapping[str, Any]) -> Any:
-    """`value` as the API server stores it: the schema's defaults filled in where a field is missing.
+    """`value` as the API server's rules see it: the schema's defaults filled in where a field is missing.
 
-    As structural defaulting does, in every object present, defaults included.
+    As structural defaulting does, in every object present, defaults included; a null field is left out
+    (the API server drops it, defaults it, or keeps it where has() reads it as absent).
     """
     if isinstance(value, Mapping):
         properties = schema.get("properties", {})
         filled = {
             name: copy.deepcopy(child["default"])
             for name, child in properties.items()
-            if name not in value and "default" in child
+            if value.get(name) is None and "default" in child
         }
-        filled.update(value)
+        filled.update({name: item for name, item in value.items() if item is not None})
         values_schema = schema.get("additionalProperties")
         return {
             name: _with_defaults(
@@ -180,7 +181,8 @@ def _with_defaults(value: Any, schema: Mapping[str, Any]) -> Any:
 def stored_spec(document: Mapping[str, Any]) -> dict[str, Any]:
     """A `spec` mapping as the API server stores it (the CRD's defaults filled in), in JSON types.
 
-    What the CEL rules see, at the API server and here; nothing else is added (no empty maps or lists).
+    What the CEL rules see, at the API server and here; nothing else is added (no empty maps or lists),
+    and a null field is left out.
     """
     stored: dict[str, Any] = _with_defaults(json.loads(json.dumps(document, default=str)), _spec_schema())
     return stored
