@@ -49,3 +49,6 @@ _.idle_timeout
 # kopf's DiffBaseStorage interface (handlers._NoDiffBase overrides it).
 extra_fields
 essence
+
+# pydantic validators: pydantic calls them while it validates a model.
+_null_is_absent
