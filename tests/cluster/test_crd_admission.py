@@ -119,7 +119,10 @@ def test_a_minimal_resource_is_stored_with_what_was_written_and_meaningful_defau
     [
         ({"resources": {"limits": {"memory": "64Gi"}}}, None),
         ({"resources": {"requests": {"cpu": "8"}}}, None),
-        ({"resources": {"limits": {v1alpha1.GPU_RESOURCE: 2}}}, v1alpha1.GPU_RESOURCE),
+        (
+            {"resources": {"limits": {v1alpha1.GPU_RESOURCE: 2}}},
+            f"{v1alpha1.GPU_RESOURCE} (2) is set by the operator",
+        ),
         ({"tolerations": [{"key": "gpu", "operator": "Exists"}]}, None),
         ({"nodeSelector": {"pool": "gpu"}}, None),
     ],

@@ -233,7 +233,9 @@ class ResourceRequirements(_Schema):
                 cel_rule(
                     f"!(has(self.requests) && '{GPU_RESOURCE}' in self.requests) && "
                     f"!(has(self.limits) && '{GPU_RESOURCE}' in self.limits)",
-                    f"{GPU_RESOURCE} is set by the operator to engine.tensorParallelSize",
+                    f"{GPU_RESOURCE} ({{has(self.requests) && '{GPU_RESOURCE}' in self.requests ? "
+                    f"self.requests['{GPU_RESOURCE}'] : self.limits['{GPU_RESOURCE}']}}) is set by the "
+                    "operator to engine.tensorParallelSize",
                 )
             ]
         }
