@@ -519,5 +519,5 @@ def knowledge_of(model_type: ModelType | str) -> ModelKnowledge:
 
 
 def types_where(predicate: str) -> list[str]:
-    """Return the names of the model types whose boolean attribute `predicate` is true, sorted."""
+    """Return the names of the model types whose attribute `predicate` is set (true or not empty), sorted."""
     return sorted(t.value for t, k in KNOWLEDGE.items() if getattr(k, predicate))

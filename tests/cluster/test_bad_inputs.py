@@ -71,17 +71,21 @@ def _create(kube: Kube, namespace: str, manifest: dict[str, Any]) -> None:
         raise AssertionError(kind)
 
 
-def _refusal(error: ApiException) -> str:
-    """The API server's message and its causes, in one string."""
+def _refusal(error: ApiException) -> list[str]:
+    """The API server's causes, one `field: message` each, as kubectl prints them."""
     body = yaml.safe_load(error.body) if error.body else {}
     causes = (body.get("details") or {}).get("causes") or []
-    return " | ".join(
-        [str(body.get("message", ""))] + [f"{c.get('field')}: {c.get('message')}" for c in causes]
+    return [f"{c.get('field')}: {c.get('message')}" for c in causes] or [str(body.get("message", ""))]
+
+
+def _names_the_field(case: BadInput, causes: list[str]) -> bool:
+    """Whether one cause is at the case's field, in its words, with its values."""
+    return any(
+        cause.startswith(f"{case.path}: ")
+        and case.server_fragment in cause
+        and all(value in cause for value in case.values)
+        for cause in causes
     )
-
-
-def _names_the_field(case: BadInput, text: str) -> bool:
-    return case.path in text and case.server_fragment in text
 
 
 def _status_matches(case: BadInput, body: dict[str, Any]) -> str | None:
@@ -93,7 +97,7 @@ def _status_matches(case: BadInput, body: dict[str, Any]) -> str | None:
         return f"not observed yet ({seen})"
     phase_ok = status.get("phase") == "Failed" if case.outcome in {INVALID, MISSING} else True
     message = str(ready.get("message", ""))
-    named = case.path in message and case.fragment in message
+    named = case.path in message and case.fragment in message and all(v in message for v in case.values)
     return None if phase_ok and ready.get("reason") == case.reason and named else seen
 
 
@@ -193,7 +197,9 @@ def test_every_bad_input_is_refused_or_reported_creates_nothing_and_its_fix_conv
         elif case.outcome == YAML:
             assert case.yaml_text is not None
             result = _kubectl_apply(tools, namespace, tmp_path / f"{case.id}.yaml", case.yaml_text)
-            if result.returncode == 0 or not _names_the_field(case, result.stderr):
+            # kubectl prints `... is invalid: <field>: <message>`, several as `[<field>: ..., <field>: ...]`.
+            causes = [f"{case.path}: {part}" for part in result.stderr.split(f"{case.path}: ")[1:]]
+            if result.returncode == 0 or not _names_the_field(case, causes):
                 wrong.append(f"{case.id}: kubectl exited {result.returncode}: {result.stderr.strip()!r}")
         elif case.outcome == UPDATE:
             try:

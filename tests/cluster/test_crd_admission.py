@@ -1,5 +1,6 @@
-"""The generated CRD on the real API server: accepted, every example admitted, and its CEL rules refuse
-exactly what `mmctl validate` refuses offline, with the same field paths and messages."""
+"""The generated CRD on the real API server: accepted, every example admitted and stored with no empty map or
+list, and its CEL rules refuse exactly what `mmctl validate` refuses offline, with the same field paths,
+messages and values."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from mmd_operator.api import v1alpha1
-from mmd_operator.api.validation import InvalidSpecError, check_resource
+from mmd_operator.api.validation import InvalidSpecError, check_resource, check_spec, stored_spec
 from mmd_operator.plan.resource_plan import plan_resource
-from tests.support.invalid_specs import CASES, resource
+from tests.support.invalid_specs import CASES, InvalidSpec, resource
 from tests.support.kube import Tools
 
 pytestmark = pytest.mark.cluster
@@ -24,25 +25,31 @@ pytestmark = pytest.mark.cluster
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 
 
-def _stage(base: str, patch: dict[str, Any], path: str, fragment: str) -> str:
+def _stage(case: InvalidSpec) -> str:
     """Which check refuses a case offline: the envelope, the schema, a CEL rule, or only the derivation."""
-    if path in {"apiVersion", "kind", "metadata.name"}:
+    if case.path in {"apiVersion", "kind", "metadata.name"}:
         return "envelope"
-    parsed, problems = check_resource(resource(base, patch))
+    parsed, problems = check_resource(resource(case.base, case.patch))
     if parsed is None:
         return "schema"
-    hit = any(str(p).startswith(f"{path}: ") and fragment in str(p) for p in problems)
+    hit = any(str(p).startswith(f"{case.path}: ") and case.fragment in str(p) for p in problems)
     return "cel" if hit else "derivation"
 
 
-_BY_STAGE: dict[str, list[tuple[str, str, dict[str, Any], str, str]]] = {
-    "envelope": [],
-    "schema": [],
-    "cel": [],
-    "derivation": [],
-}
+_BY_STAGE: dict[str, list[InvalidSpec]] = {"envelope": [], "schema": [], "cel": [], "derivation": []}
 for _case in CASES:
-    _BY_STAGE[_stage(*_case[1:])].append(_case)
+    _BY_STAGE[_stage(_case)].append(_case)
+
+
+def _empty_containers(value: Any, path: str = "spec") -> list[str]:
+    """Paths of the empty maps and lists in `value`."""
+    if isinstance(value, dict):
+        found = [path] if not value else []
+        return found + [p for key, item in value.items() for p in _empty_containers(item, f"{path}.{key}")]
+    if isinstance(value, list):
+        found = [path] if not value else []
+        return found + [p for i, item in enumerate(value) for p in _empty_containers(item, f"{path}[{i}]")]
+    return []
 
 
 @pytest.fixture
@@ -71,9 +78,135 @@ def test_every_example_is_admitted_with_defaults_filled_in(
     engine, serving = created["spec"]["engine"], created["spec"]["serving"]
     assert engine["kvCacheDtype"] in {"auto", "fp8"}
     assert serving["queue"]["preprocessingMaxQueueDelayMicroseconds"] == 20000
-    # What the API server stored is what the operator will read: it must validate offline too.
+    # Defaulting adds no empty map or list (`kubectl describe` shows what was written and what matters),
+    # and offline validation judges the very object the API server stores.
+    assert _empty_containers(created["spec"]) == []
+    assert created["spec"] == stored_spec(document["spec"])
+    # What the API server stored is what the operator will read: it must validate offline too, and plan
+    # the same engine (cacheKey) and objects as the file itself.
     stored, problems = check_resource(created)
     assert problems == [] and stored is not None
+    _, stored_plan = plan_resource(created)
+    _, file_plan = plan_resource(document)
+    assert stored_plan.cache_key == file_plan.cache_key
+    assert stored_plan.files() == file_plan.files()
+
+
+@pytest.mark.usefixtures("crd_installed")
+def test_a_minimal_resource_is_stored_with_what_was_written_and_meaningful_defaults_only(
+    api_client: k8s.ApiClient, namespace: str
+) -> None:
+    document = resource("llava")
+    _create(api_client, namespace, document, dry_run=False)
+    stored = k8s.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        v1alpha1.GROUP, v1alpha1.VERSION, namespace, v1alpha1.PLURAL, "test"
+    )
+    spec = stored["spec"]
+    assert _empty_containers(spec) == []
+    assert spec == stored_spec(document["spec"])
+    assert spec["model"]["source"]["huggingface"] == {"repo": "llava-hf/llava-1.5-7b-hf", "revision": "main"}
+    # The sections with something to say are there; those that would only hold empty maps are not.
+    assert set(spec) == {"model", "engine", "serving", "build", "engineCache"}
+    assert "pod" not in spec["serving"] and "pod" not in spec["build"] and "vision" not in spec["engine"]
+    assert "loraCache" not in spec["serving"]
+    assert spec["engineCache"] == {"retention": "Retain"}
+    assert plan_resource(stored)[1].cache_key == plan_resource(document)[1].cache_key
+
+
+@pytest.mark.usefixtures("crd_installed")
+@pytest.mark.parametrize(
+    ("pod", "refused"),
+    [
+        ({"resources": {"limits": {"memory": "64Gi"}}}, None),
+        ({"resources": {"requests": {"cpu": "8"}}}, None),
+        (
+            {"resources": {"limits": {v1alpha1.GPU_RESOURCE: 2}}},
+            f"{v1alpha1.GPU_RESOURCE} (2) is set by the operator",
+        ),
+        ({"tolerations": [{"key": "gpu", "operator": "Exists"}]}, None),
+        ({"nodeSelector": {"pool": "gpu"}}, None),
+    ],
+    ids=["limits-only", "requests-only", "gpu-limit", "tolerations-only", "node-selector-only"],
+)
+def test_rules_hold_on_sections_written_in_part(
+    api_client: k8s.ApiClient, namespace: str, pod: dict[str, Any], refused: str | None
+) -> None:
+    # Rules that read a map the user may leave out guard it with has(): a section written in part is judged
+    # on what it says.
+    document = resource("llava", {"spec": {"serving": {"pod": pod}}})
+    _, offline = check_spec(document["spec"])
+    if refused is None:
+        _create(api_client, namespace, document, dry_run=True)
+        assert offline == []
+        return
+    with pytest.raises(ApiException) as error:
+        _create(api_client, namespace, document, dry_run=True)
+    causes = _causes(error.value)
+    assert [field for field, _ in causes] == ["spec.serving.pod.resources"], causes
+    assert [p.path for p in offline] == ["spec.serving.pod.resources"]
+    assert refused in causes[0][1] and refused in offline[0].message
+
+
+def _server_side_apply(api_client: k8s.ApiClient, namespace: str, document: dict[str, Any]) -> dict[str, Any]:
+    custom = k8s.CustomObjectsApi(api_client)
+    custom.patch_namespaced_custom_object(
+        v1alpha1.GROUP, v1alpha1.VERSION, namespace, v1alpha1.PLURAL, document["metadata"]["name"], document,
+        field_manager="kubectl", force=True, _content_type="application/apply-patch+yaml",
+    )  # fmt: skip
+    stored: dict[str, Any] = custom.get_namespaced_custom_object(
+        v1alpha1.GROUP, v1alpha1.VERSION, namespace, v1alpha1.PLURAL, document["metadata"]["name"]
+    )
+    return stored
+
+
+@pytest.mark.usefixtures("crd_installed")
+@pytest.mark.parametrize("emptied", [{}, None], ids=["empty", "null"])
+def test_sections_emptied_in_a_server_side_applied_file_are_admitted(
+    api_client: k8s.ApiClient, namespace: str, emptied: dict[str, Any] | None
+) -> None:
+    # Server-side apply turns a section emptied in the file into null (kubernetes/kubernetes#104694); the
+    # optional sections accept null, which reads as absent, where a default used to stand in for it.
+    pod = {"annotations": {"a": "b"}, "nodeSelector": {"pool": "gpu"}, "resources": {"limits": {"cpu": 8}}}
+    written = resource("vila", {"spec": {"engine": {"vision": {"maxBatchSize": 8}}, "serving": {"pod": pod}}})
+    _server_side_apply(api_client, namespace, written)
+    for section in ({"serving": {"pod": {**pod, "nodeSelector": emptied, "resources": emptied}}}, {
+        "serving": {"pod": emptied}, "engine": {"vision": emptied}
+    }):  # fmt: skip
+        applied = resource("vila", {"spec": section})
+        stored = _server_side_apply(api_client, namespace, applied)
+        # Nothing empty but what the file itself says.
+        assert set(_empty_containers(stored["spec"])) <= set(_empty_containers(applied["spec"]))
+        assert check_resource(stored)[1] == []
+        assert plan_resource(stored)[1].cache_key == plan_resource(resource("vila"))[1].cache_key
+
+
+# Strings the API server's `isQuantity` and the offline stand-in must judge alike.
+QUANTITY_SAMPLES = (
+    "500Gi", "500GB", "500gi", "1.5Gi", ".5", "5.", "1e3", "1E3", "1E", "1e-3", "-1Gi", "+2", "2 Gi", "Gi",
+    "", "0x10", "1.5.5", "100m", "1u", "1n", "1k", "1K", "1Ki", "1P", "1Ei", "1Mi ", "1_000", "12e", "1e+6",
+    "+", ".", "-.5Mi", "1.G", "1e1.5", "1ke3", "1iK", "5e-", "0", "007", "1.0e+2",
+)  # fmt: skip
+
+
+@pytest.mark.usefixtures("crd_installed")
+def test_quantities_are_judged_offline_as_the_api_server_judges_them(
+    api_client: k8s.ApiClient, namespace: str
+) -> None:
+    differ = []
+    for sample in QUANTITY_SAMPLES:
+        document = resource("llava", {"spec": {"engineCache": {"size": sample}}})
+        try:
+            _create(api_client, namespace, document, dry_run=True)
+            server = "admitted"
+        except ApiException as error:
+            words = f'Forbidden: "{sample}" is not a Kubernetes quantity; {v1alpha1.QUANTITY_HINT}'
+            assert _causes(error) == [("spec.engineCache.size", words)]
+            server = "refused"
+        _, problems = check_spec(document["spec"])
+        offline = "refused" if problems else "admitted"
+        if server != offline:
+            differ.append(f"{sample!r}: API server {server}, offline {offline}")
+    assert differ == []
 
 
 def test_most_refusals_happen_at_admission() -> None:
@@ -88,77 +221,71 @@ def _causes(error: ApiException) -> list[tuple[str, str]]:
     return [(c.get("field", ""), c.get("message", "")) for c in body["details"]["causes"]]
 
 
-def _ids(cases: list[tuple[str, str, dict[str, Any], str, str]]) -> list[str]:
-    return [case[0] for case in cases]
-
-
-def _arguments(cases: list[tuple[str, str, dict[str, Any], str, str]]) -> list[tuple[Any, ...]]:
-    return [case[1:] for case in cases]
+def _ids(cases: list[InvalidSpec]) -> list[str]:
+    return [case.id for case in cases]
 
 
 @pytest.mark.usefixtures("crd_installed")
-@pytest.mark.parametrize(
-    ("base", "patch", "path", "fragment"), _arguments(_BY_STAGE["cel"]), ids=_ids(_BY_STAGE["cel"])
-)
-def test_cel_rules_refuse_with_the_same_path_and_message(
-    api_client: k8s.ApiClient, namespace: str, base: str, patch: dict[str, Any], path: str, fragment: str
+@pytest.mark.parametrize("case", _BY_STAGE["cel"], ids=_ids(_BY_STAGE["cel"]))
+def test_cel_rules_refuse_with_the_same_path_message_and_values(
+    api_client: k8s.ApiClient, namespace: str, case: InvalidSpec
 ) -> None:
     with pytest.raises(ApiException) as refused:
-        _create(api_client, namespace, resource(base, patch), dry_run=True)
+        _create(api_client, namespace, resource(case.base, case.patch), dry_run=True)
     causes = _causes(refused.value)
-    assert any(field == path and fragment in message for field, message in causes), causes
+    assert any(
+        field == case.path and case.fragment in message and all(v in message for v in case.values)
+        for field, message in causes
+    ), causes
+    # The rule's own words, not the type of the node it sits on.
+    assert not any('Invalid value: "object"' in message for _, message in causes), causes
 
 
 @pytest.mark.usefixtures("crd_installed")
-@pytest.mark.parametrize(
-    ("base", "patch", "path", "fragment"), _arguments(_BY_STAGE["schema"]), ids=_ids(_BY_STAGE["schema"])
-)
-def test_schema_refuses_at_the_same_path(
-    api_client: k8s.ApiClient, namespace: str, base: str, patch: dict[str, Any], path: str, fragment: str
+@pytest.mark.parametrize("case", _BY_STAGE["schema"], ids=_ids(_BY_STAGE["schema"]))
+def test_schema_refuses_at_the_same_path_with_the_values(
+    api_client: k8s.ApiClient, namespace: str, case: InvalidSpec
 ) -> None:
-    document = resource(base, patch)
+    document = resource(case.base, case.patch)
     try:
         _create(api_client, namespace, document, dry_run=True)
     except ApiException as refused:
-        fields = [field for field, _ in _causes(refused)]
+        causes = _causes(refused)
         assert any(
-            field == path or field.startswith(f"{path}.") or path.startswith(field) for field in fields
-        )
+            (field == case.path or field.startswith(f"{case.path}.") or case.path.startswith(field))
+            and all(v in message for v in case.values)
+            for field, message in causes
+        ), causes
     else:
         # Unknown fields are pruned, not refused, by the API server; kubectl's strict field validation
         # (and `mmctl validate`) report them. Nothing else may pass.
-        assert fragment == "unknown field", f"{path} was admitted"
+        assert case.fragment.startswith("unknown field"), f"{case.path} was admitted"
 
 
 @pytest.mark.usefixtures("crd_installed")
-@pytest.mark.parametrize(
-    ("base", "patch", "path", "fragment"), _arguments(_BY_STAGE["envelope"]), ids=_ids(_BY_STAGE["envelope"])
-)
-def test_a_wrong_envelope_is_refused(
-    api_client: k8s.ApiClient, namespace: str, base: str, patch: dict[str, Any], path: str, fragment: str
-) -> None:
+@pytest.mark.parametrize("case", _BY_STAGE["envelope"], ids=_ids(_BY_STAGE["envelope"]))
+def test_a_wrong_envelope_is_refused(api_client: k8s.ApiClient, namespace: str, case: InvalidSpec) -> None:
     with pytest.raises(ApiException) as refused:
-        _create(api_client, namespace, resource(base, patch), dry_run=True)
+        _create(api_client, namespace, resource(case.base, case.patch), dry_run=True)
     assert refused.value.status in {400, 422}
 
 
 @pytest.mark.usefixtures("crd_installed")
-@pytest.mark.parametrize(
-    ("base", "patch", "path", "fragment"),
-    _arguments(_BY_STAGE["derivation"]),
-    ids=_ids(_BY_STAGE["derivation"]),
-)
+@pytest.mark.parametrize("case", _BY_STAGE["derivation"], ids=_ids(_BY_STAGE["derivation"]))
 def test_derivation_only_problems_pass_admission_and_the_plan_refuses_what_was_stored(
-    api_client: k8s.ApiClient, namespace: str, base: str, patch: dict[str, Any], path: str, fragment: str
+    api_client: k8s.ApiClient, namespace: str, case: InvalidSpec
 ) -> None:
     # CEL cannot know model-type defaults or multiply out derived limits, so the API server admits these.
     # The object it would store (defaults filled in) must still be refused by the plan every consumer
     # derives (`mmctl validate` offline, the operator's reconcile), at the same path.
-    stored = _create(api_client, namespace, resource(base, patch), dry_run=True)
-    assert stored["metadata"]["name"] == "test" and stored["spec"]["model"]["type"] == base
+    stored = _create(api_client, namespace, resource(case.base, case.patch), dry_run=True)
+    assert stored["metadata"]["name"] == "test" and stored["spec"]["model"]["type"] == case.base
     with pytest.raises(InvalidSpecError) as refused:
         plan_resource(stored)
-    assert any(p.path == path and fragment in p.message for p in refused.value.problems), refused.value
+    assert any(
+        p.path == case.path and case.fragment in p.message and all(v in p.message for v in case.values)
+        for p in refused.value.problems
+    ), refused.value
 
 
 @pytest.mark.usefixtures("crd_installed")

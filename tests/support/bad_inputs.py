@@ -6,7 +6,8 @@ and, where the check is offline, checked by `plan_resource` too (tests/unit/test
 
 Every case is one of:
 
-- REFUSED: the API server refuses the create (schema, CEL rule or name rule); the message names the field.
+- REFUSED: the API server refuses the create (schema, CEL rule or name rule); the message names the field
+  and, where the rule compares values, the values.
 - INVALID: admitted, then reported phase Failed, Ready reason InvalidSpec, naming the field (what the CRD
   cannot say: derived limits, pod metadata the API server would refuse on a Job or Deployment).
 - MISSING: admitted, then reported Failed with the reason of the missing reference (SecretNotFound,
@@ -82,6 +83,9 @@ class BadInput:
     given: tuple[dict[str, Any], ...] = ()
     yaml_text: str | None = None
     update: dict[str, Any] | None = None
+    # Where the rule compares values: each is shown, as written here, in the offline problem at `path` and
+    # in the API server's or operator's message (strings quoted where the API server quotes them).
+    values: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -167,16 +171,33 @@ def _refused(
     fix: dict[str, Any],
     server: str | None = None,
     prerequisites: tuple[dict[str, Any], ...] = (),
+    values: tuple[str, ...] = (),
 ) -> BadInput:
     return BadInput(
-        id, document(id, model, patch), REFUSED, path, fragment, server, fix=fix, prerequisites=prerequisites
+        id,
+        document(id, model, patch),
+        REFUSED,
+        path,
+        fragment,
+        server,
+        fix=fix,
+        prerequisites=prerequisites,
+        values=values,
     )
 
 
 def _invalid(
-    id: str, model: str, patch: dict[str, Any], path: str, fragment: str, fix: dict[str, Any]
+    id: str,
+    model: str,
+    patch: dict[str, Any],
+    path: str,
+    fragment: str,
+    fix: dict[str, Any],
+    values: tuple[str, ...] = (),
 ) -> BadInput:
-    return BadInput(id, document(id, model, patch), INVALID, path, fragment, reason="InvalidSpec", fix=fix)
+    return BadInput(
+        id, document(id, model, patch), INVALID, path, fragment, reason="InvalidSpec", fix=fix, values=values
+    )
 
 
 def _yaml(id: str, text: str, path: str, fragment: str, server: str, fix: dict[str, Any]) -> BadInput:
@@ -209,6 +230,7 @@ CASES: list[BadInput] = [
         "must be 1, 2, 4 or 8",
         _spec(engine={"tensorParallelSize": 2}),
         server="Unsupported value",
+        values=('"2"',),
     ),
     _refused(
         "type-images-bool",
@@ -260,18 +282,18 @@ CASES: list[BadInput] = [
         "llava",
         _spec(serving={"sharedMemorySize": "two gigabytes"}),
         "spec.serving.sharedMemorySize",
-        "must match pattern",
+        '"two gigabytes" is not a Kubernetes quantity; write a number with an optional suffix such as 500Gi',
         _spec(serving={"sharedMemorySize": "2Gi"}),
-        server="should match",
+        values=('"two gigabytes"',),
     ),
     _refused(
         "type-cache-size-words",
         "llava",
         _spec(engineCache={"size": "big"}),
         "spec.engineCache.size",
-        "must match pattern",
+        '"big" is not a Kubernetes quantity; write a number with an optional suffix such as 500Gi',
         _spec(engineCache={"size": "200Gi"}),
-        server="should match",
+        values=('"big"',),
     ),
     _refused(
         "type-retention-lowercase",
@@ -281,6 +303,7 @@ CASES: list[BadInput] = [
         "must be 'Retain' or 'Delete'",
         _spec(engineCache={"retention": "Retain"}),
         server="Unsupported value",
+        values=('"delete"',),
     ),
     # -- out of range --
     _refused(
@@ -290,6 +313,7 @@ CASES: list[BadInput] = [
         "spec.engine.maxBatchSize",
         "less than or equal to 2048",
         _spec(engine={"maxBatchSize": 8}),
+        values=("4096",),
     ),
     _refused(
         "range-input-len-zero",
@@ -298,6 +322,7 @@ CASES: list[BadInput] = [
         "spec.engine.maxInputLen",
         "greater than or equal to 1",
         _spec(engine={"maxInputLen": 2048}),
+        values=("0",),
     ),
     _refused(
         "range-seq-len-huge",
@@ -306,6 +331,7 @@ CASES: list[BadInput] = [
         "spec.engine.maxSeqLen",
         "less than or equal to 1048576",
         _spec(engine={"maxSeqLen": 4096}),
+        values=("2000000",),
     ),
     _refused(
         "range-engine-beam-17",
@@ -314,6 +340,7 @@ CASES: list[BadInput] = [
         "spec.engine.maxBeamWidth",
         "less than or equal to 16",
         _spec(engine={"maxBeamWidth": 4}),
+        values=("17",),
     ),
     _refused(
         "range-images-65",
@@ -322,6 +349,7 @@ CASES: list[BadInput] = [
         "spec.engine.maxImagesPerRequest",
         "less than or equal to 64",
         _spec(engine={"maxImagesPerRequest": 4}),
+        values=("65",),
     ),
     _refused(
         "range-calibration-zero",
@@ -330,6 +358,7 @@ CASES: list[BadInput] = [
         "spec.engine.calibrationSize",
         "greater than or equal to 1",
         _spec(engine={"calibrationSize": 512}),
+        values=("0",),
     ),
     _refused(
         "range-replicas-1001",
@@ -338,6 +367,7 @@ CASES: list[BadInput] = [
         "spec.serving.replicas",
         "less than or equal to 1000",
         _spec(serving={"replicas": 1}),
+        values=("1001",),
     ),
     _refused(
         "range-triton-batch-zero",
@@ -346,6 +376,7 @@ CASES: list[BadInput] = [
         "spec.serving.tritonMaxBatchSize",
         "greater than or equal to 1",
         _spec(serving={"tritonMaxBatchSize": DELETE}),
+        values=("0",),
     ),
     _refused(
         "range-queue-delay",
@@ -354,6 +385,7 @@ CASES: list[BadInput] = [
         "spec.serving.queue.maxQueueDelayMicroseconds",
         "less than or equal to 10000000",
         _spec(serving={"queue": {"maxQueueDelayMicroseconds": 100}}),
+        values=("20000000",),
     ),
     _refused(
         "range-preprocessing-zero",
@@ -362,6 +394,7 @@ CASES: list[BadInput] = [
         "spec.serving.instances.preprocessing",
         "greater than or equal to 1",
         _spec(serving={"instances": {"preprocessing": 2}}),
+        values=("0",),
     ),
     _refused(
         "range-bls-instances",
@@ -370,6 +403,7 @@ CASES: list[BadInput] = [
         "spec.serving.instances.bls",
         "less than or equal to 256",
         _spec(serving={"instances": {"bls": 8}}),
+        values=("300",),
     ),
     _refused(
         "range-kv-fraction-above-one",
@@ -378,6 +412,7 @@ CASES: list[BadInput] = [
         "spec.serving.kvCacheFreeGpuMemFraction",
         "less than or equal to 1",
         _spec(serving={"kvCacheFreeGpuMemFraction": 0.85}),
+        values=("1.5",),
     ),
     _refused(
         "range-paged-kv-tokens-zero",
@@ -386,6 +421,7 @@ CASES: list[BadInput] = [
         "spec.serving.maxTokensInPagedKvCache",
         "greater than or equal to 1",
         _spec(serving={"maxTokensInPagedKvCache": 16384}),
+        values=("0",),
     ),
     _refused(
         "range-startup-budget",
@@ -394,6 +430,7 @@ CASES: list[BadInput] = [
         "spec.serving.probes.startupTimeoutSeconds",
         "greater than or equal to 10",
         _spec(serving={"probes": {"startupTimeoutSeconds": 900}}),
+        values=("5",),
     ),
     _refused(
         "range-liveness-timeout",
@@ -402,6 +439,7 @@ CASES: list[BadInput] = [
         "spec.serving.probes.livenessTimeoutSeconds",
         "greater than or equal to 2",
         _spec(serving={"probes": {"livenessTimeoutSeconds": 5}}),
+        values=("1",),
     ),
     _refused(
         "range-backoff-limit",
@@ -410,6 +448,7 @@ CASES: list[BadInput] = [
         "spec.build.backoffLimit",
         "less than or equal to 20",
         _spec(build={"backoffLimit": 2}),
+        values=("21",),
     ),
     _refused(
         "range-build-deadline",
@@ -418,6 +457,7 @@ CASES: list[BadInput] = [
         "spec.build.activeDeadlineSeconds",
         "greater than or equal to 60",
         _spec(build={"activeDeadlineSeconds": 3600}),
+        values=("30",),
     ),
     _refused(
         "range-hidden-size",
@@ -426,6 +466,7 @@ CASES: list[BadInput] = [
         "spec.model.hiddenSize",
         "greater than or equal to 64",
         _spec(model={"hiddenSize": 4096}),
+        values=("32",),
     ),
     _refused(
         "range-lora-rank",
@@ -434,6 +475,7 @@ CASES: list[BadInput] = [
         "spec.model.lora.maxRank",
         "less than or equal to 1024",
         _spec(model={"lora": {"maxRank": 64}}),
+        values=("2048",),
     ),
     _refused(
         "range-onevision-patches",
@@ -442,6 +484,7 @@ CASES: list[BadInput] = [
         "spec.engine.vision.maxPatchesPerRequest",
         "less than or equal to 256",
         _spec(engine={"vision": {"maxPatchesPerRequest": 16}}),
+        values=("300",),
     ),
     _refused(
         "range-pool-negative",
@@ -450,6 +493,7 @@ CASES: list[BadInput] = [
         "spec.serving.cudaMemoryPoolBytes",
         "greater than or equal to 0",
         _spec(serving={"cudaMemoryPoolBytes": DELETE}),
+        values=("-1",),
     ),
     _refused(
         "range-lora-gpu-fraction",
@@ -458,6 +502,7 @@ CASES: list[BadInput] = [
         "spec.serving.loraCache.gpuMemoryFraction",
         "greater than 0",
         _spec(serving={"loraCache": {"gpuMemoryFraction": 0.05}}),
+        values=("0",),
     ),
     # -- contradictory limits --
     _refused(
@@ -465,16 +510,18 @@ CASES: list[BadInput] = [
         "internlm_xcomposer2",
         _spec(serving={"loraCache": {"optimalAdapterSize": 512, "maxAdapterSize": 64}}),
         "spec.serving.loraCache.optimalAdapterSize",
-        "optimalAdapterSize must not exceed maxAdapterSize",
+        "optimalAdapterSize (512) must not exceed maxAdapterSize (64)",
         _spec(serving={"loraCache": {"optimalAdapterSize": 64, "maxAdapterSize": 512}}),
+        values=("512", "64"),
     ),
     _refused(
         "contra-mllama-seq-not-above-input",
         "mllama",
         _spec(engine={"maxInputLen": 4096, "maxSeqLen": 1024}),
         "spec.engine.maxSeqLen",
-        "maxSeqLen must be greater than maxInputLen",
+        "maxSeqLen (1024) must be greater than maxInputLen (4096)",
         _spec(engine={"maxSeqLen": 5120}),
+        values=("1024", "4096"),
     ),
     _invalid(
         "contra-input-shorter-than-image",
@@ -483,14 +530,16 @@ CASES: list[BadInput] = [
         "spec.engine.maxInputLen",
         "is 512 but one request carries 576 x 1 = 576 visual tokens",
         _spec(engine={"maxInputLen": 1024, "maxSeqLen": 1536}),
+        values=("512", "576"),
     ),
     _invalid(
         "contra-onevision-vision-batch",
         "llava_onevision",
         _spec(engine={"vision": {"maxPatchesPerRequest": 4, "maxBatchSize": 8}}),
         "spec.engine.vision.maxBatchSize",
-        "maxBatchSize x maxPatchesPerRequest",
+        "is 8 but must equal maxBatchSize x maxPatchesPerRequest = 1 x 4 = 4",
         _spec(engine={"vision": {"maxBatchSize": DELETE}}),
+        values=("8", "4"),
     ),
     _invalid(
         "contra-vila-multimodal-len",
@@ -499,6 +548,7 @@ CASES: list[BadInput] = [
         "spec.engine.maxMultimodalLen",
         "is 1568 but must equal maxBatchSize x features per image x maxImagesPerRequest",
         _spec(engine={"maxMultimodalLen": DELETE}),
+        values=("1568", "3136"),
     ),
     _invalid(
         "contra-mllama-triton-batch-above-default",
@@ -507,47 +557,56 @@ CASES: list[BadInput] = [
         "spec.serving.tritonMaxBatchSize",
         "is 512 but must not exceed the engine's maxBatchSize",
         _spec(serving={"tritonMaxBatchSize": DELETE}),
+        values=("512", "8"),
     ),
     # -- options the model type cannot take --
     _refused(
         "video-on-qwen2-vl",
         "qwen2_vl",
         _spec(engine={"vision": {"maxPatchesPerRequest": 16}}),
-        "spec.engine.vision",
-        "maxPatchesPerRequest is supported only for model types llava_onevision",
+        "spec.engine.vision.maxPatchesPerRequest",
+        "engine.vision.maxPatchesPerRequest (16) is supported only for model types llava_onevision; "
+        "model.type is qwen2_vl",
         _spec(engine={"vision": DELETE}),
+        values=("16", "qwen2_vl"),
     ),
     _refused(
         "video-on-vila",
         "vila",
         _spec(engine={"vision": {"maxPatchesPerRequest": 8}}),
-        "spec.engine.vision",
-        "maxPatchesPerRequest is supported only for model types llava_onevision",
+        "spec.engine.vision.maxPatchesPerRequest",
+        "engine.vision.maxPatchesPerRequest (8) is supported only for model types llava_onevision; "
+        "model.type is vila",
         _spec(engine={"vision": DELETE}),
+        values=("8", "vila"),
     ),
     _refused(
         "images-on-mllama",
         "mllama",
         _spec(engine={"maxImagesPerRequest": 4}),
         "spec.engine.maxImagesPerRequest",
-        "maxImagesPerRequest above 1 is supported only for model types vila",
+        "maxImagesPerRequest above 1 (here 4) is supported only for model types vila; model.type is mllama",
         _spec(engine={"maxImagesPerRequest": 1}),
+        values=("4", "mllama"),
     ),
     _refused(
         "images-on-llava-1-5",
         "llava",
         _spec(engine={"maxImagesPerRequest": 8, "maxInputLen": 8192, "maxSeqLen": 9000}),
         "spec.engine.maxImagesPerRequest",
-        "maxImagesPerRequest above 1 is supported only for model types vila",
+        "maxImagesPerRequest above 1 (here 8) is supported only for model types vila; model.type is llava",
         _spec(engine={"maxImagesPerRequest": 1}),
+        values=("8", "llava"),
     ),
     _refused(
         "kv-reuse-mllama",
         "mllama",
         _spec(serving={"kvCacheReuse": True}),
         "spec.serving.kvCacheReuse",
-        "kvCacheReuse is supported only for model types blip2, llava, llava_onevision, vila",
+        "kvCacheReuse is supported only for model types blip2, llava, llava_onevision, vila; "
+        "model.type is mllama",
         _spec(serving={"kvCacheReuse": False}),
+        values=("mllama",),
     ),
     _refused(
         "kv-reuse-whisper",
@@ -556,6 +615,7 @@ CASES: list[BadInput] = [
         "spec.serving.kvCacheReuse",
         "kvCacheReuse is supported only for model types",
         _spec(serving={"kvCacheReuse": DELETE}),
+        values=("whisper",),
     ),
     _refused(
         "cross-fraction-vila",
@@ -564,6 +624,7 @@ CASES: list[BadInput] = [
         "spec.serving.crossKvCacheFraction",
         "must not be set for decoder-only model types",
         _spec(serving={"crossKvCacheFraction": DELETE}),
+        values=("vila",),
     ),
     _refused(
         "cross-fraction-qwen2-vl",
@@ -572,6 +633,7 @@ CASES: list[BadInput] = [
         "spec.serving.crossKvCacheFraction",
         "must not be set for decoder-only model types",
         _spec(serving={"crossKvCacheFraction": DELETE}),
+        values=("qwen2_vl",),
     ),
     _refused(
         "fp8-on-whisper",
@@ -580,6 +642,7 @@ CASES: list[BadInput] = [
         "spec.engine.kvCacheDtype",
         "kvCacheDtype fp8 is supported only for model types llava, llava_onevision, qwen2_vl, vila",
         _spec(engine={"kvCacheDtype": "auto"}),
+        values=("whisper",),
     ),
     _refused(
         "chunked-context-distil-whisper",
@@ -588,46 +651,53 @@ CASES: list[BadInput] = [
         "spec.serving.chunkedContext",
         "chunkedContext is supported only for model types",
         _spec(serving={"chunkedContext": False}),
+        values=("distil_whisper",),
     ),
     _refused(
         "zero-pad-on-mllama",
         "mllama",
         _spec(serving={"zeroPad": True}),
         "spec.serving.zeroPad",
-        "zeroPad applies to distil_whisper, whisper only",
+        "zeroPad is supported only for model types distil_whisper, whisper; model.type is mllama",
         _spec(serving={"zeroPad": DELETE}),
+        values=("mllama",),
     ),
     _refused(
         "encoder-len-on-vila",
         "vila",
         _spec(engine={"maxEncoderInputLen": 4096}),
         "spec.engine.maxEncoderInputLen",
-        "maxEncoderInputLen is supported only for model types distil_whisper, mllama, whisper",
+        "maxEncoderInputLen (4096) is supported only for model types distil_whisper, mllama, whisper; "
+        "model.type is vila",
         _spec(engine={"maxEncoderInputLen": DELETE}),
+        values=("4096", "vila"),
     ),
     _refused(
         "vision-batch-on-whisper",
         "whisper",
         _spec(engine={"vision": {"maxBatchSize": 8}}),
         "spec.engine.vision.maxBatchSize",
-        "engine.vision.maxBatchSize is supported only for model types",
+        "engine.vision.maxBatchSize (8) is supported only for model types",
         _spec(engine={"vision": DELETE}),
+        values=("8", "whisper"),
     ),
     _refused(
         "multimodal-len-on-whisper",
         "whisper",
         _spec(engine={"maxMultimodalLen": 1500}),
         "spec.engine.maxMultimodalLen",
-        "maxMultimodalLen is supported only for model types",
+        "maxMultimodalLen (1500) is supported only for model types",
         _spec(engine={"maxMultimodalLen": DELETE}),
+        values=("1500", "whisper"),
     ),
     _refused(
         "lora-on-whisper",
         "whisper",
         _spec(model={"lora": {"source": {"pvc": {"claimName": LORA_CLAIM}}}}),
         "spec.model.lora",
-        "model.lora is required for internlm_xcomposer2 and not allowed for other types",
+        "model.lora is supported only for model types internlm_xcomposer2; model.type is whisper",
         _spec(model={"lora": DELETE}),
+        values=("whisper",),
     ),
     # -- references to other objects: malformed (refused) or missing (reported) --
     _refused(
@@ -639,6 +709,7 @@ CASES: list[BadInput] = [
         _spec(model={"source": {"huggingface": {"tokenSecretRef": {"name": "hf-token-malformed"}}}}),
         server="should match",
         prerequisites=(secret("hf-token-malformed", "token"),),
+        values=('"HF_Token"',),
     ),
     _refused(
         "secret-key-malformed",
@@ -649,6 +720,7 @@ CASES: list[BadInput] = [
         _spec(model={"source": {"huggingface": {"tokenSecretRef": {"key": "token"}}}}),
         server="should match",
         prerequisites=(secret("hf-key", "token"),),
+        values=('"hf token"',),
     ),
     _refused(
         "claim-name-malformed",
@@ -659,6 +731,7 @@ CASES: list[BadInput] = [
         _spec(model={"source": {"pvc": {"claimName": "models-malformed"}}}),
         server="should match",
         prerequisites=(claim("models-malformed"),),
+        values=('"Models_PVC"',),
     ),
     _refused(
         "service-account-malformed",
@@ -668,6 +741,7 @@ CASES: list[BadInput] = [
         "must match pattern",
         _spec(serving={"pod": {"serviceAccountName": DELETE}}),
         server="should match",
+        values=('"Triton SA"',),
     ),
     _refused(
         "pull-secret-malformed",
@@ -677,6 +751,7 @@ CASES: list[BadInput] = [
         "must match pattern",
         _spec(build={"pod": {"imagePullSecrets": DELETE}}),
         server="should match",
+        values=('"registry credentials"',),
     ),
     _refused(
         "storage-class-malformed",
@@ -686,22 +761,25 @@ CASES: list[BadInput] = [
         "must match pattern",
         _spec(engineCache={"storageClassName": DELETE}),
         server="should match",
+        values=('"Fast_SSD"',),
     ),
     _refused(
         "toleration-exists-with-value",
         "llava",
         _spec(serving={"pod": {"tolerations": [{"key": "gpu", "operator": "Exists", "value": "a100"}]}}),
         "spec.serving.pod.tolerations[0].value",
-        "value must be empty when operator is Exists",
+        "value (a100) must be empty when operator is Exists",
         _spec(serving={"pod": {"tolerations": [{"key": "gpu", "operator": "Exists"}]}}),
+        values=("a100",),
     ),
     _refused(
         "toleration-empty-key-equal",
         "llava",
         _spec(build={"pod": {"tolerations": [{"operator": "Equal", "value": "a100"}]}}),
         "spec.build.pod.tolerations[0].operator",
-        "operator must be Exists when key is empty",
+        "operator (Equal) must be Exists when key is empty",
         _spec(build={"pod": {"tolerations": [{"key": "gpu", "operator": "Equal", "value": "a100"}]}}),
+        values=("Equal",),
     ),
     BadInput(
         "secret-missing",
@@ -717,6 +795,7 @@ CASES: list[BadInput] = [
         "Secret hf-absent not found in namespace",
         reason="SecretNotFound",
         prerequisites=(secret("hf-absent", "token"),),
+        values=("hf-absent",),
     ),
     BadInput(
         "secret-key-missing",
@@ -731,6 +810,7 @@ CASES: list[BadInput] = [
         reason="SecretKeyNotFound",
         fix=_spec(model={"source": {"huggingface": {"tokenSecretRef": {"key": "token"}}}}),
         given=(secret("hf-other", "token"),),
+        values=("hf-other", "hf"),
     ),
     BadInput(
         "source-claim-missing",
@@ -744,6 +824,7 @@ CASES: list[BadInput] = [
         "PersistentVolumeClaim llava-weights not found in namespace",
         reason="SourceClaimNotFound",
         prerequisites=(claim("llava-weights"),),
+        values=("llava-weights",),
     ),
     BadInput(
         "lora-claim-missing",
@@ -757,6 +838,7 @@ CASES: list[BadInput] = [
         "PersistentVolumeClaim lora-absent not found in namespace",
         reason="SourceClaimNotFound",
         fix=_spec(model={"lora": {"source": {"pvc": {"claimName": LORA_CLAIM}}}}),
+        values=("lora-absent",),
     ),
     # -- pod metadata the API server would refuse on the Job or Deployment (reported InvalidSpec) --
     _invalid(
@@ -774,6 +856,7 @@ CASES: list[BadInput] = [
         "spec.serving.pod.labels[team]",
         "is not a label value (at most 63",
         _spec(serving={"pod": {"labels": {"team": "vlm-serving"}}}),
+        values=("vision-language-models-serving-team-of-the-applied-research-organisation",),
     ),
     _invalid(
         "label-key-malformed",
@@ -782,6 +865,7 @@ CASES: list[BadInput] = [
         "spec.build.pod.labels",
         "key 'cost center' is not a qualified name",
         _spec(build={"pod": {"labels": {"cost center": DELETE, "cost-center": "ml"}}}),
+        values=("cost center",),
     ),
     _invalid(
         "node-selector-value-malformed",
@@ -790,6 +874,7 @@ CASES: list[BadInput] = [
         "spec.serving.pod.nodeSelector[nvidia.com/gpu.product]",
         "'NVIDIA A100-SXM4-80GB' is not a label value",
         _spec(serving={"pod": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}}}),
+        values=("NVIDIA A100-SXM4-80GB",),
     ),
     _invalid(
         "annotation-key-malformed",
@@ -798,6 +883,7 @@ CASES: list[BadInput] = [
         "spec.build.pod.annotations",
         "key 'owner email' is not a qualified name",
         _spec(build={"pod": {"annotations": {"owner email": DELETE, "example.com/owner": "ml@example.com"}}}),
+        values=("owner email",),
     ),
     _invalid(
         "annotations-over-limit",
@@ -806,6 +892,7 @@ CASES: list[BadInput] = [
         "spec.serving.pod.annotations",
         "Kubernetes allows at most 262144 bytes of annotations",
         _spec(serving={"pod": {"annotations": DELETE}}),
+        values=("300090", "262144"),
     ),
     # -- names the derived objects cannot carry --
     BadInput(
@@ -815,6 +902,7 @@ CASES: list[BadInput] = [
         "metadata.name",
         "of at most 48 characters",
         fix={"metadata": {"name": "name-too-long"}},
+        values=("llava-1-5-7b-hf-tp1-fp16-batch8-input2048-seq2560x", "50 characters"),
     ),
     BadInput(
         "name-with-dot",
@@ -823,6 +911,7 @@ CASES: list[BadInput] = [
         "metadata.name",
         "must be a DNS label",
         fix={"metadata": {"name": "name-with-dot"}},
+        values=("llava.v1-5",),
     ),
     BadInput(
         "name-starts-with-digit",
@@ -831,6 +920,7 @@ CASES: list[BadInput] = [
         "metadata.name",
         "must be a DNS label",
         fix={"metadata": {"name": "name-starts-with-digit"}},
+        values=("7b-llava",),
     ),
     # -- tensor parallelism no node can hold --
     BadInput(
@@ -902,7 +992,7 @@ CASES: list[BadInput] = [
         document("update-model-type", "llava"),
         UPDATE,
         "spec.model.type",
-        "model.type is immutable",
+        "model.type is immutable (llava, now vila)",
         update={
             "spec": {
                 "model": {
@@ -911,13 +1001,15 @@ CASES: list[BadInput] = [
                 }
             }
         },
+        values=("llava", "vila"),
     ),
     BadInput(
         "update-whisper-to-distil",
         document("update-whisper-to-distil", "whisper"),
         UPDATE,
         "spec.model.type",
-        "model.type is immutable",
+        "model.type is immutable (whisper, now distil_whisper)",
         update={"spec": {"model": {"type": "distil_whisper", "variant": "distil-large-v3"}}},
+        values=("whisper", "distil_whisper"),
     ),
 ]

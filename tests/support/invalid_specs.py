@@ -1,4 +1,5 @@
-"""Resources that must be refused, with the field path and a fragment of the rule's message.
+"""Resources that must be refused, with the field path, a fragment of the rule's message and the values it
+names.
 
 Shared by the unit tier (offline validation) and the cluster tier (the API server's CEL rules).
 """
@@ -6,7 +7,7 @@ Shared by the unit tier (offline validation) and the cluster tier (the API serve
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, NamedTuple
 
 from mmd_operator.api.validation import InvalidSpecError
 from mmd_operator.plan.resource_plan import plan_resource
@@ -61,366 +62,445 @@ def problems_of(document: dict[str, Any]) -> list[str]:
     return []
 
 
-CASES: list[tuple[str, str, dict[str, Any], str, str]] = [
+class InvalidSpec(NamedTuple):
+    """A resource (`base` with `patch` merged in) that must be refused at `path`."""
+
+    id: str
+    base: str
+    patch: dict[str, Any]
+    path: str
+    # In the offline problem at `path`, and in the API server's message when a CEL rule refuses it.
+    fragment: str
+    # Where the rule compares values: each is shown, as written here, in the offline problem and in the
+    # API server's message at `path` (strings quoted where the API server quotes them).
+    values: tuple[str, ...] = ()
+
+
+CASES: list[InvalidSpec] = [
     # (id, base model, patch, field path, message fragment)
-    ("type-missing", "llava", {"spec": {"model": {"type": DELETE}}}, "spec.model.type", "required"),
-    ("type-unknown", "llava", {"spec": {"model": {"type": "llama"}}}, "spec.model.type", "must be 'blip2'"),
-    ("source-missing", "llava", {"spec": {"model": {"source": DELETE}}}, "spec.model.source", "required"),
-    (
+    InvalidSpec(
+        "type-missing", "llava", {"spec": {"model": {"type": DELETE}}}, "spec.model.type", "required"
+    ),
+    InvalidSpec(
+        "type-unknown",
+        "llava",
+        {"spec": {"model": {"type": "llama"}}},
+        "spec.model.type",
+        "must be 'blip2'",
+        values=('"llama"',),
+    ),
+    InvalidSpec(
+        "source-missing", "llava", {"spec": {"model": {"source": DELETE}}}, "spec.model.source", "required"
+    ),
+    InvalidSpec(
         "source-both",
         "llava",
         {"spec": {"model": {"source": {"pvc": {"claimName": "models"}}}}},
         "spec.model.source",
-        "exactly one of huggingface or pvc",
+        "exactly one of huggingface or pvc must be set; both are",
     ),
-    (
+    InvalidSpec(
         "source-none",
         "llava",
         {"spec": {"model": {"source": {"huggingface": DELETE}}}},
         "spec.model.source",
-        "exactly one of huggingface or pvc",
+        "exactly one of huggingface or pvc must be set; neither is",
     ),
-    (
+    InvalidSpec(
         "repo-format",
         "llava",
         {"spec": {"model": {"source": {"huggingface": {"repo": "llava"}}}}},
         "spec.model.source.huggingface.repo",
         "must match pattern",
+        values=('"llava"',),
     ),
-    (
+    InvalidSpec(
         "pvc-path-escapes",
         "llava",
         {"spec": {"model": {"source": {"huggingface": DELETE, "pvc": {"claimName": "m", "path": "../etc"}}}}},
         "spec.model.source.pvc.path",
-        "must not contain '..'",
+        "path (../etc) must not contain '..'",
+        values=("../etc",),
     ),
-    (
+    InvalidSpec(
         "token-secret-without-key",
         "llava",
         {"spec": {"model": {"source": {"huggingface": {"tokenSecretRef": {"name": "hf"}}}}}},
         "spec.model.source.huggingface.tokenSecretRef.key",
         "required",
     ),
-    (
+    InvalidSpec(
         "unknown-field",
         "llava",
         {"spec": {"engine": {"maxBatch": 8}}},
         "spec.engine.maxBatch",
-        "unknown field",
+        "unknown field; did you mean maxBatchSize?",
     ),
-    (
+    InvalidSpec(
+        "quantity-in-limits",
+        "llava",
+        {"spec": {"serving": {"pod": {"resources": {"limits": {"memory": "96 GB"}}}}}},
+        "spec.serving.pod.resources.limits[memory]",
+        '"96 GB" is not a Kubernetes quantity; write a number with an optional suffix such as 500Gi',
+        values=('"96 GB"',),
+    ),
+    InvalidSpec(
         "tp-size",
         "llava",
         {"spec": {"engine": {"tensorParallelSize": 3}}},
         "spec.engine.tensorParallelSize",
         "must be 1, 2, 4 or 8",
+        values=("3",),
     ),
-    (
+    InvalidSpec(
         "batch-zero",
         "llava",
         {"spec": {"engine": {"maxBatchSize": 0}}},
         "spec.engine.maxBatchSize",
         "greater than or equal to 1",
+        values=("0",),
     ),
-    (
+    InvalidSpec(
         "seq-not-above-input",
         "llava",
         {"spec": {"engine": {"maxInputLen": 2048, "maxSeqLen": 2048}}},
         "spec.engine.maxSeqLen",
-        "maxSeqLen must be greater than maxInputLen",
+        "maxSeqLen (2048) must be greater than maxInputLen (2048)",
+        values=("2048",),
     ),
-    (
+    InvalidSpec(
         "seq-below-default-input",
         "llava",
         {"spec": {"engine": {"maxSeqLen": 1000}}},
         "spec.engine.maxSeqLen",
         "maxSeqLen is 1000, maxInputLen is 2048",
+        values=("1000", "2048"),
     ),
-    (
+    InvalidSpec(
         "images-on-single-image-type",
         "llava",
         {"spec": {"engine": {"maxImagesPerRequest": 2}}},
         "spec.engine.maxImagesPerRequest",
-        "supported only for model types vila",
+        "maxImagesPerRequest above 1 (here 2) is supported only for model types vila; model.type is llava",
+        values=("2", "llava"),
     ),
-    (
+    InvalidSpec(
         "multimodal-len-contradicts",
         "llava",
         {"spec": {"engine": {"maxMultimodalLen": 4000}}},
         "spec.engine.maxMultimodalLen",
         "is 4000 but must equal maxBatchSize x features per image x maxImagesPerRequest = 8 x 576 x 1 = 4608",
+        values=("4000", "4608"),
     ),
-    (
+    InvalidSpec(
         "vision-batch-contradicts",
         "vila",
         {"spec": {"engine": {"maxImagesPerRequest": 4, "vision": {"maxBatchSize": 8}}}},
         "spec.engine.vision.maxBatchSize",
         "is 8 but must equal maxBatchSize x maxImagesPerRequest = 8 x 4 = 32",
+        values=("8", "32"),
     ),
-    (
+    InvalidSpec(
         "multimodal-len-without-prompt-table",
         "mllama",
         {"spec": {"engine": {"maxMultimodalLen": 100}}},
         "spec.engine.maxMultimodalLen",
-        "supported only for model types",
+        "maxMultimodalLen (100) is supported only for model types",
+        values=("100", "mllama"),
     ),
-    (
+    InvalidSpec(
         "encoder-len-on-decoder-only",
         "llava",
         {"spec": {"engine": {"maxEncoderInputLen": 100}}},
         "spec.engine.maxEncoderInputLen",
-        "supported only for model types distil_whisper, mllama, whisper",
+        "maxEncoderInputLen (100) is supported only for model types distil_whisper, mllama, whisper; "
+        "model.type is llava",
+        values=("100", "llava"),
     ),
-    (
+    InvalidSpec(
         "whisper-encoder-len-fixed",
         "whisper",
         {"spec": {"engine": {"maxEncoderInputLen": 1500}}},
         "spec.engine.maxEncoderInputLen",
         "is 1500 but the whisper encoder takes exactly 3000 mel frames",
+        values=("1500", "3000"),
     ),
-    (
+    InvalidSpec(
         "fp8-unsupported",
         "mllama",
         {"spec": {"engine": {"kvCacheDtype": "fp8"}}},
         "spec.engine.kvCacheDtype",
         "kvCacheDtype fp8 is supported only for model types",
+        values=("mllama",),
     ),
-    (
+    InvalidSpec(
         "fp8-with-weight-only",
         "llava",
         {"spec": {"engine": {"kvCacheDtype": "fp8", "weightOnlyPrecision": "int8"}}},
         "spec.engine.weightOnlyPrecision",
-        "cannot be combined",
+        "kvCacheDtype fp8 and weightOnlyPrecision (int8) cannot be combined",
+        values=("int8",),
     ),
-    (
+    InvalidSpec(
         "kv-reuse-qwen2",
         "qwen2_vl",
         {"spec": {"serving": {"kvCacheReuse": True}}},
         "spec.serving.kvCacheReuse",
         "kvCacheReuse is supported only for model types",
+        values=("qwen2_vl",),
     ),
-    (
-        # Its ensemble has no prompt_table_extra_id: different images with the same text would share blocks.
+    InvalidSpec(
         "kv-reuse-xcomposer2",
         "internlm_xcomposer2",
         {"spec": {"serving": {"kvCacheReuse": True}}},
         "spec.serving.kvCacheReuse",
         "kvCacheReuse is supported only for model types",
+        values=("internlm_xcomposer2",),
     ),
-    (
+    InvalidSpec(
         "serving-beam-above-engine",
         "llava",
         {"spec": {"engine": {"maxBeamWidth": 2}, "serving": {"maxBeamWidth": 4}}},
         "spec.serving.maxBeamWidth",
-        "serving.maxBeamWidth must not exceed engine.maxBeamWidth",
+        "serving.maxBeamWidth (4) must not exceed engine.maxBeamWidth (2)",
+        values=("4", "2"),
     ),
-    (
+    InvalidSpec(
         "serving-beam-above-default-engine",
         "llava",
         {"spec": {"serving": {"maxBeamWidth": 2}}},
         "spec.serving.maxBeamWidth",
         "is 2 but must not exceed the engine's maxBeamWidth 1",
+        values=("2", "1"),
     ),
-    (
+    InvalidSpec(
         "serving-beam-whisper",
         "whisper",
         {"spec": {"engine": {"maxBeamWidth": 4}, "serving": {"maxBeamWidth": 4}}},
         "spec.serving.maxBeamWidth",
-        "must be 1 for distil_whisper, whisper: whisper_bls sends no beam width",
+        "serving.maxBeamWidth (4) must be 1 for distil_whisper, whisper: whisper_bls sends no beam width",
+        values=("4",),
     ),
-    (
+    InvalidSpec(
         "chunked-context-whisper",
         "whisper",
         {"spec": {"serving": {"chunkedContext": True}}},
         "spec.serving.chunkedContext",
         "chunkedContext is supported only for model types",
+        values=("whisper",),
     ),
-    (
+    InvalidSpec(
         "cross-fraction-decoder-only",
         "llava",
         {"spec": {"serving": {"crossKvCacheFraction": 0.5}}},
         "spec.serving.crossKvCacheFraction",
         "must not be set for decoder-only model types",
+        values=("llava",),
     ),
-    (
+    InvalidSpec(
         "cross-fraction-range",
         "mllama",
         {"spec": {"serving": {"crossKvCacheFraction": 1.0}}},
         "spec.serving.crossKvCacheFraction",
         "less than 1",
+        values=("1",),
     ),
-    (
+    InvalidSpec(
         "whisper-variant-missing",
         "whisper",
         {"spec": {"model": {"variant": DELETE}}},
         "spec.model.variant",
         "model.variant is required for distil_whisper, whisper",
     ),
-    (
+    InvalidSpec(
         "variant-on-llava",
         "llava",
         {"spec": {"model": {"variant": "large-v3"}}},
         "spec.model.variant",
-        "not allowed for other types",
+        "model.variant is supported only for model types distil_whisper, whisper; model.type is llava",
+        values=("llava",),
     ),
-    (
+    InvalidSpec(
         "whisper-variant-unknown",
         "whisper",
         {"spec": {"model": {"variant": "large-v4"}}},
         "spec.model.variant",
-        "must be one of large-v3, large-v3-turbo",
+        "model.variant (large-v4) for whisper must be one of large-v3, large-v3-turbo",
+        values=("large-v4",),
     ),
-    (
+    InvalidSpec(
         "whisper-english-only",
         "whisper",
         {"spec": {"model": {"variant": "small.en"}}},
         "spec.model.variant",
         "English-only medium.en, small.en",
+        values=("small.en",),
     ),
-    (
+    InvalidSpec(
         "distil-variant-of-whisper",
         "distil_whisper",
         {"spec": {"model": {"variant": "large-v3"}}},
         "spec.model.variant",
-        "model.variant for distil_whisper must be one of distil-large-v3, distil-large-v2",
+        "model.variant (large-v3) for distil_whisper must be one of distil-large-v3, distil-large-v2",
+        values=("large-v3",),
     ),
-    (
+    InvalidSpec(
         "xcomposer2-without-lora",
         "internlm_xcomposer2",
         {"spec": {"model": {"lora": DELETE}}},
         "spec.model.lora",
         "model.lora is required for internlm_xcomposer2",
     ),
-    (
+    InvalidSpec(
         "lora-on-llava",
         "llava",
         {"spec": {"model": {"lora": {"source": {"pvc": {"claimName": "a"}}}}}},
         "spec.model.lora",
-        "not allowed for other types",
+        "model.lora is supported only for model types internlm_xcomposer2; model.type is llava",
+        values=("llava",),
     ),
-    (
+    InvalidSpec(
         "bls-on-whisper",
         "whisper",
         {"spec": {"serving": {"enableBls": True}}},
         "spec.serving.enableBls",
         "enableBls (the tensorrt_llm_bls entry point) is supported only for model types blip2, llava,",
+        values=("whisper",),
     ),
-    (
+    InvalidSpec(
         "bls-on-xcomposer2",
         "internlm_xcomposer2",
         {"spec": {"serving": {"enableBls": True}}},
         "spec.serving.enableBls",
         "is supported only for model types",
+        values=("internlm_xcomposer2",),
     ),
-    (
+    InvalidSpec(
         "bls-on-mllama",
         "mllama",
         {"spec": {"serving": {"enableBls": True}}},
         "spec.serving.enableBls",
         "is supported only for model types",
+        values=("mllama",),
     ),
-    (
+    InvalidSpec(
         "accumulate-without-streaming",
         "llava",
         {"spec": {"serving": {"accumulateTokens": True}}},
         "spec.serving.accumulateTokens",
-        "needs streaming",
+        "accumulateTokens needs streaming: set serving.streaming to true",
     ),
-    (
+    InvalidSpec(
         "triton-batch-above-engine",
         "llava",
         {"spec": {"engine": {"maxBatchSize": 4}, "serving": {"tritonMaxBatchSize": 8}}},
         "spec.serving.tritonMaxBatchSize",
-        "must not exceed engine.maxBatchSize",
+        "serving.tritonMaxBatchSize (8) must not exceed engine.maxBatchSize (4)",
+        values=("8", "4"),
     ),
-    (
+    InvalidSpec(
         "triton-batch-above-default-engine",
         "whisper",
         {"spec": {"serving": {"tritonMaxBatchSize": 128}}},
         "spec.serving.tritonMaxBatchSize",
         "is 128 but must not exceed the engine's maxBatchSize 64",
+        values=("128", "64"),
     ),
-    (
+    InvalidSpec(
         "pool-too-small",
         "llava",
         {"spec": {"serving": {"cudaMemoryPoolBytes": 1000}}},
         "spec.serving.cudaMemoryPoolBytes",
         "is 1000 but the prompt tables and encoder features need at least 142606336 bytes",
+        values=("1000", "142606336"),
     ),
-    (
+    InvalidSpec(
         "zero-pad-on-llava",
         "llava",
         {"spec": {"serving": {"zeroPad": True}}},
         "spec.serving.zeroPad",
-        "applies to distil_whisper, whisper only",
+        "zeroPad is supported only for model types distil_whisper, whisper; model.type is llava",
+        values=("llava",),
     ),
-    (
+    InvalidSpec(
         "kv-fraction-zero",
         "llava",
         {"spec": {"serving": {"kvCacheFreeGpuMemFraction": 0}}},
         "spec.serving.kvCacheFreeGpuMemFraction",
         "greater than 0",
+        values=("0",),
     ),
-    (
+    InvalidSpec(
         "images-exceed-input",
         "vila",
         {"spec": {"engine": {"maxImagesPerRequest": 8, "maxInputLen": 1024}}},
         "spec.engine.maxInputLen",
         "is 1024 but one request carries 196 x 8 = 1568 visual tokens",
+        values=("1024", "1568"),
     ),
-    (
+    InvalidSpec(
         "patches-on-llava",
         "llava",
         {"spec": {"engine": {"vision": {"maxPatchesPerRequest": 4}}}},
-        "spec.engine.vision",
-        "maxPatchesPerRequest is supported only for model types llava_onevision",
+        "spec.engine.vision.maxPatchesPerRequest",
+        "engine.vision.maxPatchesPerRequest (4) is supported only for model types llava_onevision; "
+        "model.type is llava",
+        values=("4", "llava"),
     ),
-    ("api-version", "llava", {"apiVersion": "v1"}, "apiVersion", "must be serving.multimodal.dev/v1alpha1"),
-    ("kind", "llava", {"kind": "Deployment"}, "kind", "must be MultimodalDeployment"),
-    ("name-missing", "llava", {"metadata": {"name": DELETE}}, "metadata.name", "required"),
-    (
+    InvalidSpec(
+        "api-version", "llava", {"apiVersion": "v1"}, "apiVersion", "must be serving.multimodal.dev/v1alpha1"
+    ),
+    InvalidSpec("kind", "llava", {"kind": "Deployment"}, "kind", "must be MultimodalDeployment"),
+    InvalidSpec("name-missing", "llava", {"metadata": {"name": DELETE}}, "metadata.name", "required"),
+    InvalidSpec(
         "replicas-negative",
         "llava",
         {"spec": {"serving": {"replicas": -1}}},
         "spec.serving.replicas",
         "greater than or equal to 0",
+        values=("-1",),
     ),
-    (
+    InvalidSpec(
         "dtype",
         "llava",
         {"spec": {"engine": {"dtype": "float32"}}},
         "spec.engine.dtype",
         "must be 'float16' or 'bfloat16'",
+        values=('"float32"',),
     ),
-    (
+    InvalidSpec(
         "logits-dtype",
         "llava",
         {"spec": {"serving": {"logitsDatatype": "TYPE_BF16"}}},
         "spec.serving.logitsDatatype",
         "must be 'TYPE_FP32' or 'TYPE_FP16'",
+        values=('"TYPE_BF16"',),
     ),
-    (
+    InvalidSpec(
         "batching-strategy",
         "llava",
         {"spec": {"serving": {"batchingStrategy": "V1"}}},
         "spec.serving.batchingStrategy",
         "must be 'inflight_fused_batching' or 'inflight_batching'",
+        values=('"V1"',),
     ),
-    (
+    InvalidSpec(
         "prompt-table-bf16",
         "llava",
         {"spec": {"serving": {"promptTableDatatype": "TYPE_BF16"}}},
         "spec.serving.promptTableDatatype",
         "must be 'TYPE_FP16'",
+        values=('"TYPE_BF16"',),
     ),
-    (
+    InvalidSpec(
         "image-url-input-without-server-loading",
         "llava",
         {"spec": {"serving": {"imageUrlInput": True}}},
         "spec.serving.imageUrlInput",
         "imageUrlInput (the server fetching image URLs) is supported only for model types llava_onevision",
+        values=("llava",),
     ),
-    (
+    InvalidSpec(
         "network-policy-client-without-selector",
         "llava",
         {"spec": {"serving": {"networkPolicy": {"clients": [{}]}}}},

@@ -1,5 +1,6 @@
-"""The bad-input catalogue offline: what `plan_resource` can refuse alone, it refuses with the field path and
-the rule; every fix is valid; an update that changes the model type breaks the transition rule."""
+"""The bad-input catalogue offline: what `plan_resource` can refuse alone, it refuses with the field path,
+the rule and the values it compares; every fix is valid; an update that changes the model type breaks the
+transition rule."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ import yaml
 from mmd_operator.api.validation import check_spec, check_update
 from mmd_operator.desired import serving
 from mmd_operator.plan.resource_plan import plan_resource
-from tests.support.bad_inputs import CASES, OUTCOMES, UPDATE, BadInput, document
+from tests.support.bad_inputs import (
+    CASES,
+    INVALID,
+    OUTCOMES,
+    REFUSED,
+    SERVER_TYPE,
+    UPDATE,
+    BadInput,
+    document,
+)
 from tests.support.invalid_specs import CASES as OFFLINE_CASES
 from tests.support.invalid_specs import problems_of
 
@@ -29,9 +39,23 @@ def test_the_catalogue_has_at_least_fifty_new_cases_of_every_outcome() -> None:
 
 
 @pytest.mark.parametrize("case", OFFLINE, ids=[case.id for case in OFFLINE])
-def test_offline_checks_refuse_with_the_path_and_rule(case: BadInput) -> None:
+def test_offline_checks_refuse_with_the_path_rule_and_values(case: BadInput) -> None:
     problems = problems_of(case.document)
-    assert any(p.startswith(f"{case.path}: ") and case.fragment in p for p in problems), problems
+    assert any(
+        p.startswith(f"{case.path}: ") and case.fragment in p and all(v in p for v in case.values)
+        for p in problems
+    ), problems
+
+
+def test_every_refusal_that_compares_values_names_them() -> None:
+    # Only a wrong type (the API server names the type, not the value) or a field that is missing or not
+    # allowed at all has no value to show.
+    without_values = {
+        case.id
+        for case in CASES
+        if case.outcome in {REFUSED, INVALID, UPDATE} and not case.values and case.server != SERVER_TYPE
+    }
+    assert without_values == set(), without_values
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
@@ -50,9 +74,11 @@ def test_changing_the_model_type_breaks_the_transition_rule(case: BadInput) -> N
     # Each side alone is valid; only the change is refused.
     assert problems_of(case.document) == [] and problems_of(case.updated) == []
     problems = check_update(case.document["spec"], case.updated["spec"])
+    old, new = case.values
     assert [str(p) for p in problems] == [
-        "spec.model.type: model.type is immutable: another model type is another deployment (engines, "
-        "repository layout and serving pods all differ); create a new MultimodalDeployment instead"
+        f"spec.model.type: model.type is immutable ({old}, now {new}): another model type is another "
+        "deployment (engines, repository layout and serving pods all differ); create a new "
+        "MultimodalDeployment instead"
     ]
     # Changing anything else is allowed.
     changed = {**case.document["spec"], "serving": {"replicas": 3}}

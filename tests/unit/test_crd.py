@@ -9,7 +9,8 @@ from typing import Any
 import celpy
 import yaml
 
-from mmd_operator.api import crdgen
+from mmd_operator.api import crdgen, v1alpha1
+from mmd_operator.api.validation import rule_failure
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,14 +59,34 @@ def test_every_spec_field_is_described_for_kubectl_explain() -> None:
     assert undocumented == []
 
 
-def test_every_cel_rule_compiles_and_has_a_message() -> None:
+def test_every_cel_rule_compiles_and_has_a_message_and_a_reason() -> None:
     environment = celpy.Environment()
     rules = [rule for _, node in _walk(_root_schema()) for rule in node.get("x-kubernetes-validations", [])]
     assert len(rules) >= 15
     for rule in rules:
         environment.compile(rule["rule"])
-        assert rule["message"]
+        if "messageExpression" in rule:
+            environment.compile(rule["messageExpression"])
+        # A static message to fall back on, without the `{...}` of the values.
+        assert rule["message"] and "{" not in rule["message"]
+        # Forbidden or Required: "Invalid value" would show the node's type ("object"), not a value.
+        assert rule["reason"] in {v1alpha1.FORBIDDEN, v1alpha1.REQUIRED}
         assert rule.get("fieldPath", ".").startswith(".")
+    assert sum("messageExpression" in rule for rule in rules) >= 20
+
+
+def test_a_rule_names_its_values_and_falls_back_to_its_static_message() -> None:
+    rule = v1alpha1.cel_rule(
+        "self.maxSeqLen > self.maxInputLen",
+        "maxSeqLen ({self.maxSeqLen}) must be greater than maxInputLen ({self.maxInputLen}); see {self.doc}",
+    )
+    assert rule["message"] == "maxSeqLen must be greater than maxInputLen"
+    assert rule_failure(rule, {"maxSeqLen": 10, "maxInputLen": 20, "doc": "x"}) == (
+        "maxSeqLen (10) must be greater than maxInputLen (20); see x"
+    )
+    assert rule_failure(rule, {"maxSeqLen": 30, "maxInputLen": 20}) is None
+    # The expression cannot be evaluated (no `doc`): the static message, as the API server falls back.
+    assert rule_failure(rule, {"maxSeqLen": 10, "maxInputLen": 20}) == rule["message"]
 
 
 def test_names_status_scale_and_printer_columns() -> None:

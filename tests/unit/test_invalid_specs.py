@@ -1,28 +1,24 @@
-"""Bad input is refused with one precise message per problem: the field path and the rule."""
+"""Bad input is refused with one precise message per problem: the field path, the rule and the values."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from tests.support.invalid_specs import BASE_MODELS, CASES, problems_of, resource
+from tests.support.invalid_specs import BASE_MODELS, CASES, InvalidSpec, problems_of, resource
 
 
 def test_there_are_at_least_thirty_cases() -> None:
     assert len(CASES) >= 30
 
 
-@pytest.mark.parametrize(
-    ("base", "patch", "path", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
-)
-def test_invalid_spec_is_refused_with_its_path_and_rule(
-    base: str, patch: dict[str, Any], path: str, fragment: str
-) -> None:
-    problems = problems_of(resource(base, patch))
-    matching = [p for p in problems if p.startswith(f"{path}: ")]
-    assert matching, f"no problem reported at {path}; got {problems}"
-    assert any(fragment in p for p in matching), f"{fragment!r} not in {matching}"
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_invalid_spec_is_refused_with_its_path_rule_and_values(case: InvalidSpec) -> None:
+    problems = problems_of(resource(case.base, case.patch))
+    matching = [p for p in problems if p.startswith(f"{case.path}: ")]
+    assert matching, f"no problem reported at {case.path}; got {problems}"
+    assert any(case.fragment in p and all(v in p for v in case.values) for p in matching), (
+        f"{case.fragment!r} with {case.values} not in {matching}"
+    )
 
 
 @pytest.mark.parametrize("base", sorted(BASE_MODELS))

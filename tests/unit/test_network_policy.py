@@ -211,7 +211,7 @@ def test_the_example_section_is_valid_for_every_type() -> None:
         (
             {"egress": [{"cidr": "0.0.0.0/0", "ports": [{"port": 9000, "endPort": 8000}]}]},
             "spec.serving.networkPolicy.egress[0].ports[0].endPort",
-            "endPort must not be below port",
+            "endPort (8000) must not be below port (9000)",
         ),
         (
             {"egress": [{"cidr": "0.0.0.0/0", "ports": [{"port": 443, "protocol": "ICMP"}]}]},

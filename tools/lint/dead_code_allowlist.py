@@ -59,3 +59,6 @@ allow_reuse_address
 server_version
 sys_version
 _.close_connection
+
+# pydantic validators: pydantic calls them while it validates a model.
+_null_is_absent

@@ -39,13 +39,14 @@ _DROPPED_KEYS = frozenset({"title", "additionalProperties", "$defs"})
 _PRESERVE_UNKNOWN = "x-kubernetes-preserve-unknown-fields"
 
 # Object names the operator derives from the resource's name must be valid; CEL sees metadata.name.
-NAME_RULE = {
-    "rule": f"self.metadata.name.matches('{v1alpha1.DNS_LABEL_PATTERN}') && "
+NAME_RULE = v1alpha1.cel_rule(
+    f"self.metadata.name.matches('{v1alpha1.DNS_LABEL_PATTERN}') && "
     f"size(self.metadata.name) <= {v1alpha1.MAX_NAME_LENGTH}",
-    "message": f"metadata.name must be a DNS label (lower-case letters, digits, '-', starting with a letter) "
-    f"of at most {v1alpha1.MAX_NAME_LENGTH} characters: the Service, Deployment and ConfigMaps are named "
-    "after it",
-}
+    "metadata.name ({self.metadata.name}, {size(self.metadata.name)} characters) must be a DNS label "
+    f"(lower-case letters, digits, '-', starting with a letter) of at most {v1alpha1.MAX_NAME_LENGTH} "
+    "characters: the Service, Deployment and ConfigMaps are named after it",
+    field_path=".metadata.name",
+)
 
 
 def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
@@ -107,11 +108,24 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _without_empty(value: Any) -> Any:
+    """`value` without empty maps and lists, at any depth (a map left empty by that goes too)."""
+    if isinstance(value, dict):
+        kept = {key: _without_empty(item) for key, item in value.items()}
+        return {key: item for key, item in kept.items() if item not in ({}, [])}
+    if isinstance(value, list):
+        return [_without_empty(item) for item in value]
+    return value
+
+
 def _apply_section_defaults(model: type[BaseModel], schema: dict[str, Any]) -> None:
     """Give sections that default to an all-defaults object that object as their schema default.
 
     The API server checks a default against the section's CEL rules as it stands, without filling in
     the defaults of the fields inside it, so an empty object would fail rules that read those fields.
+    Empty maps and lists are left out, and so is a section with nothing else (`serving.pod`,
+    `engine.vision`): the stored spec (`kubectl get -o yaml`, `describe`) then shows what the user wrote
+    and the defaults that say something; the pydantic models fill in the rest when the spec is read.
     """
     for name, field in model.model_fields.items():
         child = schema.get("properties", {}).get(field.alias or name)
@@ -119,10 +133,31 @@ def _apply_section_defaults(model: type[BaseModel], schema: dict[str, Any]) -> N
             continue
         factory = field.default_factory
         if isinstance(factory, type) and issubclass(factory, BaseModel):
-            child["default"] = factory().model_dump(by_alias=True, exclude_none=True, mode="json")
+            default = _without_empty(factory().model_dump(by_alias=True, exclude_none=True, mode="json"))
+            if default:
+                child["default"] = default
         nested = _nested_model(field.annotation)
         if nested is not None:
             _apply_section_defaults(nested, child.get("items", child))
+
+
+def _allow_null_sections(schema: dict[str, Any]) -> None:
+    """Mark the optional objects, maps and lists without a default `nullable`.
+
+    Server-side apply turns a section emptied in the applied file (`pod: {}` after `pod: {labels: ...}`)
+    into null (kubernetes/kubernetes#104694), which a non-nullable object refuses (`must be of type
+    object: "null"`) unless a default replaces it, and these sections have no default (nothing empty is
+    stored). Null reads as absent everywhere: CEL's has() is false for it and the models drop it.
+    """
+    required = set(schema.get("required", ()))
+    for name, child in schema.get("properties", {}).items():
+        if name not in required and "default" not in child and child.get("type") in {"object", "array"}:
+            child["nullable"] = True
+        _allow_null_sections(child)
+    if "items" in schema:
+        _allow_null_sections(schema["items"])
+    if isinstance(schema.get("additionalProperties"), dict):
+        _allow_null_sections(schema["additionalProperties"])
 
 
 def crd() -> dict[str, Any]:
@@ -130,6 +165,7 @@ def crd() -> dict[str, Any]:
     spec = structural_schema(v1alpha1.MultimodalDeploymentSpec)
     # Sections with all-default fields must exist, filled in, for the CEL rules that read them.
     _apply_section_defaults(v1alpha1.MultimodalDeploymentSpec, spec)
+    _allow_null_sections(spec)
     status = structural_schema(v1alpha1.MultimodalDeploymentStatus)
     conditions = status["properties"]["conditions"]
     conditions["x-kubernetes-list-type"] = "map"
@@ -179,7 +215,8 @@ def crd() -> dict[str, Any]:
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
+                                # Declared so that NAME_RULE can report at metadata.name.
+                                "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
                                 "spec": spec,
                                 "status": status,
                             },

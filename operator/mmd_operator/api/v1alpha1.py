@@ -2,16 +2,18 @@
 
 These models are the single source of the CRD schema (see `crdgen`). Field docstrings become the
 descriptions `kubectl explain` shows. Cross-field rules are written once, in CEL, on the models
-(`x-kubernetes-validations`): the API server enforces them at admission and `validation` evaluates the
-same expressions offline. Imports only pydantic and `mmd_operator.knowledge`.
+(`x-kubernetes-validations`, built by `cel_rule`, with messages that name the values they compared): the
+API server enforces them at admission and `validation` evaluates the same expressions offline. Imports
+only pydantic and `mmd_operator.knowledge`.
 """
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
@@ -27,7 +29,26 @@ GPU_RESOURCE = "nvidia.com/gpu"
 SINGULAR = "multimodaldeployment"
 SHORT_NAMES = ("mmd",)
 
-WHISPER_TYPES = sorted({t.value for t, k in KNOWLEDGE.items() if k.whisper_variants})
+WHISPER_TYPES = types_where("whisper_variants")
+
+
+# How the API server (v1.34, tried on the local control plane) prints a rule that fails: `reason` picks the
+# kind of field error, `fieldPath` the path it is reported at (relative to the node the rule sits on), and
+# `messageExpression` the words (the static `message` when the expression fails to evaluate):
+#   no reason, or FieldValueInvalid:  spec.engine.maxSeqLen: Invalid value: "object": <message>
+#   FieldValueForbidden:              spec.engine.maxSeqLen: Forbidden: <message>
+#   FieldValueRequired:               spec.model.variant: Required value: <message>
+# "Invalid value" shows the schema type of the node the rule sits on ("object"), never the field's value.
+# So every rule here is Forbidden (a value that is not allowed where it is) or Required (a field that must
+# be set), and names the values in its own message. The values are written with `format` ('%s' renders
+# integers, numbers, booleans and strings): concatenating `string(self.x)` is refused when the CRD is
+# created, because the cost estimator cannot bound the length of a number turned into a string.
+FORBIDDEN = "FieldValueForbidden"
+REQUIRED = "FieldValueRequired"
+
+# `{CEL expression}` in a rule's message: a value the message names.
+_PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
+_MARK = "\0"
 
 
 def cel_list(values: list[str]) -> str:
@@ -35,9 +56,52 @@ def cel_list(values: list[str]) -> str:
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
-def cel_rule(rule: str, message: str, *, field_path: str | None = None) -> JsonDict:
-    """One `x-kubernetes-validations` entry; `field_path` is relative to the node the rule sits on."""
-    entry: JsonDict = {"rule": rule, "message": message}
+def _cel_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _message_expression(message: str) -> str | None:
+    """The CEL expression that writes `message` with its `{...}` values filled in; None without values."""
+    parts = _PLACEHOLDER.split(message)
+    if len(parts) == 1:
+        return None
+    # Even parts are text, odd parts CEL expressions.
+    text = "".join("%s" if index % 2 else part.replace("%", "%%") for index, part in enumerate(parts))
+    return f"{_cel_string(text)}.format([{', '.join(parts[1::2])}])"
+
+
+def _static_message(message: str) -> str:
+    """`message` without the values it names (what the API server shows if the expression fails).
+
+    A parenthesised part or a last `; ...` clause that names a value is left out.
+    """
+    marked = _PLACEHOLDER.sub(_MARK, message)
+    marked = re.sub(rf" ?\([^()]*{_MARK}[^()]*\)", "", marked)
+    marked = re.sub(rf";[^;]*{_MARK}[^;]*$", "", marked)
+    if _MARK in marked:
+        raise ValueError(f"a value outside parentheses or a last '; ...' clause: {message!r}")
+    return marked
+
+
+def cel_rule(
+    rule: str,
+    message: str,
+    *,
+    field_path: str | None = None,
+    reason: str = FORBIDDEN,
+    fallback: str | None = None,
+) -> JsonDict:
+    """One `x-kubernetes-validations` entry.
+
+    `message` may name values as `{CEL expression}` (evaluated on the node the rule sits on): they become
+    the rule's `messageExpression`, and the static `message` leaves them out (or is `fallback`).
+    `field_path` is relative to that node.
+    """
+    entry: JsonDict = {"rule": rule, "message": fallback or _static_message(message)}
+    expression = _message_expression(message)
+    if expression is not None:
+        entry["messageExpression"] = expression
+    entry["reason"] = reason
     if field_path is not None:
         entry["fieldPath"] = field_path
     return entry
@@ -48,7 +112,7 @@ def _only_for(attribute: str, condition: str, what: str, field_path: str) -> Jso
     allowed = types_where(attribute)
     return cel_rule(
         f"!({condition}) || self.model.type in {cel_list(allowed)}",
-        f"{what} is supported only for model types {', '.join(allowed)}",
+        f"{what} is supported only for model types {', '.join(allowed)}; model.type is {{self.model.type}}",
         field_path=field_path,
     )
 
@@ -60,9 +124,20 @@ DNS_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # Keys of a Secret's data.
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
-# Kubernetes' own quantity syntax: a decimal number, then a binary or decimal suffix or an exponent.
-_NUMBER = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-QUANTITY_PATTERN = rf"^(\+|-)?{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?{_NUMBER}))?$"
+# What Kubernetes' own parser accepts as a quantity (resource.ParseQuantity, which CEL's `isQuantity` calls):
+# a sign, digits with a fraction (either may be empty: `Gi` and `.` parse as 0), then a binary or decimal
+# suffix or an integer exponent; not the empty string. The API server checks it with `isQuantity`; offline
+# validation gives cel-python, which lacks that function, one that matches this pattern (the cluster tier
+# checks that both judge a list of strings alike).
+QUANTITY_PATTERN = r"^(?=.)[+-]?[0-9]*(\.[0-9]*)?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+QUANTITY_HINT = (
+    "write a number with an optional suffix such as 500Gi (Ki, Mi, Gi, Ti, Pi, Ei or k, M, G, T, P, E)"
+)
+QUANTITY_RULE = cel_rule(
+    "isQuantity(string(self))",
+    f'"{{self}}" is not a Kubernetes quantity; {QUANTITY_HINT}',
+    fallback=f"not a Kubernetes quantity; {QUANTITY_HINT}",
+)
 # Status warnings: at most this many, each at most this long (a status always fits).
 MAX_WARNINGS = 32
 WARNING_MAX_LENGTH = 4096
@@ -79,6 +154,14 @@ class _Schema(BaseModel):
         use_attribute_docstrings=True,
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        """A null field reads as one left out, as at the API server (its defaulting and CEL's has())."""
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
 
 class SecretKeyRef(_Schema):
     """A key of a Secret in the resource's namespace."""
@@ -90,13 +173,18 @@ class SecretKeyRef(_Schema):
 
 
 # A Kubernetes resource quantity (`2`, `500m`, `16Gi`), as the API server accepts it: integer or string.
+# The string's syntax is checked by a CEL rule (at the API server and offline), which says it in a sentence;
+# a `pattern` would answer with the regular expression. The length bound keeps the rule's estimated cost
+# within the API server's budget (maps of quantities are bounded for the same reason).
+QUANTITY_MAX_LENGTH = 64
 Quantity = Annotated[
-    int | Annotated[str, Field(pattern=QUANTITY_PATTERN)],
+    int | Annotated[str, Field(max_length=QUANTITY_MAX_LENGTH)],
     WithJsonSchema(
         {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
-            "pattern": QUANTITY_PATTERN,
             "x-kubernetes-int-or-string": True,
+            "maxLength": QUANTITY_MAX_LENGTH,
+            "x-kubernetes-validations": [QUANTITY_RULE],
         }
     ),
 ]
@@ -113,12 +201,13 @@ class Toleration(_Schema):
                 cel_rule(
                     "!has(self.operator) || self.operator != 'Exists' || "
                     "!has(self.value) || self.value == ''",
-                    "value must be empty when operator is Exists",
+                    "value ({self.value}) must be empty when operator is Exists",
                     field_path=".value",
                 ),
                 cel_rule(
                     "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
-                    "operator must be Exists when key is empty (an empty key matches every taint)",
+                    "operator ({has(self.operator) ? self.operator : 'Equal'}) must be Exists when key is "
+                    "empty (an empty key matches every taint)",
                     field_path=".operator",
                 ),
             ]
@@ -143,17 +232,21 @@ class ResourceRequirements(_Schema):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
+                # Neither map is stored when the user leaves it out (no empty defaults), hence has().
                 cel_rule(
-                    f"!('{GPU_RESOURCE}' in self.requests) && !('{GPU_RESOURCE}' in self.limits)",
-                    f"{GPU_RESOURCE} is set by the operator to engine.tensorParallelSize",
+                    f"!(has(self.requests) && '{GPU_RESOURCE}' in self.requests) && "
+                    f"!(has(self.limits) && '{GPU_RESOURCE}' in self.limits)",
+                    f"{GPU_RESOURCE} ({{has(self.requests) && '{GPU_RESOURCE}' in self.requests ? "
+                    f"self.requests['{GPU_RESOURCE}'] : self.limits['{GPU_RESOURCE}']}}) is set by the "
+                    "operator to engine.tensorParallelSize",
                 )
             ]
         }
     )
 
-    requests: dict[str, Quantity] = Field(default_factory=dict)
+    requests: dict[str, Quantity] = Field(default_factory=dict, max_length=32)
     """Resources the scheduler reserves, e.g. `cpu: 8`, `memory: 64Gi`."""
-    limits: dict[str, Quantity] = Field(default_factory=dict)
+    limits: dict[str, Quantity] = Field(default_factory=dict, max_length=32)
     """Upper bounds, e.g. `memory: 96Gi`. `nvidia.com/gpu` is always the tensor-parallel size."""
 
 
@@ -250,7 +343,11 @@ class VolumeSource(_Schema):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                cel_rule("!self.path.contains('..')", "path must not contain '..'", field_path=".path")
+                cel_rule(
+                    "!self.path.contains('..')",
+                    "path ({self.path}) must not contain '..'",
+                    field_path=".path",
+                )
             ]
         }
     )
@@ -268,8 +365,14 @@ class ModelSource(_Schema):
         json_schema_extra={
             "x-kubernetes-validations": [
                 cel_rule(
-                    "has(self.huggingface) != has(self.pvc)", "exactly one of huggingface or pvc must be set"
-                )
+                    "has(self.huggingface) || has(self.pvc)",
+                    "exactly one of huggingface or pvc must be set; neither is",
+                    reason=REQUIRED,
+                ),
+                cel_rule(
+                    "!has(self.huggingface) || !has(self.pvc)",
+                    "exactly one of huggingface or pvc must be set; both are",
+                ),
             ]
         }
     )
@@ -323,12 +426,13 @@ class EngineSpec(_Schema):
             "x-kubernetes-validations": [
                 cel_rule(
                     "!has(self.maxSeqLen) || !has(self.maxInputLen) || self.maxSeqLen > self.maxInputLen",
-                    "maxSeqLen must be greater than maxInputLen",
+                    "maxSeqLen ({self.maxSeqLen}) must be greater than maxInputLen ({self.maxInputLen})",
                     field_path=".maxSeqLen",
                 ),
                 cel_rule(
                     "!(self.kvCacheDtype == 'fp8' && self.weightOnlyPrecision != 'none')",
-                    "kvCacheDtype fp8 and weightOnlyPrecision cannot be combined",
+                    "kvCacheDtype fp8 and weightOnlyPrecision ({self.weightOnlyPrecision}) cannot be "
+                    "combined",
                     field_path=".weightOnlyPrecision",
                 ),
             ]
@@ -400,7 +504,8 @@ class LoraCacheSpec(_Schema):
                 cel_rule(
                     "!has(self.optimalAdapterSize) || !has(self.maxAdapterSize) || "
                     "self.optimalAdapterSize <= self.maxAdapterSize",
-                    "optimalAdapterSize must not exceed maxAdapterSize",
+                    "optimalAdapterSize ({self.optimalAdapterSize}) must not exceed maxAdapterSize "
+                    "({self.maxAdapterSize})",
                     field_path=".optimalAdapterSize",
                 )
             ]
@@ -461,6 +566,7 @@ class NetworkClient(_Schema):
                 cel_rule(
                     "has(self.podSelector) || has(self.namespaceSelector)",
                     "a client needs a podSelector, a namespaceSelector or both",
+                    reason=REQUIRED,
                 )
             ]
         }
@@ -480,7 +586,7 @@ class NetworkPort(_Schema):
             "x-kubernetes-validations": [
                 cel_rule(
                     "!has(self.endPort) || self.endPort >= self.port",
-                    "endPort must not be below port",
+                    "endPort ({self.endPort}) must not be below port ({self.port})",
                     field_path=".endPort",
                 )
             ]
@@ -623,49 +729,59 @@ class ServingSpec(_Schema):
 def _spec_rules() -> list[JsonValue]:
     lora_types = types_where("lora")
     encoder_decoder = types_where("encoder_decoder")
+    whisper = ", ".join(WHISPER_TYPES)
     rules: list[JsonValue] = [
         # A transition rule: only an update can break it (the API server gives it the stored spec as oldSelf).
         cel_rule(
             "self.model.type == oldSelf.model.type",
-            "model.type is immutable: another model type is another deployment (engines, repository layout "
-            "and serving pods all differ); create a new MultimodalDeployment instead",
+            "model.type is immutable ({oldSelf.model.type}, now {self.model.type}): another model type is "
+            "another deployment (engines, repository layout and serving pods all differ); create a new "
+            "MultimodalDeployment instead",
             field_path=".model.type",
         ),
         cel_rule(
-            f"(self.model.type in {cel_list(WHISPER_TYPES)}) == has(self.model.variant)",
-            f"model.variant is required for {', '.join(WHISPER_TYPES)} and not allowed for other types",
+            f"!(self.model.type in {cel_list(WHISPER_TYPES)}) || has(self.model.variant)",
+            f"model.variant is required for {whisper} (the Whisper checkpoint, e.g. large-v3)",
             field_path=".model.variant",
+            reason=REQUIRED,
         ),
+        _only_for("whisper_variants", "has(self.model.variant)", "model.variant", ".model.variant"),
         cel_rule(
-            f"(self.model.type in {cel_list(lora_types)}) == has(self.model.lora)",
-            f"model.lora is required for {', '.join(lora_types)} and not allowed for other types",
+            f"!(self.model.type in {cel_list(lora_types)}) || has(self.model.lora)",
+            f"model.lora is required for {', '.join(lora_types)}",
             field_path=".model.lora",
+            reason=REQUIRED,
         ),
+        _only_for("lora", "has(self.model.lora)", "model.lora", ".model.lora"),
         _only_for(
             "multi_image",
             "self.engine.maxImagesPerRequest > 1",
-            "maxImagesPerRequest above 1",
+            "maxImagesPerRequest above 1 (here {self.engine.maxImagesPerRequest})",
             ".engine.maxImagesPerRequest",
         ),
+        # engine.vision is stored only when the user writes it (no empty defaults), hence has() first.
         _only_for(
-            "video", "has(self.engine.vision.maxPatchesPerRequest)", "maxPatchesPerRequest", ".engine.vision"
+            "video",
+            "has(self.engine.vision) && has(self.engine.vision.maxPatchesPerRequest)",
+            "engine.vision.maxPatchesPerRequest ({self.engine.vision.maxPatchesPerRequest})",
+            ".engine.vision.maxPatchesPerRequest",
         ),
         _only_for(
             "has_vision_engine",
-            "has(self.engine.vision.maxBatchSize)",
-            "engine.vision.maxBatchSize",
+            "has(self.engine.vision) && has(self.engine.vision.maxBatchSize)",
+            "engine.vision.maxBatchSize ({self.engine.vision.maxBatchSize})",
             ".engine.vision.maxBatchSize",
         ),
         _only_for(
             "uses_prompt_table",
             "has(self.engine.maxMultimodalLen)",
-            "maxMultimodalLen",
+            "maxMultimodalLen ({self.engine.maxMultimodalLen})",
             ".engine.maxMultimodalLen",
         ),
         _only_for(
             "encoder_decoder",
             "has(self.engine.maxEncoderInputLen)",
-            "maxEncoderInputLen",
+            "maxEncoderInputLen ({self.engine.maxEncoderInputLen})",
             ".engine.maxEncoderInputLen",
         ),
         _only_for(
@@ -684,7 +800,7 @@ def _spec_rules() -> list[JsonValue]:
         cel_rule(
             f"!has(self.serving.crossKvCacheFraction) || self.model.type in {cel_list(encoder_decoder)}",
             "crossKvCacheFraction must not be set for decoder-only model types (TensorRT-LLM refuses it); "
-            f"it applies to {', '.join(encoder_decoder)}",
+            f"it applies to {', '.join(encoder_decoder)}; model.type is {{self.model.type}}",
             field_path=".serving.crossKvCacheFraction",
         ),
         _only_for(
@@ -695,33 +811,32 @@ def _spec_rules() -> list[JsonValue]:
         ),
         cel_rule(
             "!self.serving.accumulateTokens || self.serving.streaming",
-            "accumulateTokens needs streaming",
+            "accumulateTokens needs streaming: set serving.streaming to true",
             field_path=".serving.accumulateTokens",
         ),
         cel_rule(
             "!has(self.serving.tritonMaxBatchSize) || !has(self.engine.maxBatchSize) || "
             "self.serving.tritonMaxBatchSize <= self.engine.maxBatchSize",
-            "serving.tritonMaxBatchSize must not exceed engine.maxBatchSize",
+            "serving.tritonMaxBatchSize ({self.serving.tritonMaxBatchSize}) must not exceed "
+            "engine.maxBatchSize ({self.engine.maxBatchSize})",
             field_path=".serving.tritonMaxBatchSize",
         ),
         cel_rule(
             "!has(self.serving.maxBeamWidth) || !has(self.engine.maxBeamWidth) || "
             "self.serving.maxBeamWidth <= self.engine.maxBeamWidth",
-            "serving.maxBeamWidth must not exceed engine.maxBeamWidth",
+            "serving.maxBeamWidth ({self.serving.maxBeamWidth}) must not exceed engine.maxBeamWidth "
+            "({self.engine.maxBeamWidth})",
             field_path=".serving.maxBeamWidth",
         ),
         cel_rule(
             f"!(self.model.type in {cel_list(WHISPER_TYPES)}) || !has(self.serving.maxBeamWidth) || "
             "self.serving.maxBeamWidth == 1",
-            f"serving.maxBeamWidth must be 1 for {', '.join(WHISPER_TYPES)}: whisper_bls sends no beam width "
-            "and the executor refuses requests whose beam width differs from the served one",
+            f"serving.maxBeamWidth ({{self.serving.maxBeamWidth}}) must be 1 for {whisper}: whisper_bls "
+            "sends no beam width and the executor refuses requests whose beam width differs from the served "
+            "one",
             field_path=".serving.maxBeamWidth",
         ),
-        cel_rule(
-            f"!self.serving.zeroPad || self.model.type in {cel_list(WHISPER_TYPES)}",
-            f"zeroPad applies to {', '.join(WHISPER_TYPES)} only",
-            field_path=".serving.zeroPad",
-        ),
+        _only_for("whisper_variants", "self.serving.zeroPad", "zeroPad", ".serving.zeroPad"),
     ]
     for model_type in WHISPER_TYPES:
         knowledge = KNOWLEDGE[ModelType(model_type)]
@@ -731,7 +846,8 @@ def _spec_rules() -> list[JsonValue]:
             cel_rule(
                 f"self.model.type != '{model_type}' || !has(self.model.variant) || "
                 f"self.model.variant in {cel_list(supported)}",
-                f"model.variant for {model_type} must be one of {', '.join(supported)}"
+                f"model.variant ({{self.model.variant}}) for {model_type} must be one of "
+                f"{', '.join(supported)}"
                 + (
                     f" (English-only {', '.join(english)} are not supported: whisper_bls decodes with the "
                     "multilingual tokenizer)"

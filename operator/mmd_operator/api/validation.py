@@ -1,22 +1,26 @@
 """Turn a MultimodalDeployment document into a validated model, or into a list of precise problems.
 
 Validation happens in the same order as at the API server: the structural schema (pydantic), then the
-CEL rules declared on the models, evaluated offline with cel-python on the defaulted object. Every problem
-names the field path and the rule. Pure: imports pydantic, celpy and the api models; no I/O.
+CEL rules declared on the models, evaluated offline with cel-python on the object as the API server would
+store it (the schema's defaults filled in), with the same words (the rules' message expressions). Every
+problem names the field path and the rule. Pure: imports pydantic, celpy and the api models; no I/O.
 """
 
 from __future__ import annotations
 
+import copy
+import difflib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 import celpy
+from celpy import celtypes
 from celpy.adapter import json_to_cel
-from celpy.evaluation import CELEvalError
+from celpy.evaluation import CELEvalError, CELFunction
 from pydantic import ValidationError
 
 from mmd_operator.api import crdgen, v1alpha1
@@ -41,26 +45,52 @@ class InvalidSpecError(Exception):
         super().__init__("; ".join(str(p) for p in self.problems))
 
 
-def _path(loc: Iterable[int | str]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
 # Names pydantic gives the members of an `int | str` union in error locations.
 _UNION_MEMBERS = frozenset({"int", "str", "constrained-str"})
 _PYDANTIC_PHRASES = (("Input should be", "must be"), ("Value error, ", ""), ("String should", "must"))
 
 
-def _pydantic_message(error: Mapping[str, Any]) -> str:
+def _locate(loc: Sequence[int | str], schema: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """The field path of `loc` as the API server writes it, and the schema of the object holding its end.
+
+    Map keys are written in brackets (`resources.limits[memory]`), fields after a dot.
+    """
+    text, parent = "", schema
+    for part in loc:
+        parent = schema
+        if isinstance(part, int):
+            text += f"[{part}]"
+            schema = schema.get("items", {})
+        elif part not in schema.get("properties", {}) and isinstance(
+            schema.get("additionalProperties"), dict
+        ):
+            text += f"[{part}]"
+            schema = schema["additionalProperties"]
+        else:
+            text += f".{part}" if text else part
+            schema = schema.get("properties", {}).get(part, {})
+    return text, parent
+
+
+def _shown(value: Any) -> str:
+    """`value` as the API server prints it (JSON; a whole float as an integer, as Go prints it)."""
+    text = json.dumps(int(value) if isinstance(value, float) and value.is_integer() else value)
+    return f"{text[:80]}..." if len(text) > 80 else text
+
+
+def _pydantic_message(error: Mapping[str, Any], parent: Mapping[str, Any]) -> str:
     if error["type"] == "extra_forbidden":
-        return "unknown field"
+        known = list(parent.get("properties", {}))
+        close = difflib.get_close_matches(str(error["loc"][-1]), known, n=1)
+        return f"unknown field; did you mean {close[0]}?" if close else "unknown field"
     if error["type"] == "missing":
         return "required field is missing"
     message = str(error["msg"])
     for phrase, replacement in _PYDANTIC_PHRASES:
         message = message.replace(phrase, replacement)
+    if isinstance(error.get("input"), str | int | float | bool):
+        # The value itself, as the API server shows it (`Invalid value: 4096: ...`).
+        message = f"is {_shown(error['input'])} but {message}"
     return message
 
 
@@ -73,20 +103,48 @@ def _schema_problems(error: ValidationError, prefix: str) -> list[Problem]:
             for part in item["loc"]
             if not (isinstance(part, str) and (part.startswith("function-") or part in _UNION_MEMBERS))
         ]
-        path = _path([prefix, *loc]) if prefix else _path(loc)
-        problems.append(Problem(path, _pydantic_message(item)))
+        path, parent = _locate(loc, _spec_schema())
+        problems.append(Problem(f"{prefix}.{path}" if path else prefix, _pydantic_message(item, parent)))
     return problems
 
 
 # One environment for every rule. Creating it raises the interpreter's recursion limit (CEL's nesting
 # minimums need it), so that happens once, at import, instead of in the middle of some later call.
 _CEL = celpy.Environment()
+_QUANTITY = re.compile(v1alpha1.QUANTITY_PATTERN)
+
+
+def _is_quantity(value: celtypes.Value) -> celtypes.BoolType:
+    """Kubernetes' CEL `isQuantity`, which cel-python lacks: whether a string parses as a quantity."""
+    return celtypes.BoolType(isinstance(value, str) and _QUANTITY.fullmatch(value) is not None)
+
+
+def _as_go_text(value: celtypes.Value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _format(template: celtypes.Value, values: celtypes.Value) -> celtypes.StringType:
+    """cel-go's `string.format(list)` for the `%s` the rules' messages use, which cel-python lacks."""
+    if not isinstance(template, str) or not isinstance(values, list):
+        raise TypeError("format needs a string and a list")
+    pending = iter(values)
+    return celtypes.StringType(
+        re.sub(r"%[s%]", lambda verb: "%" if verb[0] == "%%" else _as_go_text(next(pending)), template)
+    )
+
+
+# The functions of the API server's CEL environment that the rules use and cel-python does not have.
+_KUBERNETES_FUNCTIONS: dict[str, CELFunction] = {"isQuantity": _is_quantity, "format": _format}
 
 
 @cache
 def cel_program(expression: str) -> celpy.Runner:
-    """The compiled CEL `expression`, compiled once per process."""
-    return _CEL.program(_CEL.compile(expression))
+    """The compiled CEL `expression`, with Kubernetes' `format` and `isQuantity`; compiled once."""
+    return _CEL.program(_CEL.compile(expression), functions=_KUBERNETES_FUNCTIONS)
 
 
 @cache
@@ -95,32 +153,93 @@ def _spec_schema() -> dict[str, Any]:
     return schema["properties"]["spec"]  # type: ignore[no-any-return]
 
 
+def _with_defaults(value: Any, schema: Mapping[str, Any]) -> Any:
+    """`value` as the API server's rules see it: the schema's defaults filled in where a field is missing.
+
+    As structural defaulting does, in every object present, defaults included; a null field is left out
+    (the API server drops it, defaults it, or keeps it where has() reads it as absent).
+    """
+    if isinstance(value, Mapping):
+        properties = schema.get("properties", {})
+        filled = {
+            name: copy.deepcopy(child["default"])
+            for name, child in properties.items()
+            if value.get(name) is None and "default" in child
+        }
+        filled.update({name: item for name, item in value.items() if item is not None})
+        values_schema = schema.get("additionalProperties")
+        return {
+            name: _with_defaults(
+                item, properties.get(name, values_schema if isinstance(values_schema, Mapping) else {})
+            )
+            for name, item in filled.items()
+        }
+    if isinstance(value, list):
+        return [_with_defaults(item, schema.get("items", {})) for item in value]
+    return value
+
+
+def stored_spec(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A `spec` mapping as the API server stores it (the CRD's defaults filled in), in JSON types.
+
+    What the CEL rules see, at the API server and here; nothing else is added (no empty maps or lists),
+    and a null field is left out.
+    """
+    stored: dict[str, Any] = _with_defaults(json.loads(json.dumps(document, default=str)), _spec_schema())
+    return stored
+
+
 _NO_OLD = object()
+
+
+def rule_failure(rule: Mapping[str, Any], value: Any, old: Any = _NO_OLD) -> str | None:
+    """The message the API server writes when `value` breaks `rule`; None when it holds.
+
+    `rule` is an `x-kubernetes-validations` entry; `old` is the stored value, for a transition rule. The
+    message is the message expression's text, or the static message when the expression fails to
+    evaluate or gives no one-line text, as the API server falls back.
+    """
+    activation = {"self": json_to_cel(value)}
+    if old is not _NO_OLD:
+        activation["oldSelf"] = json_to_cel(old)
+    try:
+        if bool(cel_program(rule["rule"]).evaluate(activation)):
+            return None
+    except CELEvalError as error:
+        return f"rule {rule['rule']!r} could not be evaluated: {error}"
+    expression = rule.get("messageExpression")
+    if expression:
+        try:
+            text = cel_program(expression).evaluate(activation)
+        except CELEvalError:
+            text = None
+        if isinstance(text, str) and text.strip() and "\n" not in text.strip():
+            return text.strip()
+    return str(rule["message"]).strip()
 
 
 def _cel_problems(value: Any, schema: Mapping[str, Any], path: str, old: Any = _NO_OLD) -> list[Problem]:
     """Problems of `value` under the CEL rules of `schema`; transition rules (`oldSelf`) only with `old`."""
     problems = []
     for rule in schema.get("x-kubernetes-validations", ()):
-        target = path + rule.get("fieldPath", "")
-        transition = "oldSelf" in rule["rule"]
-        if transition and old is _NO_OLD:
-            continue  # only an update can break it
-        activation = {"self": json_to_cel(value)}
-        if transition:
-            activation["oldSelf"] = json_to_cel(old)
-        try:
-            passed = bool(cel_program(rule["rule"]).evaluate(activation))
-        except CELEvalError as error:
-            problems.append(Problem(target, f"rule {rule['rule']!r} could not be evaluated: {error}"))
-            continue
-        if not passed:
-            problems.append(Problem(target, rule["message"]))
+        target = (path + rule.get("fieldPath", "")).lstrip(".")
+        if "oldSelf" not in rule["rule"]:
+            message = rule_failure(rule, value)
+        elif old is not _NO_OLD:
+            message = rule_failure(rule, value, old)
+        else:
+            continue  # a transition rule: only an update can break it
+        if message is not None:
+            problems.append(Problem(target, message))
     if isinstance(value, Mapping):
-        for name, child_schema in schema.get("properties", {}).items():
-            if name in value:
+        properties = schema.get("properties", {})
+        values_schema = schema.get("additionalProperties")
+        for name, item in value.items():
+            if name in properties:
                 old_child = old.get(name, _NO_OLD) if isinstance(old, Mapping) else _NO_OLD
-                problems += _cel_problems(value[name], child_schema, f"{path}.{name}", old_child)
+                problems += _cel_problems(item, properties[name], f"{path}.{name}", old_child)
+            elif isinstance(values_schema, Mapping):
+                problems += _cel_problems(item, values_schema, f"{path}[{name}]")
     elif isinstance(value, list) and "items" in schema:
         # Like the API server, list items (not map-keyed) have no old value to compare with.
         for index, item in enumerate(value):
@@ -197,9 +316,7 @@ def pod_metadata_problems(spec: v1alpha1.MultimodalDeploymentSpec) -> list[Probl
 
 def name_problem(name: str) -> list[Problem]:
     """The problem with a resource name, or none when it fits every object the operator derives from it."""
-    if len(name) <= v1alpha1.MAX_NAME_LENGTH and re.fullmatch(v1alpha1.DNS_LABEL_PATTERN, name) is not None:
-        return []
-    return [Problem("metadata.name", str(crdgen.NAME_RULE["message"]))]
+    return _cel_problems({"metadata": {"name": name}}, {"x-kubernetes-validations": [crdgen.NAME_RULE]}, "")
 
 
 def check_spec(
@@ -217,8 +334,7 @@ def check_spec(
         spec = v1alpha1.MultimodalDeploymentSpec.model_validate_json(text, strict=True)
     except ValidationError as error:
         return None, _schema_problems(error, "spec")
-    defaulted = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
-    return spec, _cel_problems(defaulted, _spec_schema(), "spec") + pod_metadata_problems(spec)
+    return spec, _cel_problems(stored_spec(document), _spec_schema(), "spec") + pod_metadata_problems(spec)
 
 
 def check_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem]:
@@ -231,9 +347,7 @@ def check_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem
     new_spec, _ = check_spec(new)
     if old_spec is None or new_spec is None:
         return []
-    dump = {"by_alias": True, "exclude_none": True, "mode": "json"}
-    old_value = old_spec.model_dump(**dump)  # type: ignore[arg-type]
-    new_value = new_spec.model_dump(**dump)  # type: ignore[arg-type]
+    old_value, new_value = stored_spec(old), stored_spec(new)
     return [
         problem
         for problem in _cel_problems(new_value, _spec_schema(), "spec", old_value)
