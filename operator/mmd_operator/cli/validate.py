@@ -20,14 +20,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kubernetes.config.config_exception import ConfigException
-
 from mmd_operator.api.v1alpha1 import KIND, MultimodalDeployment
 from mmd_operator.api.validation import InvalidSpecError, Problem, check_resource
 from mmd_operator.api.warning_rules import SpecWarning, spec_warnings
 from mmd_operator.cli.documents import STDIN, Document, InputError, input_files, read_documents
 from mmd_operator.cli.preflight import Severity, preflight
-from mmd_operator.kube.client import KubeClient
+from mmd_operator.kube.client import KubeClient, KubeconfigError
 from mmd_operator.plan.repository_check import RepositoryError
 from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
 
@@ -282,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
     """Handle `mmctl validate`."""
     try:
         checks, client = _cluster_checks(args)
-    except (OSError, ConfigException) as error:
+    except KubeconfigError as error:
         print(f"mmctl validate --cluster: cannot read the kubeconfig: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
     try:

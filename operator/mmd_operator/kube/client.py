@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
 
 from mmd_operator import __version__, metrics
 from mmd_operator.vocabulary import kinds
@@ -64,6 +65,10 @@ def path(api_version: str, kind: str, namespace: str | None, name: str | None = 
     return f"{scoped}/{name}" if name else scoped
 
 
+class KubeconfigError(Exception):
+    """A kubeconfig that cannot be read, or that names no such context."""
+
+
 class KubeClient:
     """Plain-dict requests to one API server, under one field manager."""
 
@@ -86,17 +91,31 @@ class KubeClient:
     def from_kubeconfig(
         cls, path: str | None = None, *, context: str | None = None, field_manager: str
     ) -> KubeClient:
-        """A client for a kubeconfig (`path`, else $KUBECONFIG or ~/.kube/config) and its `context`."""
+        """A client for a kubeconfig (`path`, else $KUBECONFIG or ~/.kube/config) and its `context`.
+
+        Raises:
+            KubeconfigError: when the kubeconfig cannot be read or names no such context.
+        """
         configuration = k8s.Configuration()
-        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=path, context=context, client_configuration=configuration
-        )
+        try:
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path, context=context, client_configuration=configuration
+            )
+        except (OSError, ConfigException) as error:
+            raise KubeconfigError(str(error)) from error
         return cls(k8s.ApiClient(configuration), field_manager=field_manager)
 
     @staticmethod
     def kubeconfig_namespace(path: str | None = None, *, context: str | None = None) -> str:
-        """The namespace a kubeconfig's context (`context`, else the current one) names; else `default`."""
-        contexts, current = k8s_config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
+        """The namespace a kubeconfig's context (`context`, else the current one) names; else `default`.
+
+        Raises:
+            KubeconfigError: when the kubeconfig cannot be read.
+        """
+        try:
+            contexts, current = k8s_config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
+        except (OSError, ConfigException) as error:
+            raise KubeconfigError(str(error)) from error
         chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
         return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
 
