@@ -144,6 +144,7 @@ def test_the_json_report_has_a_stable_shape(repository: Path, capsys: pytest.Cap
         "verdict": "ok",
         "errors": [],
         "warnings": [],
+        "notes": [],
         "cacheKey": pinned["cacheKey"],
     }
     assert pinned["line"] > 1 and len(pinned["cacheKey"]) == 20
