@@ -651,7 +651,9 @@ class ServingSpec(_Schema):
     image: str | None = Field(None, max_length=512)
     """tritonserver image. Defaults to the one pinned with the TensorRT-LLM version."""
     replicas: int = Field(1, ge=0, le=1000)
-    """Serving pods."""
+    """Serving pods. Also set by `kubectl scale mmd` and autoscalers (the scale subresource): when one of
+    them owns it, leave `replicas` out of the file you apply, or `kubectl apply --server-side` stops with
+    a conflict on this field (`--force-conflicts` takes it back)."""
     triton_max_batch_size: int | None = Field(None, ge=1, le=2048)
     """Triton `max_batch_size` of every model. Defaults per model type; at most the engine batch."""
     streaming: bool = False
