@@ -58,6 +58,7 @@ class LeaderElector:
         self._sighting: Sighting | None = None
         # When the last successful take or renewal of this term was sent; None while not leading.
         self._renewed_at: float | None = None
+        self._last_failure = ""
         metrics.IS_LEADER.set(0)
 
     def leading(self) -> bool:
@@ -142,8 +143,12 @@ class LeaderElector:
             self._sighting = None
             return False
         except LeaseUnavailableError as error:
-            _log.warning("Could not %s the Lease %s: %s", step, self.leases, error)
+            said = f"Could not {step} the Lease {self.leases}: {error}"
+            if said != self._last_failure:  # a lasting refusal (no Role, no namespace) is said once
+                _log.warning("%s", said)
+            self._last_failure = said
             return False
+        self._last_failure = ""
         self._sighting = Sighting(record, version, sent)
         self._renewed_at = sent
         return True

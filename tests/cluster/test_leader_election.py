@@ -12,9 +12,12 @@ Each candidate's requests carry its identity in the user agent, so the audit log
 from __future__ import annotations
 
 import copy
+import json
+import logging
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,7 +36,7 @@ from mmd_operator.leadership import LeaderElector, Outcome
 from tests.support.kube import Kube, Resources
 from tests.support.partition import Relay
 
-from .conftest import Electorate
+from .conftest import Electorate, OperatorProcess
 
 pytestmark = pytest.mark.cluster
 
@@ -251,3 +254,51 @@ def test_the_standby_only_reads_its_lease(
     calls = {(e["verb"], e["objectRef"]["resource"], e["objectRef"].get("name")) for e in seen}
     assert calls == {("get", "leases", electorate.lease)}, calls
     print(f"\n[election] the standby made {len(seen)} requests, all GETs of its Lease, and no write")
+    # What a person or Prometheus sees of each: the gauge, the transitions, and a standby kept alive.
+    leader, standby = electorate.processes["op-a"], electorate.processes["op-b"]
+    assert _metric(leader, "mmd_is_leader") == 1.0 and _metric(standby, "mmd_is_leader") == 0.0
+    assert _metric(leader, 'mmd_leader_transitions_total{change="acquired"}') == 1.0
+    assert _metric(standby, 'mmd_leader_transitions_total{change="acquired"}') is None
+    with urllib.request.urlopen(f"http://127.0.0.1:{standby.health_port}/healthz", timeout=5) as answer:
+        assert answer.status == 200 and json.loads(answer.read()) == {"standby": True}
+    with urllib.request.urlopen(f"http://127.0.0.1:{leader.health_port}/healthz", timeout=5) as answer:
+        assert answer.status == 200  # kopf's own liveness endpoint, once leading
+    log = leader.output()
+    assert log.count("Became the leader as op-a-") == 1 and "Standing by" not in log
+    assert standby.output().count("Standing by as op-b-") == 1
+
+
+def _metric(process: OperatorProcess, sample: str) -> float | None:
+    """The value of one sample (`name{labels}`) on the process's /metrics, None when it has none."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{process.metrics_port}/metrics", timeout=5) as answer:
+        for line in answer.read().decode().splitlines():
+            name, _, value = line.rpartition(" ")
+            if name == sample:
+                return float(value)
+    return None
+
+
+def test_a_candidate_that_may_not_create_its_lease_says_so_once_and_keeps_a_calm_pace(
+    api_client: k8s.ApiClient,
+    namespace: str,
+    local_cluster: LocalCluster,
+    candidates: list[Candidate],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    started = datetime.now(UTC)
+    missing = f"{namespace}-missing"
+    lost = _candidate(api_client.configuration, missing, "lost")
+    with caplog.at_level(logging.WARNING, logger="mmd_operator.leadership"):
+        candidates.append(lost.start())
+        time.sleep(3.0)
+        lost.end()
+    assert lost.leading_since is None and lost.outcome is Outcome.STOPPED
+    said = [record.getMessage() for record in caplog.records]
+    assert said == [
+        f"Could not create the Lease {missing}/{LEASE}: the namespace {missing} of the Lease "
+        f"{missing}/{LEASE} does not exist"
+    ]
+    attempts = write_requests(local_cluster.audit_log, user_agent_prefixes=_agent("lost"), since=started)
+    # One create per retry period (0.25 s), each refused for the missing namespace; never a tight loop.
+    assert 3 <= len(attempts) <= 3.0 / FAST.retry + 2, len(attempts)
+    assert {(e["verb"], e["responseStatus"]["code"]) for e in attempts} == {("create", 404)}

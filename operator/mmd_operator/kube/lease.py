@@ -91,7 +91,8 @@ class Leases:
 
         Raises:
             LeaseConflictError: when it exists already.
-            LeaseUnavailableError: when the API server does not answer with a decision.
+            LeaseUnavailableError: when the API server does not answer with a decision, or the namespace
+                does not exist.
         """
         body = {
             "apiVersion": LEASE.api_version,
@@ -100,6 +101,8 @@ class Leases:
             "spec": _spec(record),
         }
         created = self._send("POST", path(LEASE.api_version, LEASE.kind, self.namespace), timeout, body)
+        if created is None:
+            raise LeaseUnavailableError(f"the namespace {self.namespace} of the Lease {self} does not exist")
         return self._version(created)
 
     def update(self, record: LeaseRecord, version: str, *, timeout: float) -> str:
