@@ -137,8 +137,13 @@ def _elector(config: OperatorConfig, identity: str) -> LeaderElector:
 
 
 def _exit_when_lost(elector: LeaderElector, stop: threading.Event, on_leading: Callable[[], None]) -> None:
-    """The election thread: run the candidate; a lost lease ends the process there and then."""
-    if elector.run(stop, on_leading) is Outcome.LOST:
+    """The election thread: run the candidate; a lost lease (or a failed election) ends the process."""
+    try:
+        outcome = elector.run(stop, on_leading)
+    except Exception:
+        _log.exception("The leader election failed; exiting")
+        outcome = Outcome.LOST
+    if outcome is Outcome.LOST:
         for handler in logging.getLogger().handlers:
             handler.flush()
         os._exit(EXIT_LEASE_LOST)  # no clean-up: threads mid-reconcile must not get to write
