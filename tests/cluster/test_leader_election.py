@@ -1,7 +1,7 @@
 """Leader election against the real API server: the elector in this process with short timings, and the
 operator's own processes with the chart's.
 
-In-process candidates (lease 2 s, renew deadline 1.5 s, retry 0.25 s) show the rules on a real Lease:
+In-process candidates (lease 3 s, renew deadline 1.5 s, retry 0.25 s) show the rules on a real Lease:
 one leads, a standby writes nothing, a released lease passes at once, a taken one is given up at the
 next renewal, and a leader cut off from the API server (a relay that drops its connections) has
 stopped before the standby takes over. The process tests freeze a leader past its lease, as a paused
@@ -40,7 +40,9 @@ from .conftest import Electorate, OperatorProcess
 
 pytestmark = pytest.mark.cluster
 
-FAST = Timings(lease_seconds=2, renew_deadline=1.5, retry=0.25)
+# The leader stops 1.5 s after its last renewal, a standby may take over 3 s after it saw it: a margin
+# that a loaded machine's scheduling cannot eat.
+FAST = Timings(lease_seconds=3, renew_deadline=1.5, retry=0.25)
 LEASE = "election"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -114,7 +116,7 @@ def test_one_candidate_leads_the_standby_writes_nothing_and_a_released_lease_pas
     kube.wait_for("the first candidate to lead", lambda: first.leading_since, timeout=10)
     second = _candidate(api_client.configuration, namespace, "second").start()
     candidates.append(second)
-    time.sleep(4 * FAST.lease_seconds)  # two whole leases: the leader renews, the standby only reads
+    time.sleep(2 * FAST.lease_seconds)  # two whole leases: the leader renews, the standby only reads
     assert second.leading_since is None and first.elector.leading()
     assert _holder(kube, namespace) == "first"
     assert write_requests(local_cluster.audit_log, user_agent_prefixes=_agent("second"), since=started) == []
@@ -123,8 +125,8 @@ def test_one_candidate_leads_the_standby_writes_nothing_and_a_released_lease_pas
     )
     verbs = [event["verb"] for event in leader_writes]
     assert verbs[0] == "create" and set(verbs[1:]) == {"update"}, verbs
-    # A renewal every retry period (0.25 s) for 8 s, give or take the machine's load.
-    assert len(verbs) >= 4 * FAST.lease_seconds / FAST.retry / 2, verbs
+    # A renewal every retry period (0.25 s) for 6 s, give or take the machine's load.
+    assert len(verbs) >= 2 * FAST.lease_seconds / FAST.retry / 2, verbs
 
     handed_over = time.monotonic()
     assert first.end() is Outcome.RELEASED and not first.elector.leading()
@@ -182,7 +184,7 @@ def test_a_leader_cut_off_from_the_api_server_has_stopped_before_the_standby_tak
     )
     stopped, took_over = leader.ended_at - cut, standby.leading_since - cut
     # The leader stops at its renew deadline (1.5 s after its last renewal), the standby may write only
-    # a whole lease (2 s) after it last saw one: never two leaders, and a bounded gap.
+    # a whole lease (3 s) after it last saw one: never two leaders, and a bounded gap.
     assert stopped < took_over, (
         f"the old leader stopped {stopped:.2f} s after the cut, the new one led at {took_over:.2f} s"
     )
