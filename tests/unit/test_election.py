@@ -9,7 +9,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mmd_operator import election
-from mmd_operator.config import ConfigError, OperatorConfig
 from mmd_operator.election import LeaseRecord, Sighting, Step, Timings
 
 TIMINGS = Timings(lease_seconds=15, renew_deadline=10.0, retry=2.0)
@@ -82,35 +81,6 @@ def test_the_leader_has_stopped_before_any_standby_may_take_over(
     assert election.next_step("b", sighting, now=first_take + clock_offset) is Step.TAKE
     assert election.next_step("b", sighting, now=first_take + clock_offset - 1e-3) is Step.WAIT
     assert election.lapsed(renew_sent, first_take, TIMINGS)
-
-
-@pytest.mark.parametrize(
-    ("changes", "says"),
-    [
-        ({"lease_retry_seconds": 10.0}, "lease_retry_seconds < lease_renew_deadline_seconds"),
-        ({"lease_renew_deadline_seconds": 15.0}, "got 2 < 15 < 15"),
-        ({"lease_retry_seconds": 0.0}, "got 0 < 10 < 15"),
-    ],
-)
-def test_timings_that_would_let_two_lead_are_refused(changes: dict[str, float], says: str) -> None:
-    with pytest.raises(ConfigError, match="a leader stops before anyone may take over") as refused:
-        OperatorConfig().with_changes(**changes)
-    assert says in str(refused.value)
-
-
-def test_the_settings_come_from_the_environment() -> None:
-    config = OperatorConfig.from_env(
-        {
-            "MMD_LEADER_ELECTION": "true",
-            "MMD_LEASE_NAME": "mmd",
-            "MMD_LEASE_NAMESPACE": "ops",
-            "MMD_LEASE_DURATION_SECONDS": "20",
-            "MMD_POD_NAME": "mmd-operator-5d9c-x2",
-        }
-    )
-    assert config.leader_election and (config.lease_namespace, config.lease_name) == ("ops", "mmd")
-    assert config.lease_duration_seconds == 20 and config.pod_name == "mmd-operator-5d9c-x2"
-    assert not OperatorConfig().leader_election  # a checkout's `mmctl operator` runs alone unless told
 
 
 def test_a_sighting_keeps_the_newest_version_of_an_unchanged_record() -> None:
