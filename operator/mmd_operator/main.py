@@ -61,7 +61,7 @@ class _JsonFormatter(logging.Formatter):
 
 
 def configure_logging(config: OperatorConfig) -> None:
-    """Log to stderr as text or JSON lines; kopf's own chatter only from WARNING."""
+    """Log to stderr as text or JSON lines; kopf's own chatter and HTTP access lines only from WARNING."""
     handler = logging.StreamHandler()
     if config.log_format == "json":
         handler.setFormatter(_JsonFormatter())
@@ -72,6 +72,8 @@ def configure_logging(config: OperatorConfig) -> None:
     root.setLevel(config.log_level.upper())
     logging.getLogger("kopf").setLevel(max(logging.WARNING, root.level))
     logging.getLogger("urllib3").setLevel(logging.WARNING)
+    # One access line per probe and scrape (every few seconds) would be all an admin sees at rest.
+    logging.getLogger("aiohttp.access").setLevel(max(logging.WARNING, root.level))
 
 
 def limit_malloc_arenas(arenas: int = 2) -> None:
