@@ -17,7 +17,18 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema, mo
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
-from mmd_operator.knowledge import KNOWLEDGE, ModelType, types_where
+from mmd_operator.knowledge import (
+    KNOWLEDGE,
+    Heads,
+    Modality,
+    ModelType,
+    Runtime,
+    checkpoint_heads,
+    modalities_of,
+    serve_types_where,
+    types_of,
+    types_where,
+)
 
 GROUP = "serving.multimodal.dev"
 VERSION = "v1alpha1"
@@ -138,6 +149,8 @@ QUANTITY_RULE = cel_rule(
     f'"{{self}}" is not a Kubernetes quantity; {QUANTITY_HINT}',
     fallback=f"not a Kubernetes quantity; {QUANTITY_HINT}",
 )
+# The tensor-parallel sizes a spec may ask for (engine.tensorParallelSize).
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
 # Status warnings: at most this many, each at most this long (a status always fits).
 MAX_WARNINGS = 32
 WARNING_MAX_LENGTH = 4096
@@ -709,8 +722,13 @@ class ServingSpec(_Schema):
     preprocessing loads images (llava_onevision, mllama, qwen2_vl). When on, restrict where the pods
     may connect with `networkPolicy.egress`."""
     network_policy: NetworkPolicySpec | None = None
-    """Restrict the serving pods' network traffic with a NetworkPolicy. Omitted: no policy (the
-    namespace's own policies apply)."""
+    """Restrict the serving pods' network traffic with a NetworkPolicy. Omitted: no policy on
+    triton-trtllm-engine (the namespace's own policies apply); on trtllm-serve a policy that lets the
+    pods connect nowhere but DNS (its server fetches every image URL a client sends)."""
+    modalities: list[Modality] | None = Field(None, max_length=3)
+    """What clients send besides text: `image`, `video`, `audio`. Checked against the model type on its
+    runtime (video only for types that take video, audio only for whisper types and phi4mm); omitted:
+    whatever the type takes. An empty list: text only."""
     zero_pad: bool = False
     """Whisper only: trim audio to its true length instead of padding the mel spectrogram to 30 s."""
     pod: PodSettings = Field(default_factory=PodSettings)
@@ -728,11 +746,11 @@ class ServingSpec(_Schema):
     below that estimate is refused, any other is used."""
 
 
-def _spec_rules() -> list[JsonValue]:
+def _engine_and_common_rules() -> list[JsonDict]:
     lora_types = types_where("lora")
     encoder_decoder = types_where("encoder_decoder")
     whisper = ", ".join(WHISPER_TYPES)
-    rules: list[JsonValue] = [
+    rules: list[JsonDict] = [
         # A transition rule: only an update can break it (the API server gives it the stored spec as oldSelf).
         cel_rule(
             "self.model.type == oldSelf.model.type",
@@ -859,7 +877,266 @@ def _spec_rules() -> list[JsonValue]:
                 field_path=".model.variant",
             )
         )
+    # The rules about fields whose meaning is the engine runtime's hold only there; on trtllm-serve its own
+    # rules (below) say what these fields may be.
+    return [_on_engine(rule) if rule.get("fieldPath") in _ENGINE_RULE_PATHS else rule for rule in rules]
+
+
+# The runtime a spec names, in CEL (a spec that names none is served by triton-trtllm-engine).
+SERVE_RUNTIME = f"has(self.runtime) && self.runtime == '{Runtime.TRTLLM_SERVE}'"
+ENGINE_RUNTIME = f"!has(self.runtime) || self.runtime == '{Runtime.TRITON_TRTLLM_ENGINE}'"
+_RUNTIME_OF_SELF = f"(has(self.runtime) ? self.runtime : '{Runtime.TRITON_TRTLLM_ENGINE}')"
+_RUNTIME_OF_OLD = f"(has(oldSelf.runtime) ? oldSelf.runtime : '{Runtime.TRITON_TRTLLM_ENGINE}')"
+_ENGINE_RULE_PATHS = frozenset(
+    {
+        ".engine.maxImagesPerRequest",
+        ".engine.vision.maxPatchesPerRequest",
+        ".engine.vision.maxBatchSize",
+        ".engine.maxMultimodalLen",
+        ".engine.maxEncoderInputLen",
+        ".engine.kvCacheDtype",
+        ".serving.imageUrlInput",
+        ".serving.kvCacheReuse",
+        ".serving.chunkedContext",
+        ".serving.enableBls",
+        ".serving.accumulateTokens",
+        ".serving.tritonMaxBatchSize",
+        ".serving.maxBeamWidth",
+    }
+)
+
+
+def _on_engine(rule: JsonDict) -> JsonDict:
+    """`rule`, holding only on the triton-trtllm-engine runtime."""
+    return {**rule, "rule": f"({SERVE_RUNTIME}) || ({rule['rule']})"}
+
+
+def _serve_only_for(attribute: str, condition: str, what: str, field_path: str) -> JsonDict:
+    """On trtllm-serve, `condition` only for the model types whose serve knowledge flag `attribute` is set."""
+    allowed = serve_types_where(attribute)
+    return cel_rule(
+        f"!({SERVE_RUNTIME}) || !({condition}) || self.model.type in {cel_list(allowed)}",
+        f"{what} is supported on trtllm-serve only for model types {', '.join(allowed)} (TensorRT-LLM "
+        "1.2.1's multimodal support matrix); model.type is {self.model.type}",
+        field_path=field_path,
+    )
+
+
+# Fields with no meaning on trtllm-serve: (field path from the spec, the condition that it is set, its value
+# in the message or None, what it belongs to). Fields the CRD defaults are compared with their default.
+_BUILD = "a setting of the TensorRT engine build, and trtllm-serve builds nothing"
+_TRITON = "a setting of Triton's TensorRT-LLM backend (runtime triton-trtllm-engine)"
+_NOT_ON_SERVE: tuple[tuple[str, str, str | None, str], ...] = (
+    ("engine.builderImage", "has(self.engine.builderImage)", "self.engine.builderImage", _BUILD),
+    ("engine.maxInputLen", "has(self.engine.maxInputLen)", "self.engine.maxInputLen", _BUILD),
+    ("engine.maxMultimodalLen", "has(self.engine.maxMultimodalLen)", "self.engine.maxMultimodalLen", _BUILD),
+    (
+        "engine.maxEncoderInputLen",
+        "has(self.engine.maxEncoderInputLen)",
+        "self.engine.maxEncoderInputLen",
+        _BUILD,
+    ),
+    ("engine.maxBeamWidth", "has(self.engine.maxBeamWidth)", "self.engine.maxBeamWidth", _BUILD),
+    ("engine.vision", "has(self.engine.vision)", None, _BUILD),
+    (
+        "engine.weightOnlyPrecision",
+        "self.engine.weightOnlyPrecision != 'none'",
+        "self.engine.weightOnlyPrecision",
+        _BUILD,
+    ),
+    ("engine.calibrationSize", "self.engine.calibrationSize != 512", "self.engine.calibrationSize", _BUILD),
+    (
+        "engine.maxImagesPerRequest",
+        "self.engine.maxImagesPerRequest != 1",
+        "self.engine.maxImagesPerRequest",
+        _BUILD,
+    ),
+    (
+        "model.hiddenSize",
+        "has(self.model.hiddenSize)",
+        "self.model.hiddenSize",
+        "sizes Triton's CUDA memory pool",
+    ),
+    (
+        "serving.tritonMaxBatchSize",
+        "has(self.serving.tritonMaxBatchSize)",
+        "self.serving.tritonMaxBatchSize",
+        _TRITON,
+    ),
+    (
+        "serving.streaming",
+        "self.serving.streaming",
+        "self.serving.streaming",
+        _TRITON + "; OpenAI clients ask for streaming per request",
+    ),
+    ("serving.maxBeamWidth", "has(self.serving.maxBeamWidth)", "self.serving.maxBeamWidth", _TRITON),
+    ("serving.enableBls", "has(self.serving.enableBls)", "self.serving.enableBls", _TRITON),
+    ("serving.accumulateTokens", "self.serving.accumulateTokens", "self.serving.accumulateTokens", _TRITON),
+    (
+        "serving.imageUrlInput",
+        "self.serving.imageUrlInput",
+        "self.serving.imageUrlInput",
+        "a Triton input; trtllm-serve always fetches the http(s) image URLs clients send, and "
+        "serving.networkPolicy.egress decides where it may connect",
+    ),
+    (
+        "serving.batchSchedulerPolicy",
+        "has(self.serving.batchSchedulerPolicy)",
+        "self.serving.batchSchedulerPolicy",
+        _TRITON,
+    ),
+    (
+        "serving.excludeInputInOutput",
+        "has(self.serving.excludeInputInOutput)",
+        "self.serving.excludeInputInOutput",
+        _TRITON,
+    ),
+    (
+        "serving.batchingStrategy",
+        "self.serving.batchingStrategy != 'inflight_fused_batching'",
+        "self.serving.batchingStrategy",
+        _TRITON,
+    ),
+    (
+        "serving.logitsDatatype",
+        "self.serving.logitsDatatype != 'TYPE_FP32'",
+        "self.serving.logitsDatatype",
+        _TRITON,
+    ),
+    (
+        "serving.queue",
+        "self.serving.queue.maxQueueDelayMicroseconds != 0 || "
+        "self.serving.queue.preprocessingMaxQueueDelayMicroseconds != 20000 || "
+        "self.serving.queue.maxQueueSize != 0",
+        None,
+        "Triton's dynamic batching",
+    ),
+    (
+        "serving.instances",
+        "self.serving.instances.preprocessing != 1 || self.serving.instances.postprocessing != 1 || "
+        "has(self.serving.instances.bls)",
+        None,
+        "Triton's Python model instances",
+    ),
+    ("serving.loraCache", "has(self.serving.loraCache)", None, _TRITON),
+    ("serving.modelCodePath", "has(self.serving.modelCodePath)", "self.serving.modelCodePath", _TRITON),
+    (
+        "serving.cudaMemoryPoolBytes",
+        "has(self.serving.cudaMemoryPoolBytes)",
+        "self.serving.cudaMemoryPoolBytes",
+        _TRITON,
+    ),
+)
+
+
+def _not_on_serve(path: str, present: str, value: str | None, belongs: str) -> JsonDict:
+    shown = f" ({{{value}}})" if value is not None else ""
+    return cel_rule(
+        f"!({SERVE_RUNTIME}) || !({present})",
+        f"{path}{shown} has no meaning on runtime trtllm-serve: it is {belongs}; leave it out",
+        field_path=f".{path}",
+    )
+
+
+def _modality_rules() -> list[JsonDict]:
+    """serving.modalities names only what the model type takes on its runtime: one rule per modality."""
+    rules = []
+    for modality in Modality:
+        takers = {
+            runtime: [t for t in types_of(runtime) if modality in modalities_of(runtime, t)]
+            for runtime in Runtime
+        }
+        serve, engine = takers[Runtime.TRTLLM_SERVE], takers[Runtime.TRITON_TRTLLM_ENGINE]
+        who = " and by ".join(
+            f"{', '.join(types)} on {runtime}" for runtime, types in takers.items() if types
+        )
+        rules.append(
+            cel_rule(
+                f"!has(self.serving.modalities) || !('{modality}' in self.serving.modalities) || "
+                f"(({SERVE_RUNTIME}) ? self.model.type in {cel_list(serve)} : "
+                f"self.model.type in {cel_list(engine)})",
+                f"serving.modalities names {modality}, which the model type does not take on its runtime "
+                f"({modality} is taken by {who}; model.type is {{self.model.type}} on runtime "
+                f"{{{_RUNTIME_OF_SELF}}})",
+                field_path=".serving.modalities",
+            )
+        )
     return rules
+
+
+def _heads_rules() -> list[JsonDict]:
+    """On trtllm-serve, the tensor-parallel size must split the heads of a known checkpoint.
+
+    One rule per head count that some allowed size cannot split, naming the sizes that can.
+    """
+    by_heads: dict[Heads, list[str]] = {}
+    for repo, heads in checkpoint_heads().items():
+        by_heads.setdefault(heads, []).append(repo)
+    rules = []
+    for heads, repos in by_heads.items():
+        sizes = [size for size in TENSOR_PARALLEL_SIZES if heads.split_by(size)]
+        if len(sizes) == len(TENSOR_PARALLEL_SIZES):
+            continue
+        rules.append(
+            cel_rule(
+                f"!({SERVE_RUNTIME}) || !has(self.model.source.huggingface) || "
+                f"!(self.model.source.huggingface.repo in {cel_list(repos)}) || "
+                f"self.engine.tensorParallelSize in {sizes}",
+                "engine.tensorParallelSize ({self.engine.tensorParallelSize}) cannot split the checkpoint's "
+                "heads among its ranks: every rank needs whole attention heads, and key-value heads are "
+                "split or, when fewer than the ranks, replicated; {self.model.source.huggingface.repo} has "
+                f"{heads.attention} attention heads and {heads.key_value} key-value heads, so the size can "
+                f"be {', '.join(map(str, sizes[:-1]))} or {sizes[-1]}",
+                field_path=".engine.tensorParallelSize",
+            )
+        )
+    return rules
+
+
+def _runtime_rules() -> list[JsonDict]:
+    serve_types, engine_types = types_of(Runtime.TRTLLM_SERVE), types_of(Runtime.TRITON_TRTLLM_ENGINE)
+    return [
+        cel_rule(
+            f"{_RUNTIME_OF_SELF} == {_RUNTIME_OF_OLD}",
+            f"runtime is immutable ({{{_RUNTIME_OF_OLD}}}, now {{{_RUNTIME_OF_SELF}}}): the other runtime "
+            "serves from other files in the engine cache with other pods and another API; create a new "
+            "MultimodalDeployment instead",
+            field_path=".runtime",
+        ),
+        cel_rule(
+            f"!({SERVE_RUNTIME}) || self.model.type in {cel_list(serve_types)}",
+            "model.type ({self.model.type}) is not served by runtime trtllm-serve: TensorRT-LLM 1.2.1's "
+            f"PyTorch backend lists no multimodal support for it (it serves {', '.join(serve_types)}); leave "
+            "runtime out to build engines for it with triton-trtllm-engine",
+            field_path=".model.type",
+        ),
+        cel_rule(
+            f"!({ENGINE_RUNTIME}) || self.model.type in {cel_list(engine_types)}",
+            "model.type ({self.model.type}) is served only by runtime trtllm-serve: there is no TensorRT "
+            f"engine recipe for it (triton-trtllm-engine serves {', '.join(engine_types)}); set spec.runtime "
+            "to trtllm-serve",
+            field_path=".model.type",
+        ),
+        *_modality_rules(),
+        *_heads_rules(),
+        _serve_only_for(
+            "fp8_kv_cache", "self.engine.kvCacheDtype == 'fp8'", "kvCacheDtype fp8", ".engine.kvCacheDtype"
+        ),
+        _serve_only_for(
+            "kv_cache_reuse", "self.serving.kvCacheReuse", "kvCacheReuse", ".serving.kvCacheReuse"
+        ),
+        _serve_only_for(
+            "chunked_prefill",
+            "self.serving.chunkedContext",
+            "chunkedContext (enable_chunked_prefill)",
+            ".serving.chunkedContext",
+        ),
+        *(_not_on_serve(*entry) for entry in _NOT_ON_SERVE),
+    ]
+
+
+def _spec_rules() -> list[JsonValue]:
+    return [*_engine_and_common_rules(), *_runtime_rules()]
 
 
 class MultimodalDeploymentSpec(_Schema):
@@ -867,6 +1144,17 @@ class MultimodalDeploymentSpec(_Schema):
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _spec_rules()})
 
+    @property
+    def serving_runtime(self) -> Runtime:
+        """The runtime, `triton-trtllm-engine` when the spec names none."""
+        return self.runtime or Runtime.TRITON_TRTLLM_ENGINE
+
+    runtime: Runtime | None = None
+    """How the model is served: `triton-trtllm-engine` (omitted: TensorRT engines built by a Job, served
+    by Triton's TensorRT-LLM backend) or `trtllm-serve` (TensorRT-LLM's PyTorch backend: no build, the
+    Hugging Face snapshot downloaded once into the engine cache, served with the OpenAI API). Immutable.
+    Each model type is served by one of them or both; the engine and serving fields that only one runtime
+    has are refused on the other."""
     model: ModelSpec
     """The model to serve."""
     engine: EngineSpec = Field(default_factory=EngineSpec)

@@ -17,6 +17,7 @@ from engine_builder import versions
 from engine_builder.plan_format import BuildPlan
 from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeployment, MultimodalDeploymentSpec
 from mmd_operator.api.validation import InvalidSpecError, Problem, check_resource, check_spec
+from mmd_operator.knowledge import KNOWLEDGE, Runtime
 from mmd_operator.plan.build_plan import build_plan
 from mmd_operator.plan.cache_key import cache_key, cache_key_inputs
 from mmd_operator.plan.launch import LaunchPlan, launch_plan
@@ -96,11 +97,16 @@ def plan_spec(spec: MultimodalDeploymentSpec) -> ResourcePlan:
     )
 
 
+def _derives_limits(spec: MultimodalDeploymentSpec) -> bool:
+    """Whether the spec has engine limits to derive: a type the engine runtime serves, on that runtime."""
+    return spec.serving_runtime is Runtime.TRITON_TRTLLM_ENGINE and spec.model.type in KNOWLEDGE
+
+
 def _with_derivation_problems(
     spec: MultimodalDeploymentSpec | None, problems: list[Problem]
 ) -> list[Problem]:
     """`problems` plus the derivation's, leaving out a field a CEL rule already reported (one per field)."""
-    if spec is None or not problems:
+    if spec is None or not problems or not _derives_limits(spec):
         return problems
     reported = {problem.path for problem in problems}
     try:
