@@ -1179,8 +1179,9 @@ class Condition(_Schema):
     """One aspect of the resource's state, in the shape of metav1.Condition."""
 
     type: str = Field(max_length=316)
-    """Condition type: Validated, EngineReady, ModelRepositoryReady, Available, Ready, and the kstatus pair
-    Reconciling (True while work towards Ready goes on) and Stalled (True when Failed or Degraded)."""
+    """Condition type: Validated, EngineReady (trtllm-serve: WeightsReady), ModelRepositoryReady
+    (trtllm-serve: ServingConfigReady), Available, Ready, and the kstatus pair Reconciling (True while work
+    towards Ready goes on) and Stalled (True when Failed or Degraded)."""
     status: ConditionStatus
     """True, False or Unknown."""
     reason: str = Field(max_length=1024)
@@ -1227,6 +1228,8 @@ class Phase(StrEnum):
 
     PENDING = "Pending"
     BUILDING = "Building"
+    # trtllm-serve: the weights are being downloaded into the engine cache.
+    DOWNLOADING = "Downloading"
     DEPLOYING = "Deploying"
     READY = "Ready"
     DEGRADED = "Degraded"
@@ -1255,11 +1258,43 @@ class EngineStatus(_Schema):
     """CacheHit (found in the engine index, no Job) or Built (by the Job); empty until ready."""
 
 
+class WeightsSource(StrEnum):
+    """Where the weights a trtllm-serve resource serves came from."""
+
+    CACHE_HIT = "CacheHit"
+    DOWNLOADED = "Downloaded"
+    # A model.source.pvc claim: served where it lies, nothing downloaded.
+    VOLUME = "Volume"
+
+
+class WeightsStatus(_Schema):
+    """The Hugging Face snapshot a trtllm-serve resource serves, or is downloading."""
+
+    repo: str | None = None
+    """Repository, as the spec names it."""
+    revision: str | None = None
+    """Revision, as the spec names it."""
+    commit: str | None = None
+    """The commit the revision resolved to (recorded in the claim's index the first time, then reused)."""
+    download_key: str | None = None
+    """Digest of repository and revision: names the download Job."""
+    snapshot_key: str | None = None
+    """Digest of repository and commit: names the snapshot's directory in the claim."""
+    claim: str | None = None
+    """Engine-cache PersistentVolumeClaim holding the snapshot (or the model.source.pvc claim)."""
+    path: str | None = None
+    """Where the serving pods find the model."""
+    job: str | None = None
+    """The download Job, while there is one."""
+    source: WeightsSource | None = None
+    """CacheHit (found in the index, no Job), Downloaded (by the Job) or Volume; empty until ready."""
+
+
 class Endpoints(_Schema):
     """In-cluster addresses of the Triton server."""
 
     http: str | None = None
-    """HTTP/REST (KServe v2 protocol, generate endpoints)."""
+    """HTTP/REST (KServe v2 protocol, generate endpoints; on trtllm-serve the OpenAI API, `/v1`)."""
     grpc: str | None = None
     """gRPC (KServe v2 protocol, streaming)."""
     metrics: str | None = None
@@ -1272,15 +1307,18 @@ class MultimodalDeploymentStatus(_Schema):
     observed_generation: int | None = None
     """The metadata.generation the status describes."""
     phase: Phase | None = None
-    """Pending, Building, Deploying, Ready, Degraded or Failed."""
+    """Pending, Building (trtllm-serve: Downloading), Deploying, Ready, Degraded or Failed."""
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
     """Validated, EngineReady, ModelRepositoryReady, Available and the summary Ready."""
     derived: DerivedLimits | None = None
     """Build limits and sizes computed from the spec."""
     engine: EngineStatus | None = None
-    """The engine being served or built."""
+    """The engine being served or built (triton-trtllm-engine)."""
+    weights: WeightsStatus | None = None
+    """The snapshot being served or downloaded (trtllm-serve)."""
     model_repository: str | None = None
-    """ConfigMap holding the rendered model repository the pods use."""
+    """ConfigMap holding the rendered model repository the pods use (on trtllm-serve: the generated
+    `--config` YAML)."""
     endpoints: Endpoints | None = None
     """Where to send requests."""
     replicas: int | None = None
