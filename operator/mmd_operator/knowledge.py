@@ -746,12 +746,6 @@ def types_of(runtime: Runtime) -> list[str]:
     return sorted(t.value for t in table)
 
 
-def runtimes_of(model_type: ModelType | str) -> list[Runtime]:
-    """The runtimes that serve `model_type`."""
-    kind = ModelType(model_type)
-    return [runtime for runtime in Runtime if kind.value in types_of(runtime)]
-
-
 def modalities_of(runtime: Runtime, model_type: ModelType | str) -> frozenset[Modality]:
     """What requests to `model_type` on `runtime` may carry besides text."""
     kind = ModelType(model_type)

@@ -141,9 +141,9 @@ def _unpinned_weights() -> WarningRule:
             'is "',
             revision,
             '", not a 40-character commit hash: the first download resolves it to a commit and records it '
-            "in the index of the engine cache, and every later resource naming this repository and revision is "
-            "served that commit, so a newer upstream commit is never picked up, and a resource using another "
-            "engine cache can get other weights; pin the commit (status.weights.commit shows the one "
+            "in the index of the engine cache, and every later resource naming this repository and revision "
+            "is served that commit, so a newer upstream commit is never picked up, and a resource using "
+            "another engine cache can get other weights; pin the commit (status.weights.commit shows the one "
             "recorded, git ls-remote https://huggingface.co/",
             _value(f"{hub}.repo"),
             " ",

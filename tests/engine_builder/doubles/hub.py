@@ -205,6 +205,6 @@ class HubServer:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *_: object) -> None:
         self.server.shutdown()
         self.server.server_close()
