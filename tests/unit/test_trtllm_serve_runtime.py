@@ -189,3 +189,26 @@ def test_a_download_in_progress_reads_downloading_then_ready_with_the_commit() -
     ready = weights_state(plan.download, observed, None, 1)
     assert (ready.ready, ready.reason) == (True, "CacheHit")
     assert ready.message.startswith(f"{done.repo}@main is commit {done.commit}: snapshot {done.snapshot_key}")
+
+
+def test_a_report_of_another_download_or_an_inconsistent_one_is_no_result() -> None:
+    _, plan = serve_plan(Path("examples/qwen2_5_vl.yaml"))
+    assert plan.download is not None
+    good = succeeded("Qwen/Qwen2.5-VL-3B-Instruct")
+    job = JobFacts(meta=Meta(name=f"download-{plan.download.key}"), succeeded=True)
+
+    def state_of(message: str) -> tuple[bool, str]:
+        pod = PodFacts(
+            meta=Meta(name="d"), phase=PodPhase.SUCCEEDED, termination_message=message, exit_code=0
+        )
+        found = weights_state(plan.download, Observed(now=NOW, job=job, build_pods=(pod,)), None, 1)
+        return found.ready, found.message
+
+    ready, message = state_of(good.model_dump_json())
+    assert ready and message.startswith(f"{good.repo}@main is commit {good.commit}")
+    for wrong in (
+        good.model_copy(update={"snapshot_key": "0" * 20}),
+        good.model_copy(update={"repo": "Qwen/Qwen2.5-VL-7B-Instruct"}),
+    ):
+        ready, message = state_of(wrong.model_dump_json())
+        assert not ready and message.endswith("ended without a result (no pod said why)")

@@ -17,6 +17,7 @@ from engine_builder.weights_format import (
     DownloadPlan,
     DownloadSucceeded,
     parse_termination_message,
+    weights_key,
 )
 from mmd_operator.api.v1alpha1 import MultimodalDeploymentStatus, WeightsSource
 from mmd_operator.facts import JobFacts, Observed, PodFacts, PodPhase
@@ -32,6 +33,18 @@ def _result(pod: PodFacts) -> DownloadSucceeded | DownloadFailed | None:
     if isinstance(result, DownloadFailed) and result.exit_code is None and pod.exit_code:
         result = result.model_copy(update={"exit_code": pod.exit_code})
     return result
+
+
+def _answers(report: DownloadSucceeded, download: DownloadPlan) -> bool:
+    """Whether `report` is the download of `download`, its snapshot stored under its commit's key.
+
+    A report that is not (another plan's, a hand-made line) would record a resolution that no later
+    lookup finds; it counts as no result.
+    """
+    return (
+        (report.key, report.repo, report.revision) == (download.key, download.repo, download.revision)
+        and report.snapshot_key == weights_key(report.repo, report.commit)
+    )
 
 
 def _previous(previous: MultimodalDeploymentStatus | None, key: str) -> tuple[str | None, int | None]:
@@ -96,7 +109,7 @@ def _job_state(
     generation: int,
 ) -> EngineState:
     finished = [(pod, result) for pod in newest(pods) if (result := _result(pod)) is not None]
-    done = next((r for _, r in finished if isinstance(r, DownloadSucceeded) and r.key == download.key), None)
+    done = next((r for _, r in finished if isinstance(r, DownloadSucceeded) and _answers(r, download)), None)
     if done is not None:
         return _ready(download, done, previous, fresh=True)
     logs = f"kubectl logs job/{job.meta.name}"
