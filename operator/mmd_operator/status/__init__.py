@@ -167,11 +167,12 @@ def _conditions(findings: Findings) -> list[Condition]:
         repository_summary = f"{too_large}: report it as a bug, with the spec."
     elif repository.held is not None:
         repository_summary = engine.summary or engine.message
+        once = "the weights can be downloaded" if findings.serve else "the engine can be built"
         repo = _condition(
             config_condition,
             False,
             engine.reason,
-            f"ConfigMap {repository.name} is created once the engine can be built: {repository.held}",
+            f"ConfigMap {repository.name} is created once {once}: {repository.held}",
             generation,
         )
     elif repository.applied:
