@@ -100,11 +100,12 @@ bench: venv
 
 # Faults and the soak at full count (docs/reliability.md): 20 operator
 # SIGKILL rounds over 50 resources, 3 API server and etcd restarts, 5 rounds of each pod fault, 2 lost
-# nodes, then 30 minutes of random applies, changes and deletes with faults mixed in. About an hour;
-# `make test` runs a few rounds and a 60 s soak.
+# nodes, 10 elected leaders killed, then 30 minutes of random applies, changes and deletes with faults
+# mixed in. About an hour; `make test` runs a few rounds and a 60 s soak.
 .PHONY: soak
 soak: venv
 	MMD_FAULT_KILL_ROUNDS=20 MMD_FAULT_RESTART_ROUNDS=3 MMD_FAULT_UNREADY_ROUNDS=5 MMD_FAULT_NODE_ROUNDS=2 \
+		MMD_FAULT_LEADER_ROUNDS=10 \
 		MMD_SOAK_SECONDS=1800 \
 		$(BIN)/pytest -s tests/cluster/test_fault_loops.py tests/cluster/test_soak.py $(ARGS)
 

@@ -55,6 +55,17 @@ class OperatorConfig:
     log_format: str = "text"
     # List the nodes (cluster-wide) while a pod cannot be scheduled, to name their GPUs in the message.
     read_nodes: bool = True
+    # Leader election on a Lease (the chart turns it on): one process reconciles, the others stand by
+    # and take over when its lease has not been renewed for `lease_duration_seconds`.
+    leader_election: bool = False
+    lease_name: str = "mmd-operator"
+    # Empty: the namespace the operator runs in (its pod's; from a checkout, the kubeconfig context's).
+    lease_namespace: str = ""
+    lease_duration_seconds: int = 15
+    lease_renew_deadline_seconds: float = 10.0
+    lease_retry_seconds: float = 2.0
+    # The operator's pod (the chart sets it from the downward API): the stem of its election identity.
+    pod_name: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -127,4 +138,16 @@ class OperatorConfig:
             )
         if config.log_format not in ("text", "json"):
             raise ConfigError("log_format must be text or json")
+        if not (
+            0
+            < config.lease_retry_seconds
+            < config.lease_renew_deadline_seconds
+            < config.lease_duration_seconds
+        ):
+            raise ConfigError(
+                "leader election needs lease_retry_seconds < lease_renew_deadline_seconds < "
+                f"lease_duration_seconds (a leader stops before anyone may take over); got "
+                f"{config.lease_retry_seconds:g} < {config.lease_renew_deadline_seconds:g} < "
+                f"{config.lease_duration_seconds}"
+            )
         return config

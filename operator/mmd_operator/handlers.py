@@ -21,7 +21,7 @@ from mmd_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from mmd_operator.config import OperatorConfig
 from mmd_operator.controller import WATCHED, Controller
 from mmd_operator.kube import cache as cached
-from mmd_operator.kube.client import KubeClient
+from mmd_operator.kube.client import KubeClient, user_agent
 from mmd_operator.vocabulary.kinds import ApiKind
 
 _log = logging.getLogger(__name__)
@@ -106,7 +106,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     global _controller
     config: OperatorConfig = memo.get("config") or OperatorConfig.from_env()
     configure(settings, config)
-    _controller = Controller(KubeClient.from_environment(field_manager=config.field_manager), config)
+    client = KubeClient.from_environment(
+        field_manager=config.field_manager,
+        agent=memo.get("agent") or user_agent(),
+        writes_allowed=memo.get("writes_allowed"),  # the leader election's guard, if elected
+    )
+    _controller = Controller(client, config)
     await _controller.start()
     _log.info("Operator started: %d workers, resync every %.0f s", config.workers, config.resync_seconds)
 

@@ -5,7 +5,11 @@
 - `mmd_builds_total{outcome}` and `mmd_build_duration_seconds`: engine builds as their Jobs finish;
 - `mmd_resources{phase}`: resources per phase;
 - `mmd_engine_cache_lookups_total{result}`: a resource's cacheKey found in the engine index (hit) or not;
-- `mmd_api_requests_total{method}`: requests of the operator's own client (kopf's watches not counted).
+- `mmd_api_requests_total{method}`: requests of the operator's own client (kopf's watches not counted);
+- `mmd_is_leader`: 1 while this process reconciles (it holds the lease, or runs without leader election),
+  0 while it stands by or after it lost the lease;
+- `mmd_leader_transitions_total{change}`: this process acquired the lease, released it at shutdown,
+  or lost it.
 
 Imports prometheus_client.
 """
@@ -41,6 +45,14 @@ API_REQUESTS = Counter(
     "mmd_api_requests",
     "Requests the operator's own client sent to the API server, by HTTP method",
     ["method"],
+)
+IS_LEADER = Gauge(
+    "mmd_is_leader", "1 while this process reconciles (holds the lease, or runs without election), else 0"
+)
+LEADER_TRANSITIONS = Counter(
+    "mmd_leader_transitions",
+    "Changes of this process's leadership: acquired, released (at shutdown) or lost",
+    ["change"],
 )
 
 

@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,9 @@ from mmd_operator.cli.localcluster.binaries import Binaries, ensure_binaries
 from mmd_operator.cli.localcluster.cluster import LocalCluster
 from mmd_operator.cli.localcluster.gitops_check import ensure_gitops_check
 from mmd_operator.cli.localcluster.layout import Layout
+from mmd_operator.config import OperatorConfig
+from mmd_operator.election import Timings
+from mmd_operator.kube.client import user_agent
 from tests.support.kube import POD_SECURITY, Kube, Resources, Tools, install_crd
 from tests.support.progress import terminal_printer
 
@@ -118,6 +122,10 @@ def crd(api_client: k8s.ApiClient) -> None:
     install_crd(api_client)
 
 
+STARTED = "Operator started"
+STANDING_BY = "Standing by as"
+
+
 class OperatorProcess:
     """`python -m mmd_operator` (what the operator image runs) as a child process of the test session."""
 
@@ -138,7 +146,8 @@ class OperatorProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.metrics_port = self.health_port = 0
 
-    def start(self, timeout: float = 60) -> None:
+    def start(self, timeout: float = 60, ready: tuple[str, ...] = (STARTED,)) -> str:
+        """Start the process and wait until its log says one of `ready`; which one it said."""
         from mmd_operator.cli.localcluster.processes import free_port
 
         self.metrics_port, self.health_port = free_port(), free_port()
@@ -162,10 +171,13 @@ class OperatorProcess:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 pytest.fail(f"the operator exited with {self.process.returncode}:\n{self.output()[-3000:]}")
-            if "Operator started" in self.log.read_text(errors="replace")[offset:]:
-                return
+            said = self.log.read_text(errors="replace")[offset:]
+            for line in ready:
+                if line in said:
+                    return line
             time.sleep(0.1)
         pytest.fail(f"the operator did not start in {timeout:.0f} s:\n{self.output()[-3000:]}")
+        raise AssertionError  # pytest.fail does not return
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -201,6 +213,93 @@ def operator(
     process.start()
     yield process
     process.stop()
+
+
+@dataclass
+class Electorate:
+    """Operator processes electing a leader on one Lease in the test's namespace, as the chart's replicas
+    do (the chart's timings), on a ServiceAccount's token: the audit log keeps its reads too, and each
+    process's requests carry its identity (`<name>-<suffix>`) in their user agent."""
+
+    kube: Kube
+    kubeconfig: Path
+    directory: Path
+    namespace: str
+    lease: str = "mmd-operator"
+    timings: Timings = field(
+        default_factory=lambda: Timings(
+            OperatorConfig().lease_duration_seconds,
+            OperatorConfig().lease_renew_deadline_seconds,
+            OperatorConfig().lease_retry_seconds,
+        )
+    )
+    processes: dict[str, OperatorProcess] = field(default_factory=dict)
+
+    def start(self, name: str) -> str:
+        """Start (or start again) the process `name`; whether it came up as the leader or a standby."""
+        process = self.processes.get(name) or OperatorProcess(
+            self.kubeconfig,
+            self.directory / f"{name}.log",
+            MMD_LEADER_ELECTION="true",
+            MMD_LEASE_NAME=self.lease,
+            MMD_LEASE_NAMESPACE=self.namespace,
+            MMD_POD_NAME=name,
+        )
+        self.processes[name] = process
+        return "leader" if process.start(ready=(STARTED, STANDING_BY)) == STARTED else "standby"
+
+    def holder(self) -> str:
+        """The process holding the Lease ("" when nobody does)."""
+        lease = k8s.CoordinationV1Api(self.kube.core.api_client).read_namespaced_lease(
+            self.lease, self.namespace
+        )
+        return str(lease.spec.holder_identity or "").rpartition("-")[0]
+
+    def wait_for_holder(self, name: str, timeout: float) -> None:
+        """Poll the Lease (every 50 ms) until `name` holds it."""
+        self.kube.wait_for(f"{name} to hold the Lease", lambda: self.holder() == name, timeout, interval=0.05)
+
+    def agents(self, name: str) -> tuple[str, ...]:
+        """The user-agent prefix of the process `name`'s own requests."""
+        return (f"{user_agent()} ({name}-",)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            process.stop()
+
+
+@pytest.fixture
+def electorate(
+    kube: Kube, local_cluster: LocalCluster, operator: OperatorProcess, namespace: str, tmp_path: Path
+) -> Iterator[Electorate]:
+    """Electing operators (none started yet) in place of the session's operator, on a token of their own."""
+    account = "operators"
+    rbac = k8s.RbacAuthorizationV1Api(kube.core.api_client)
+    binding = f"{namespace}-operators"
+    kube.core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": binding},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        }
+    )
+    token = kube.core.create_namespaced_service_account_token(
+        account, namespace, {"spec": {"expirationSeconds": 7200}}
+    ).status.token
+    kubeconfig = local_cluster.token_kubeconfig(token, tmp_path / "operators.kubeconfig")
+    operator.stop()  # nobody but the elected leader may do the work
+    electorate = Electorate(kube, kubeconfig, tmp_path, namespace)
+    try:
+        yield electorate
+    finally:
+        electorate.stop()
+        rbac.delete_cluster_role_binding(binding)
+        operator.start()
 
 
 def operator_writes_at_rest(audit_log: Path, namespace: str, seconds: float) -> list[dict[str, Any]]:

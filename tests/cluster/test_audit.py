@@ -144,7 +144,26 @@ def test_heartbeats_pod_status_and_events_stay_out_of_the_log(local_cluster: Loc
         ("nodes", None),
         ("nodes", "status"),
         ("pods", "status"),
-        ("leases", None),
         ("events", None),
     ):
         assert noise not in logged
+    # Node heartbeats and the API server's own leases stay out; the operator's election is counted.
+    leases = {ref.get("namespace") for ref in refs if ref.get("resource") == "leases"}
+    assert not leases & {"kube-node-lease", "kube-system"}, leases
+
+
+def test_a_lease_outside_the_control_planes_namespaces_is_logged(
+    local_cluster: LocalCluster, kube: Kube, namespace: str, user_agent: str
+) -> None:
+    started = datetime.now(UTC)
+    with local_cluster.api_client() as api_client:
+        api_client.user_agent = user_agent
+        k8s.CoordinationV1Api(api_client).create_namespaced_lease(
+            namespace, {"metadata": {"name": "election"}, "spec": {"holderIdentity": "a"}}
+        )
+    events = kube.wait_for(
+        "the lease's creation in the audit log",
+        lambda: write_requests(local_cluster.audit_log, user_agent_prefixes=(user_agent,), since=started),
+        timeout=15,
+    )
+    assert [_calls(event) for event in events] == [("create", "leases", "election")]

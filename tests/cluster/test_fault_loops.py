@@ -1,7 +1,7 @@
 """Faults in loops, each with a count: the operator killed at random points, the API server and etcd
 restarted under it, serving pods that stop being ready, a node that goes away, builds that fail or die
-mid-write, two operators at once. After every round the namespace passes the whole consistency check
-(`tests/support/consistency.py`) and no cacheKey was ever built by a second Job.
+mid-write, two operators electing a leader, the leader killed. After every round the namespace passes the
+whole consistency check (`tests/support/consistency.py`) and no cacheKey was ever built by a second Job.
 
 `make test` runs a few rounds of each; `make soak` runs the full counts (MMD_FAULT_ROUNDS and friends).
 """
@@ -16,6 +16,7 @@ import os
 import random
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import yaml
 from kubernetes import client as k8s
 
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND
+from mmd_operator.cli.localcluster.audit import requests, write_requests
 from mmd_operator.cli.localcluster.cluster import LocalCluster
 from mmd_operator.cli.localcluster.objects import NODE_ANNOTATION, NodePool, gpu_node
 from mmd_operator.cli.localcluster.stages import (
@@ -39,7 +41,7 @@ from mmd_operator.vocabulary import labels
 from tests.support import consistency
 from tests.support.kube import Kube, Resources, Tools
 
-from .conftest import OperatorProcess
+from .conftest import STARTED, Electorate, OperatorProcess
 
 pytestmark = pytest.mark.cluster
 
@@ -49,6 +51,7 @@ FLEET = int(os.environ.get("MMD_FAULT_RESOURCES", "50"))
 RESTART_ROUNDS = int(os.environ.get("MMD_FAULT_RESTART_ROUNDS", "1"))
 UNREADY_ROUNDS = int(os.environ.get("MMD_FAULT_UNREADY_ROUNDS", "2"))
 NODE_ROUNDS = int(os.environ.get("MMD_FAULT_NODE_ROUNDS", "1"))
+LEADER_ROUNDS = int(os.environ.get("MMD_FAULT_LEADER_ROUNDS", "1"))
 SEED = int(os.environ.get("MMD_FAULT_SEED", str(time.time_ns() % 100_000)))
 EXTRA_NODES = NodePool(count=6, name_prefix="fault-node")
 
@@ -446,22 +449,20 @@ def _lose_the_serving_node(
     say(f"status: {phases}")
 
 
-def test_two_operators_at_once_never_create_duplicates(
+@pytest.mark.timeout(420)
+@pytest.mark.usefixtures("capacity")
+def test_two_operators_elect_one_leader_whose_standby_writes_nothing_and_nothing_is_duplicated(
     api_client: k8s.ApiClient,
     resources: Resources,
     namespace: str,
-    operator: OperatorProcess,
+    electorate: Electorate,
     local_cluster: LocalCluster,
-    tmp_path: Path,
-    tools: Tools,
 ) -> None:
-    # The chart runs one replica (Recreate) and has no setting for more: the values schema refuses it.
-    chart = str(Path(__file__).resolve().parents[2] / "charts" / "mmd-operator")
-    refused = tools.run("helm", "template", chart, "--set", "replicaCount=2", check=False)
-    assert refused.returncode != 0 and "replicaCount" in refused.stderr, refused.stderr
-    # Two at once anyway (a second install elsewhere, `kubectl scale`): never a duplicate.
-    second = OperatorProcess(local_cluster.kubeconfig, tmp_path / "second.log")
-    second.start()
+    """Two operators at once, as the chart's two replicas run: one leads and reconciles, the other stands
+    by and, the whole round through, makes no request but a GET of the Lease."""
+    assert electorate.start("op-a") == "leader"
+    standing_by = datetime.now(UTC)
+    assert electorate.start("op-b") == "standby"
     ledger = consistency.JobLedger(api_client, namespace)
     try:
         documents = fleet(20)
@@ -475,8 +476,79 @@ def test_two_operators_at_once_never_create_duplicates(
         created = one_job_per_cache_key(ledger)
     finally:
         ledger.close()
-        second.stop()
-    say(f"two operators: {len(created)} cacheKeys, one Job each, namespace consistent")
+    assert electorate.holder() == "op-a"
+    audit = local_cluster.audit_log
+    standby = requests(audit, user_agent_prefixes=electorate.agents("op-b"), since=standing_by)
+    calls = {(e["verb"], e["objectRef"]["resource"], e["objectRef"].get("name")) for e in standby}
+    assert calls == {("get", "leases", electorate.lease)}, calls
+    leader_writes = write_requests(audit, user_agent_prefixes=electorate.agents("op-a"), since=standing_by)
+    renewals = sum(e["objectRef"]["resource"] == "leases" for e in leader_writes)
+    say(
+        f"two operators: {len(created)} cacheKeys, one Job each, namespace consistent; the leader wrote "
+        f"{len(leader_writes) - renewals} times and renewed its Lease {renewals} times, the standby made "
+        f"{len(standby)} requests, every one a GET of the Lease, and no write"
+    )
+
+
+@pytest.mark.timeout(180 + 120 * LEADER_ROUNDS)
+@pytest.mark.usefixtures("capacity")
+def test_a_leader_killed_at_random_points_is_replaced_within_the_bound_and_loses_nothing(
+    api_client: k8s.ApiClient, resources: Resources, namespace: str, electorate: Electorate
+) -> None:
+    """SIGKILL of the leader 0-3 s into concurrent changes: the standby holds the Lease within lease
+    duration + retry period (17 s with the chart's timings), lists everything as at any start, and the
+    changes made during the gap converge; the killed one comes back as the standby."""
+    rng = random.Random(SEED + 3)
+    bound = electorate.timings.takeover_bound
+    say(f"leader SIGKILL: {LEADER_ROUNDS} rounds over 20 resources, seed {SEED + 3}, bound {bound:.0f} s")
+    electorate.start("op-a")
+    electorate.start("op-b")
+    documents = fleet(20)
+    ledger = consistency.JobLedger(api_client, namespace)
+    takeovers: list[float] = []
+    try:
+        apply_all(resources, documents)
+        converge(api_client, namespace, "the first apply")
+        for round_number in range(LEADER_ROUNDS):
+            leader = electorate.holder()
+            standby = next(name for name in electorate.processes if name != leader)
+            changed = rng.sample(documents, 6)
+            for position, document in enumerate(changed):
+                change(document, rng, round_number, engine_move=position % 2 == 0)
+            starts = electorate.processes[standby].output().count(STARTED)
+            applying = concurrent.futures.ThreadPoolExecutor(1).submit(apply_all, resources, changed)
+            delay = rng.uniform(0.0, 3.0)
+            time.sleep(delay)
+            electorate.processes[leader].kill()
+            killed = time.monotonic()
+            applying.result()
+            electorate.wait_for_holder(standby, timeout=bound + 30)
+            takeover = time.monotonic() - killed
+            takeovers.append(takeover)
+            # The bound, plus 1 s for the latency of the standby's GET and update on a loaded machine.
+            assert takeover <= bound + 1.0, (
+                f"the standby took {takeover:.1f} s, more than {bound:.0f} s + 1 s"
+            )
+            electorate.kube.wait_for(
+                "the new leader to start reconciling",
+                lambda log=electorate.processes[standby], starts=starts: log.output().count(STARTED) > starts,
+                interval=0.05,
+            )
+            reconciling = time.monotonic() - killed
+            electorate.start(leader)  # back, as the standby
+            seconds = converge(api_client, namespace, f"leader round {round_number + 1}")
+            say(
+                f"round {round_number + 1}: {leader} killed {delay:.2f} s into the changes; {standby} held "
+                f"the Lease {takeover:.1f} s later, reconciled from {reconciling:.1f} s; consistent "
+                f"{seconds:.1f} s after that"
+            )
+        created = one_job_per_cache_key(ledger)
+    finally:
+        ledger.close()
+    say(
+        f"leader SIGKILL: {LEADER_ROUNDS} of {LEADER_ROUNDS} rounds; takeover {min(takeovers):.1f}-"
+        f"{max(takeovers):.1f} s (bound {bound:.0f} s); {len(created)} cacheKeys, one Job each"
+    )
 
 
 @pytest.mark.timeout(120 + 90 * UNREADY_ROUNDS)

@@ -81,7 +81,11 @@ def test_the_chart_lints_strictly_and_the_api_server_accepts_what_it_renders_in_
         tools.run("helm", "lint", "--strict", str(CHART), *values)
         rendered = _helm_template(tools, "-n", release_namespace, *values)
         kinds = sorted(d["kind"] for d in _documents(rendered))
-        common = ["ServiceAccount", "CustomResourceDefinition", "Service", "Deployment", *WARNING_POLICY]
+        # Leader election (on by default) is a Role and binding for its Lease in the release's namespace.
+        common = [
+            "ServiceAccount", "CustomResourceDefinition", "Service", "Deployment", *WARNING_POLICY,
+            "Role", "RoleBinding",
+        ]  # fmt: skip
         # Listing nodes (rbac.readNodes, on by default) is a ClusterRole of its own in both modes.
         nodes = ["ClusterRole", "ClusterRoleBinding"]
         if mode == "cluster-wide":
@@ -131,6 +135,8 @@ def test_the_chart_lints_strictly_and_the_api_server_accepts_what_it_renders_in_
         (["--set", "logging.format=xml"], "format"),
         (["--set", "engineCache.accessMode=ReadMany"], "accessMode"),
         (["--set", "wokers=4"], "wokers"),
+        (["--set", "replicaCount=4"], "replicaCount"),
+        (["--set", "leaderElection.leaseDurationSeconds=1"], "leaseDurationSeconds"),
     ],
 )
 def test_the_values_schema_refuses_a_bad_value_by_name(tools: Tools, values: list[str], says: str) -> None:
@@ -148,7 +154,7 @@ def test_every_value_reaches_the_operator_as_its_setting(tools: Tools) -> None:
     )  # fmt: skip
     deployment = next(d for d in _documents(rendered) if d["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     assert env["MMD_NAMESPACES"] == "a,b" and env["MMD_WORKERS"] == "3"
     assert env["MMD_RESYNC_SECONDS"] == "90" and env["MMD_ENGINE_CACHE_STORAGE_CLASS"] == "fast"
     assert env["MMD_SERVING_IMAGE"] == "mirror.example/serving:1" and env["MMD_LOG_FORMAT"] == "json"
@@ -160,7 +166,90 @@ def test_every_value_reaches_the_operator_as_its_setting(tools: Tools) -> None:
     config = OperatorConfig.from_env(env)
     assert config.namespaces == ("a", "b") and config.serving_image == "mirror.example/serving:1"
     assert env["MMD_READ_NODES"] == "false" and config.read_nodes is False
-    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["replicas"] == 1
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        (
+            ["--set", "replicaCount=2", "--set", "leaderElection.enabled=false"],
+            "replicaCount=2 needs leaderElection.enabled=true: without an election every replica would "
+            "reconcile the same resources",
+        ),
+        (
+            ["--set", "leaderElection.renewDeadlineSeconds=15"],
+            "leaderElection needs retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds, so that "
+            "a leader stops before anyone may take over; got 2 < 15 < 15",
+        ),
+    ],
+)
+def test_the_chart_refuses_values_that_contradict_each_other(
+    tools: Tools, values: list[str], says: str
+) -> None:
+    result = tools.run("helm", "template", "mmd", str(CHART), *values, check=False)
+    assert result.returncode != 0 and says in result.stderr, result.stderr
+
+
+def test_two_replicas_elect_a_leader_spread_over_nodes_and_a_drain_takes_one_at_a_time(
+    tools: Tools, release_namespace: str
+) -> None:
+    rendered = _documents(_helm_template(tools, "-n", release_namespace, "--set", "replicaCount=2"))
+    deployment = next(d for d in rendered if d["kind"] == "Deployment")
+    spec = deployment["spec"]
+    pod = spec["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert spec["replicas"] == 2 and env["MMD_LEADER_ELECTION"]["value"] == "true"
+    # A new pod waits as a standby until the old one hands the lease over: an update never stops both.
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    assert env["MMD_LEASE_NAME"]["value"] == "mmd-mmd-operator"
+    assert env["MMD_LEASE_NAMESPACE"]["value"] == release_namespace
+    assert env["MMD_POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    selector = spec["selector"]["matchLabels"]
+    assert pod["affinity"] == {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": selector},
+                    },
+                }
+            ]
+        }
+    }
+    (budget,) = [d for d in rendered if d["kind"] == "PodDisruptionBudget"]
+    assert budget["spec"] == {
+        "maxUnavailable": 1,
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        "selector": {"matchLabels": selector},
+    }
+    (role,) = [d for d in rendered if d["kind"] == "Role"]
+    assert role["metadata"]["name"] == "mmd-mmd-operator-leader-election"
+    assert role["metadata"]["namespace"] == release_namespace
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["mmd-mmd-operator"],
+            "verbs": ["get", "update"],
+        },
+    ]
+    manifest = Path(tools.env["HOME"]) / "rendered-two-replicas.yaml"
+    manifest.write_text(yaml.safe_dump_all([d for d in rendered if d["kind"] != "CustomResourceDefinition"]))
+    applied = tools.run("kubectl", "apply", "--dry-run=server", "--server-side", "-f", str(manifest))
+    assert "poddisruptionbudget.policy/mmd-mmd-operator serverside-applied (server dry run)" in applied.stdout
+    # One replica: no budget (it would block every drain), no spreading; without election, Recreate.
+    single = _documents(_helm_template(tools, "--set", "leaderElection.enabled=false"))
+    assert "PodDisruptionBudget" not in {d["kind"] for d in single}
+    alone = next(d for d in single if d["kind"] == "Deployment")["spec"]
+    assert alone["strategy"] == {"type": "Recreate"} and "affinity" not in alone["template"]["spec"]
+    assert "Role" not in {d["kind"] for d in single}
 
 
 # -- plain manifests ------------------------------------------------------------------------------
@@ -248,6 +337,10 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
         tmp_path / "operator.log",
         namespaces=(namespace,) if mode == "namespaced" else (),
         command=(str(Path(sys.executable).with_name("mmctl")), "operator"),
+        # As the chart's pod runs it: electing a leader on the chart's Lease, by the chart's Role.
+        MMD_LEADER_ELECTION="true",
+        MMD_LEASE_NAME=account,
+        MMD_LEASE_NAMESPACE=release_namespace,
     )
     try:
         token_operator.start()
@@ -302,6 +395,10 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
     assert _can(tools, who, "patch", resource, "--subresource=status", *where)
     assert _can(tools, who, "get", "secrets", *where)
     assert _can(tools, who, "list", "nodes")  # rbac.readNodes, for the scheduling messages
+    lease = ["-n", release_namespace]
+    assert _can(tools, who, "update", f"leases.coordination.k8s.io/{account}", *lease)
+    assert _can(tools, who, "get", f"leases.coordination.k8s.io/{account}", *lease)
+    assert _can(tools, who, "create", "leases.coordination.k8s.io", *lease)
     must_not = [
         ["list", "secrets", *where],
         ["watch", "secrets", *where],
@@ -316,6 +413,12 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
         ["create", "clusterrolebindings.rbac.authorization.k8s.io"],
         ["create", "roles.rbac.authorization.k8s.io", *where],
         ["create", "serviceaccounts/token", *where],
+        # Only its own Lease, only where the chart put it.
+        ["update", "leases.coordination.k8s.io/kube-controller-manager", "-n", "kube-system"],
+        ["update", "leases.coordination.k8s.io/someone-elses", *lease],
+        ["delete", f"leases.coordination.k8s.io/{account}", *lease],
+        ["list", "leases.coordination.k8s.io", *lease],
+        ["create", "leases.coordination.k8s.io", *where],
     ]
     if mode == "namespaced":
         # Cluster-wide, every namespace is the operator's and it may `get` a Secret a resource names in

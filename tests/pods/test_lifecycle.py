@@ -146,7 +146,10 @@ def test_a_serving_only_change_rolls_real_pods_while_the_service_keeps_answering
     assert len(repositories) == 1 and repositories != old_repository
     during = [result for result in results if result[0] >= changed]
     failed = [result for result in results if result[1] != 0]
-    assert len(during) >= 5, f"only {len(during)} requests during the rollout"
+    # Requests must span the rollout: several during it, and one answered once the old pods were gone
+    # (each is a whole `mmctl infer` process, a few seconds apiece on two loaded cores).
+    assert len(during) >= 3, f"only {len(during)} requests during the rollout"
+    assert max(at for at, _, _ in during) >= changed + rolled, "no request after the old pods were replaced"
     assert not failed, f"{len(failed)} of {len(results)} requests failed during the rollout: {failed[:3]}"
     print(f"\nrollout of 2 real pods: {rolled:.1f} s, {len(during)} requests during it, none failed")
 

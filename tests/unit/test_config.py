@@ -67,3 +67,32 @@ def test_default_images_leave_the_spec_as_written_and_a_mirror_fills_only_what_t
     assert mirrored_plan.cache_key != pinned_plan.cache_key
     named = {**filled, "serving": {**filled["serving"], "image": "own.example/serving:2"}}
     assert mirror.with_spec_defaults(named)["serving"]["image"] == "own.example/serving:2"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"lease_retry_seconds": 10.0}, "lease_retry_seconds < lease_renew_deadline_seconds"),
+        ({"lease_renew_deadline_seconds": 15.0}, "got 2 < 15 < 15"),
+        ({"lease_retry_seconds": 0.0}, "got 0 < 10 < 15"),
+    ],
+)
+def test_timings_that_would_let_two_lead_are_refused(changes: dict[str, float], says: str) -> None:
+    with pytest.raises(ConfigError, match="a leader stops before anyone may take over") as refused:
+        OperatorConfig().with_changes(**changes)
+    assert says in str(refused.value)
+
+
+def test_the_leader_election_settings_come_from_the_environment() -> None:
+    config = OperatorConfig.from_env(
+        {
+            "MMD_LEADER_ELECTION": "true",
+            "MMD_LEASE_NAME": "mmd",
+            "MMD_LEASE_NAMESPACE": "ops",
+            "MMD_LEASE_DURATION_SECONDS": "20",
+            "MMD_POD_NAME": "mmd-operator-5d9c-x2",
+        }
+    )
+    assert config.leader_election and (config.lease_namespace, config.lease_name) == ("ops", "mmd")
+    assert config.lease_duration_seconds == 20 and config.pod_name == "mmd-operator-5d9c-x2"
+    assert not OperatorConfig().leader_election  # a checkout's `mmctl operator` runs alone unless told

@@ -33,8 +33,11 @@ def test_every_setting_has_a_row() -> None:
 
 
 def test_every_variable_the_template_sets_is_read() -> None:
-    # A variable set some other way than from a value (valueFrom, a literal) would escape the doc.
-    assert len(chart.chart_settings(TEMPLATE)) == TEMPLATE.count("- name: MMD_")
+    # A variable set some other way than from a value or the pod's own fields (a literal, a Secret)
+    # would escape the doc.
+    from_pod = chart.pod_field_settings(TEMPLATE)
+    assert from_pod == {"pod_name": "metadata.name"}
+    assert len(chart.chart_settings(TEMPLATE)) + len(from_pod) == TEMPLATE.count("- name: MMD_")
 
 
 def test_the_chart_defaults_start_the_operator_with_its_own_defaults() -> None:
@@ -46,7 +49,9 @@ def test_the_chart_defaults_start_the_operator_with_its_own_defaults() -> None:
             value = value[part]
         # As the template renders it: `join ","` for a list, `quote` for the rest.
         env[f"MMD_{setting.upper()}"] = ",".join(value) if isinstance(value, list) else str(value)
-    assert OperatorConfig.from_env(env) == OperatorConfig()
+    # One deliberate difference: the chart elects a leader, so that it may run several replicas; the
+    # operator run from a checkout (`mmctl operator`) runs alone unless told.
+    assert OperatorConfig.from_env(env) == OperatorConfig(leader_election=True)
 
 
 def test_a_variable_that_is_no_setting_is_refused() -> None:

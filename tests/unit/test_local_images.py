@@ -77,6 +77,13 @@ def test_the_chart_values_point_at_the_built_images() -> None:
         "images.engineBuilder=localhost/mmd-operator/engine-builder:local-1",
         "images.serving=localhost/mmd-operator/serving:local-1",
     ]
+    assert images.chart_values_document(local) == {
+        "image": {"repository": "localhost/mmd-operator/operator", "tag": "local-1"},
+        "images": {
+            "engineBuilder": "localhost/mmd-operator/engine-builder:local-1",
+            "serving": "localhost/mmd-operator/serving:local-1",
+        },
+    }
 
 
 @pytest.mark.parametrize("tool", ["docker", "buildah"])

@@ -20,6 +20,9 @@ crds
 service_account
 admission_warnings
 pod_annotations
+replica_count
+renew_deadline_seconds
+retry_period_seconds
 tensorrt_llm_assumed
 
 # Facts about each model type kept in the knowledge table beside the ones the planner reads: the

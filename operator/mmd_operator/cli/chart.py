@@ -157,9 +157,41 @@ class Metrics(_Values):
     """Prometheus Operator scrape configuration."""
 
 
+class LeaderElection(_Values):
+    """Leader election on a coordination.k8s.io/v1 Lease: one replica reconciles, the others stand by."""
+
+    enabled: bool = True
+    """Elect a leader among the operator's replicas. A standby runs no watch and writes nothing; it reads
+    the Lease every `retryPeriodSeconds` and takes over when the leader has not renewed it for
+    `leaseDurationSeconds` (a killed leader is replaced within lease duration + retry period, 17 s by
+    default). Needed for `replicaCount` above 1; with it on, updates roll (the new pod waits as a
+    standby until the old one hands the lease over) instead of stopping the old pod first."""
+    lease_name: str = ""
+    """Name of the Lease; empty means the release's full name."""
+    lease_namespace: str = ""
+    """Namespace of the Lease; empty means the release's namespace."""
+    lease_duration_seconds: int = Field(_DEFAULTS.lease_duration_seconds, ge=2, le=300)
+    """How long a standby waits, from the last renewal it saw, before it takes the lease over."""
+    renew_deadline_seconds: int = Field(int(_DEFAULTS.lease_renew_deadline_seconds), ge=1, le=299)
+    """How long the leader keeps trying to renew before it stops (exits, for Kubernetes to restart it as
+    a standby); shorter than the lease, so it has stopped before anyone takes over."""
+    retry_period_seconds: int = Field(int(_DEFAULTS.lease_retry_seconds), ge=1, le=298)
+    """How often the leader renews and a standby reads the Lease; shorter than the renew deadline."""
+
+
+MAX_REPLICAS = 3
+
+
 class Values(_Values):
     """Settings of the mmd-operator chart."""
 
+    replica_count: int = Field(1, ge=1, le=MAX_REPLICAS)
+    """Replicas of the operator. Above 1 needs `leaderElection.enabled`: one leads, the others stand by,
+    spread over nodes where the scheduler can, and a PodDisruptionBudget lets a drain take only one at a
+    time. Three at most (one in each zone of a three-zone cluster); more would only add reads of the
+    Lease."""
+    leader_election: LeaderElection = Field(default_factory=LeaderElection)
+    """Leader election among the replicas."""
     image: Image = Field(default_factory=Image)
     """The operator's image."""
     image_pull_secrets: list[dict[str, str]] = Field(default_factory=list)
@@ -349,10 +381,22 @@ _UNCHARTED_SETTINGS = {
     "(`HF_ENDPOINT`, e.g. a mirror); empty: the public Hub.",
     "model_code_path": "Where the serving image keeps the Triton Python model code (a tensorrtllm_backend "
     "`all_models` tree), which the serving pods' init container copies into the model repository.",
+    "pod_name": "The operator's pod, the stem of its identity in the leader election (a random suffix "
+    "follows, so a restarted container is a new candidate), which is also in the user agent of the "
+    "operator's own requests, so the audit log tells the replicas apart. Empty: the host name.",
 }
 # Command-line options not named like the setting they change (`main.config_from`).
 _OPTION_SETTINGS = {"namespace": "namespaces"}
 _TEMPLATE_ENV = re.compile(r"- name: (MMD_[A-Z_]+)\s+value: \{\{[^}]*?\.Values\.([A-Za-z0-9_.]+)")
+_POD_FIELD_ENV = re.compile(r"- name: (MMD_[A-Z_]+)\s+valueFrom:\s+fieldRef:\s+fieldPath: ([A-Za-z.]+)")
+
+
+def pod_field_settings(deployment_template: str) -> dict[str, str]:
+    """The operator settings the deployment template sets from the pod's own fields (the downward API)."""
+    return {
+        variable.removeprefix("MMD_").lower(): field
+        for variable, field in _POD_FIELD_ENV.findall(deployment_template)
+    }
 
 
 def chart_settings(deployment_template: str) -> dict[str, str]:
@@ -399,7 +443,7 @@ def _chart_values(model: BaseModel, prefix: str = "") -> dict[str, tuple[Any, st
 
 
 def _setting_default(value: object) -> str:
-    if value is None or value == ():
+    if value is None or value == () or value == "":
         return "empty"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
@@ -431,6 +475,7 @@ def configuration_doc(deployment_template: str) -> str:
         ValueError: when a setting is described nowhere, or the template or an option names no setting.
     """
     charted = chart_settings(deployment_template)
+    from_pod = pod_field_settings(deployment_template)
     options = _options()
     values = _chart_values(Values())
     defaults = OperatorConfig()
@@ -452,8 +497,11 @@ def configuration_doc(deployment_template: str) -> str:
         default = getattr(defaults, spec.name)
         value = charted.get(spec.name)
         about = values[value][1] if value is not None else _UNCHARTED_SETTINGS[spec.name]
+        where = f"`{value}`" if value else "not set"
+        if spec.name in from_pod:
+            where = f"the pod's `{from_pod[spec.name]}`"
         settings.append(
-            f"| `MMD_{spec.name.upper()}` | {f'`{value}`' if value else 'not set'} "
+            f"| `MMD_{spec.name.upper()}` | {where} "
             f"| {options.get(spec.name, '')} | {_setting_type(default)} | {_setting_default(default)} "
             f"| {_cell(about)} |"
         )

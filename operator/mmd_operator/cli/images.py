@@ -15,6 +15,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from mmd_operator.cli.localcluster import images
 from mmd_operator.cli.localcluster.cluster import ClusterError, LocalCluster
 from mmd_operator.cli.localcluster.layout import Layout, LayoutError, default_state_dir
@@ -49,6 +51,12 @@ def register(subparsers: Any) -> None:
         "--load", action="store_true", help="with --local: import into the local cluster's nodes"
     )
     build.add_argument("--dir", type=Path, help="with --load: the local cluster's directory")
+    build.add_argument(
+        "--values",
+        type=Path,
+        metavar="FILE",
+        help="also write the chart values that point at the images to FILE (helm install -f FILE)",
+    )
     build.set_defaults(handler=_build)
 
 
@@ -74,7 +82,7 @@ def _local(args: argparse.Namespace, layout: Layout) -> int:
         cluster = LocalCluster(args.dir or default_state_dir(layout.repo_root), layout, say=_say)
         cluster.load_images([image.archive for image in built.values()])
         _say(f"==> loaded into every real node of {cluster.state_dir}")
-    _print_values(references)
+    _print_values(references, args.values)
     return 0
 
 
@@ -91,11 +99,14 @@ def _registry(args: argparse.Namespace, layout: Layout) -> int:
             if subprocess.run(command, check=False).returncode != 0:
                 print(f"mmctl images build: `{' '.join(command)}` failed", file=sys.stderr)
                 return 1
-    _print_values(references)
+    _print_values(references, args.values)
     return 0
 
 
-def _print_values(references: dict[str, str]) -> None:
+def _print_values(references: dict[str, str], values_file: Path | None) -> None:
+    if values_file is not None:
+        values_file.write_text(yaml.safe_dump(images.chart_values_document(references), sort_keys=False))
+        _say(f"==> wrote the chart values to {values_file}: helm install ... -f {values_file}")
     _say("==> install the chart with these images:")
     _say("    helm install mmd-operator charts/mmd-operator -n mmd-system --create-namespace \\")
     values = images.chart_values(references)

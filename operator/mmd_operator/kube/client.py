@@ -2,8 +2,11 @@
 
 A thin layer over the kubernetes client's REST transport (its authentication, TLS and connection pool)
 that speaks plain dicts, so what the pure layers build is sent as it is and what comes back is stored as
-it is. Every request carries the operator's user agent and every write its one field manager. Imports the
-kubernetes client.
+it is. Every request carries the operator's user agent (with the process's identity, so the audit log
+tells two replicas apart) and every write its one field manager. A client may be given a guard that
+refuses every write while it is false: leader election closes it the moment the lease may be lost, so
+a leader cut off from the API server writes nothing more even while its process is still exiting.
+Imports the kubernetes client.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -69,23 +72,59 @@ class KubeconfigError(Exception):
     """A kubeconfig that cannot be read, or that names no such context."""
 
 
+class NotLeadingError(Exception):
+    """A write refused before it was sent: this process is not (or may no longer be) the leader."""
+
+
+def user_agent(identity: str | None = None) -> str:
+    """The operator's user agent; with `identity` (the leader election's), `mmd-operator/<v> (<identity>)`."""
+    return f"{USER_AGENT} ({identity})" if identity else USER_AGENT
+
+
 class KubeClient:
     """Plain-dict requests to one API server, under one field manager."""
 
-    def __init__(self, api_client: k8s.ApiClient, *, field_manager: str) -> None:
-        api_client.user_agent = USER_AGENT
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        *,
+        field_manager: str,
+        agent: str = USER_AGENT,
+        writes_allowed: Callable[[], bool] | None = None,
+    ) -> None:
+        api_client.user_agent = agent
         self._api = api_client
         self.field_manager = field_manager
+        self.agent = agent
+        self._writes_allowed = writes_allowed
 
     @classmethod
-    def from_environment(cls, *, field_manager: str) -> KubeClient:
-        """A client for the in-cluster service account, else the current kubeconfig context."""
+    def from_environment(
+        cls,
+        *,
+        field_manager: str,
+        agent: str = USER_AGENT,
+        writes_allowed: Callable[[], bool] | None = None,
+        retries: int | None = None,
+    ) -> KubeClient:
+        """A client for the in-cluster service account, else the current kubeconfig context.
+
+        `retries`: how often the connection pool tries a request again by itself (urllib3's default when
+        None); leader election wants none, so that its deadline is its own.
+        """
         configuration = k8s.Configuration()
         try:
             k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except k8s_config.ConfigException:
             k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        return cls(k8s.ApiClient(configuration), field_manager=field_manager)
+        if retries is not None:
+            configuration.retries = retries
+        return cls(
+            k8s.ApiClient(configuration),
+            field_manager=field_manager,
+            agent=agent,
+            writes_allowed=writes_allowed,
+        )
 
     @classmethod
     def from_kubeconfig(
@@ -131,14 +170,18 @@ class KubeClient:
         query: Mapping[str, str] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        timeout: float = REQUEST_TIMEOUT,
     ) -> dict[str, Any]:
         """Send one request (a dict body is sent as JSON) and return the decoded JSON answer.
 
         Raises:
             ApiError: with the API server's status, reason and message.
+            NotLeadingError: for a write while the client's guard is closed; nothing was sent.
         """
+        if method != "GET" and self._writes_allowed is not None and not self._writes_allowed():
+            raise NotLeadingError(f"{method} {url_path} not sent: this operator does not hold the lease")
         metrics.API_REQUESTS.labels(method=method).inc()
-        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        headers = {"Accept": "application/json", "User-Agent": self.agent}
         if body is not None:
             headers["Content-Type"] = content_type
         target = url_path + (f"?{urlencode(query)}" if query else "")
@@ -151,7 +194,7 @@ class KubeClient:
         )
         try:
             response = self._api.call_api(
-                method, url, header_params=headers, body=serialized, _request_timeout=REQUEST_TIMEOUT
+                method, url, header_params=headers, body=serialized, _request_timeout=timeout
             )
             response.read()  # type: ignore[no-untyped-call]
         except ApiException as error:

@@ -41,6 +41,8 @@ EVENT = ApiKind("v1", "Event", "events")
 JOB = ApiKind("batch/v1", "Job", "jobs")
 DEPLOYMENT = ApiKind("apps/v1", "Deployment", "deployments")
 NETWORK_POLICY = ApiKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies")
+# The one Lease of leader election (`kube.lease`).
+LEASE = ApiKind("coordination.k8s.io/v1", "Lease", "leases")
 # Cluster-scoped, and only read: nodes (for scheduling messages and `mmctl validate --cluster`),
 # StorageClasses and Namespaces (for the preflight alone).
 NODE = ApiKind("v1", "Node", "nodes")
@@ -58,6 +60,7 @@ ALL = (
     JOB,
     DEPLOYMENT,
     NETWORK_POLICY,
+    LEASE,
     NODE,
     STORAGE_CLASS,
     NAMESPACE,

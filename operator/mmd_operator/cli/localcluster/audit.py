@@ -2,13 +2,14 @@
 
 kube-apiserver writes one JSON event per line to `logs/audit.log` for every create, update, patch, delete
 and deletecollection, at level Metadata (who, which verb, which object, the response code; no bodies)
-and only once the response is complete. What is not ours and never stops is left out: node and lease
-heartbeats, the pod status that kwok writes on every transition, and events. Reads (get, list, watch)
-are logged only for ServiceAccounts, the identity an operator runs under in a cluster, so the benchmark
-can count the reads of an operator started with its ServiceAccount's token, while the control plane's
-own readers stay out of the log. Tests count the operator's requests with `write_requests` and
-`requests`, telling its clients apart by user agent (`mmd-operator/<version>` for its own client,
-`kopf/<version>` for kopf's).
+and only once the response is complete. What is not ours and never stops is left out: node heartbeats
+and the control plane's own leases (in kube-node-lease and kube-system), the pod status that kwok writes
+on every transition, and events. Leases elsewhere are logged: the operator's leader election is counted.
+Reads (get, list, watch) are logged only for ServiceAccounts, the identity an operator runs under in a
+cluster, so the benchmark can count the reads of an operator started with its ServiceAccount's token,
+while the control plane's own readers stay out of the log. Tests count the operator's requests with
+`write_requests` and `requests`, telling its clients apart by user agent (`mmd-operator/<version>` for
+its own client, followed by ` (<identity>)` with leader election, and `kopf/<version>` for kopf's).
 
 Imports: the standard library and PyYAML.
 """
@@ -31,9 +32,14 @@ MAX_BACKUPS = 2
 # Written often by kwok, the controllers and the API server itself, and never by the operator.
 _NOISE = [
     {"group": "", "resources": ["nodes", "nodes/status", "pods/status", "events"]},
-    {"group": "coordination.k8s.io", "resources": ["leases"]},
     {"group": "events.k8s.io", "resources": ["events"]},
 ]
+# Node heartbeats (kube-node-lease) and the API server's identity leases (kube-system).
+_CONTROL_PLANE_LEASES = {
+    "level": "None",
+    "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
+    "namespaces": ["kube-node-lease", "kube-system"],
+}
 
 
 def audit_policy() -> dict[str, Any]:
@@ -45,6 +51,7 @@ def audit_policy() -> dict[str, Any]:
         # The first matching rule decides; requests no rule matches are not logged.
         "rules": [
             {"level": "None", "resources": _NOISE},
+            _CONTROL_PLANE_LEASES,
             {"level": "Metadata", "verbs": list(WRITE_VERBS)},
             {"level": "Metadata", "verbs": list(READ_VERBS), "userGroups": ["system:serviceaccounts"]},
             {"level": "None"},

@@ -629,9 +629,12 @@ class LocalCluster:
         self.say(f"    export PATH={Path(state.binaries) / 'bin'}:$PATH   # kubectl, helm")
         if state.network is None:
             # Without real nodes no container runs: a chart's operator pod would only look Running.
-            self.say("    kwok plays every node: pods are simulated and run nothing, the chart's operator pod")
-            self.say("    included. Run the operator from the checkout (`mmctl operator`), or start real nodes")
-            self.say("    (`mmctl cluster up --real-nodes 2`) to run the chart's pod and the serving pods.")
+            for line in (
+                "kwok plays every node: pods are simulated and run nothing, the chart's operator pod",
+                "included. Run the operator from the checkout (`mmctl operator`), or start real nodes",
+                "(`mmctl cluster up --real-nodes 2`) to run the chart's pod and the serving pods.",
+            ):
+                self.say(f"    {line}")
 
     # -- down and status -------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from engine_builder.versions import TRTLLM_VERSION
 from mmd_operator.cli.localcluster.layout import Layout
@@ -345,3 +346,16 @@ def chart_values(images: dict[str, str]) -> list[str]:
         f"images.engineBuilder={builder}",
         f"images.serving={serving}",
     ]
+
+
+def chart_values_document(images: dict[str, str]) -> dict[str, Any]:
+    """The same values as `chart_values`, as the nested mapping of a Helm values file."""
+    document: dict[str, Any] = {}
+    for assignment in chart_values(images):
+        path, _, value = assignment.partition("=")
+        *parents, leaf = path.split(".")
+        node = document
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return document
