@@ -41,10 +41,8 @@ def _answers(report: DownloadSucceeded, download: DownloadPlan) -> bool:
     A report that is not (another plan's, a hand-made line) would record a resolution that no later
     lookup finds; it counts as no result.
     """
-    return (
-        (report.key, report.repo, report.revision) == (download.key, download.repo, download.revision)
-        and report.snapshot_key == weights_key(report.repo, report.commit)
-    )
+    same = (report.key, report.repo, report.revision) == (download.key, download.repo, download.revision)
+    return same and report.snapshot_key == weights_key(report.repo, report.commit)
 
 
 def _previous(previous: MultimodalDeploymentStatus | None, key: str) -> tuple[str | None, int | None]:
