@@ -2,10 +2,10 @@
 
 kwok runs no download program: each resource's download pod ends as its `spec.build.pod` scripts it
 (`tests/support/downloads.py`: the download Job's own success or failure line). Covered: a resource from
-apply to Ready (the resolved commit in status, the index and the Deployment's argv),
-one download shared by two resources and a cache hit for a third and for one naming the commit, a failed
-download and a killed one with their recovery, a serving-only change with no new download, refusals at
-admission and by the operator, and no write at rest.
+apply to Ready (the resolved commit in status, the index and the Deployment's argv), one download shared
+by two resources and a cache hit for a third and for one naming the commit, a volume source with no
+download, a failed download and a killed one with their recovery, a serving-only change with no new
+download, refusals at admission and by the operator, and no write at rest.
 """
 
 from __future__ import annotations
@@ -198,6 +198,30 @@ def test_a_serving_change_rolls_the_pods_without_a_download(
     assert [j.metadata.uid for j in download_jobs(kube, namespace)] == [job.metadata.uid]
     config = kube.core.read_namespaced_config_map(after["modelRepository"], namespace).data["config.yaml"]
     assert yaml.safe_load(config)["kv_cache_config"]["free_gpu_memory_fraction"] == 0.7
+
+
+def test_a_volume_source_downloads_nothing(kube: Kube, resources: Resources, namespace: str) -> None:
+    kube.core.create_namespaced_persistent_volume_claim(
+        namespace,
+        {
+            "metadata": {"name": "models"},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "100Gi"}}},
+        },
+    )
+    document = qwen("from-volume", build={"backoffLimit": 0})
+    document["spec"]["model"]["source"] = {"pvc": {"claimName": "models", "path": "/qwen2.5-vl-3b"}}
+    resources.apply(document)
+    ready = resources.wait_phase("from-volume", "Ready")
+    assert ready["status"]["weights"] == {
+        "claim": "models",
+        "path": "/model-source/qwen2.5-vl-3b",
+        "source": "Volume",
+    }
+    assert download_jobs(kube, namespace) == []
+    claims = [c.metadata.name for c in kube.core.list_namespaced_persistent_volume_claim(namespace).items]
+    assert claims == ["models"]  # no engine-cache claim either
+    server = kube.apps.read_namespaced_deployment("from-volume", namespace).spec.template.spec.containers[0]
+    assert server.command[1] == "/model-source/qwen2.5-vl-3b"
 
 
 def test_refusals_at_admission_and_by_the_operator(
