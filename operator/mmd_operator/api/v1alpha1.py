@@ -318,7 +318,10 @@ class EngineCacheSpec(_Schema):
 
 
 class BuildSpec(_Schema):
-    """The engine-build Job. Nothing here changes the engine bytes, so nothing here is in the cacheKey."""
+    """The engine-build Job (trtllm-serve: the weights download Job, which asks for no GPU).
+
+    Nothing here changes the engine bytes, so nothing here is in the cacheKey.
+    """
 
     backoff_limit: int = Field(1, ge=0, le=20)
     """Retries of a failed build pod before the Job fails."""
@@ -345,9 +348,12 @@ class HuggingFaceSource(_Schema):
     repo: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$", max_length=200)
     """Repository id, `<organisation>/<name>`."""
     revision: str = Field("main", min_length=1, max_length=100)
-    """Branch, tag or commit. Use a commit hash: the engine is rebuilt only when this string changes."""
+    """Branch, tag or commit. Use a commit hash: the engine is rebuilt only when this string changes. On
+    trtllm-serve a branch or tag is resolved to a commit at the first download and held: later resources
+    naming it are served the recorded commit (status.weights.commit)."""
     token_secret_ref: SecretKeyRef | None = None
-    """Secret key holding a Hub access token, for gated repositories. Never copied anywhere else."""
+    """Secret key holding a Hub access token, for gated repositories. Never copied anywhere else (the
+    build Job takes it as an environment variable, the trtllm-serve download Job as a mounted file)."""
 
 
 class VolumeSource(_Schema):
@@ -432,7 +438,11 @@ class VisionSpec(_Schema):
 
 
 class EngineSpec(_Schema):
-    """How the TensorRT-LLM engines are built. Every field here is part of the cacheKey."""
+    """How the TensorRT-LLM engines are built. Every field here is part of the cacheKey.
+
+    On trtllm-serve (nothing is built) only tensorParallelSize, dtype, maxBatchSize, maxSeqLen,
+    maxNumTokens and kvCacheDtype have a meaning, as trtllm-serve's own options; the others are refused.
+    """
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -453,19 +463,25 @@ class EngineSpec(_Schema):
     )
 
     builder_image: str | None = Field(None, max_length=512)
-    """Image of the build Job. Defaults to the builder matching the pinned TensorRT-LLM version."""
+    """Image of the build Job. Defaults to the builder matching the pinned TensorRT-LLM version.
+    triton-trtllm-engine only."""
     dtype: Literal["float16", "bfloat16"] | None = None
     """Weights and activations type. Defaults per model type (bfloat16 for mllama, float16 otherwise)."""
     tensor_parallel_size: Literal[1, 2, 4, 8] = 1
-    """Tensor-parallel world size: GPUs per serving pod and MPI ranks of tritonserver."""
+    """Tensor-parallel world size: GPUs per serving pod and MPI ranks of tritonserver (trtllm-serve:
+    `--tp_size`; it must split the heads of a known checkpoint)."""
     max_batch_size: int | None = Field(None, ge=1, le=2048)
-    """Largest number of requests the engine runs at once. Defaults per model type."""
+    """Largest number of requests the engine runs at once. Defaults per model type (trtllm-serve:
+    `max_batch_size`, default 2048)."""
     max_input_len: int | None = Field(None, ge=1, le=1048576)
-    """Longest prompt in tokens (text plus visual tokens). Defaults per model type."""
+    """Longest prompt in tokens (text plus visual tokens). Defaults per model type. triton-trtllm-engine
+    only."""
     max_seq_len: int | None = Field(None, ge=2, le=1048576)
-    """Longest prompt plus output in tokens. Defaults per model type."""
+    """Longest prompt plus output in tokens. Defaults per model type (trtllm-serve: `max_seq_len`, default
+    the checkpoint's)."""
     max_num_tokens: int | None = Field(None, ge=1, le=1048576)
-    """Tokens per engine step (the chunk size with chunked context). Defaults to the builder's."""
+    """Tokens per engine step (the chunk size with chunked context). Defaults to the builder's
+    (trtllm-serve: `max_num_tokens`, default 8192)."""
     max_beam_width: int | None = Field(None, ge=1, le=16)
     """Largest beam width the engine is built for. Defaults per model type (1; 4 for Whisper)."""
     max_images_per_request: int = Field(1, ge=1, le=64)
@@ -476,7 +492,8 @@ class EngineSpec(_Schema):
     max_encoder_input_len: int | None = Field(None, ge=1, le=1048576)
     """Encoder-decoder types only: longest encoder input (mllama: vision tokens; Whisper: fixed 3000)."""
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
-    """KV cache type. `fp8` adds a quantize-and-calibrate step to the build."""
+    """KV cache type. `fp8` adds a quantize-and-calibrate step to the build (trtllm-serve:
+    `kv_cache_config.dtype`, for the types that offer it)."""
     weight_only_precision: Literal["none", "int8", "int4"] = "none"
     """Weight-only quantization at checkpoint conversion."""
     calibration_size: int = Field(512, ge=1, le=100000)
@@ -659,10 +676,14 @@ class NetworkPolicySpec(_Schema):
 
 
 class ServingSpec(_Schema):
-    """How Triton serves the engines. Changing these re-renders the model repository; it never rebuilds."""
+    """How Triton serves the engines, or trtllm-serve the snapshot.
+
+    Changing these re-renders the model repository (the `--config` YAML); it never rebuilds or downloads.
+    """
 
     image: str | None = Field(None, max_length=512)
-    """tritonserver image. Defaults to the one pinned with the TensorRT-LLM version."""
+    """tritonserver image (trtllm-serve: its image). Defaults to the one pinned with the TensorRT-LLM
+    version."""
     replicas: int = Field(1, ge=0, le=1000)
     """Serving pods. Also set by `kubectl scale mmd` and autoscalers (the scale subresource): when one of
     them owns it, leave `replicas` out of the file you apply, or `kubectl apply --server-side` stops with
@@ -687,15 +708,19 @@ class ServingSpec(_Schema):
     uint64 >= 1 naming the image), or answers can leak between different images with the same text. With
     reuse off the id is still accepted and changes nothing (mllama too, which cannot reuse). qwen2_vl and
     internlm_xcomposer2 refuse the id, and reuse: the reference preprocessing cannot build the extra ids
-    for qwen2_vl, and the fork's ensemble for internlm_xcomposer2 has no such input."""
+    for qwen2_vl, and the fork's ensemble for internlm_xcomposer2 has no such input. On trtllm-serve:
+    `kv_cache_config.enable_block_reuse`, for the types whose multimodal support matrix says so (mistral3,
+    phi4mm, qwen2_5_vl, qwen2_vl); written false otherwise, as the backend's default is on."""
     chunked_context: bool = False
-    """Process long prompts in chunks of `maxNumTokens`."""
+    """Process long prompts in chunks of `maxNumTokens` (trtllm-serve: `enable_chunked_prefill`)."""
     kv_cache_free_gpu_mem_fraction: float | None = Field(None, gt=0, le=1)
-    """Share of free GPU memory for the KV cache. Defaults per model type (0.9; 0.5 for Whisper)."""
+    """Share of free GPU memory for the KV cache. Defaults per model type (0.9; 0.5 for Whisper)
+    (trtllm-serve: `kv_cache_config.free_gpu_memory_fraction`)."""
     cross_kv_cache_fraction: float | None = Field(None, gt=0, lt=1)
     """Encoder-decoder types only (mllama, Whisper): share of the KV cache for cross attention (0.5)."""
     max_tokens_in_paged_kv_cache: int | None = Field(None, ge=1)
-    """Upper bound of KV cache tokens. Defaults per model type (24000 for Whisper, otherwise none)."""
+    """Upper bound of KV cache tokens. Defaults per model type (24000 for Whisper, otherwise none)
+    (trtllm-serve: `kv_cache_config.max_tokens`)."""
     batching_strategy: Literal["inflight_fused_batching", "inflight_batching"] = "inflight_fused_batching"
     """`gpt_model_type` of the TensorRT-LLM backend."""
     batch_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] | None = None
