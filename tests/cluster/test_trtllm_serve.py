@@ -1,7 +1,8 @@
 """The trtllm-serve runtime on the real control plane, with the operator in its own process.
 
-kwok runs no download program: each resource's download pod ends as its `spec.build.pod` scripts it
-(`tests/support/downloads.py`: the download Job's own success or failure line). Covered: a resource from
+kwok runs no download program: its stage for download pods ends them with the download's own success line
+(the commit made up as `tests/support/downloads.commit_of` does), or as a resource's `spec.build.pod`
+scripts it (a failure line, a SIGKILL). Covered: a resource from
 apply to Ready (the resolved commit in status, the index and the Deployment's argv), one download shared
 by two resources and a cache hit for a third and for one naming the commit, a volume source with no
 download, a failed download and a killed one with their recovery, a serving-only change with no new
@@ -19,7 +20,7 @@ import yaml
 from kubernetes import client as k8s
 
 from engine_builder.weights_format import DownloadFailed, weights_key
-from tests.support.downloads import commit_of, scripted, succeeded
+from tests.support.downloads import commit_of, scripted
 from tests.support.kube import Kube, Resources, Tools
 
 from .conftest import operator_writes_at_rest
@@ -32,10 +33,12 @@ DOWNLOADS = "app.kubernetes.io/component=weights-download"
 
 
 def qwen(name: str = "qwen2-5-vl", *, build: dict[str, Any] | None = None, **serving: Any) -> dict[str, Any]:
-    """The example, named `name`, whose download ends as `build` scripts it (default: success)."""
+    """The example, named `name`, whose download ends as `build` scripts it (default: kwok's fake download
+    stage reports success, with the commit `commit_of` makes up for a branch)."""
     document: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     document["metadata"]["name"] = name
-    document["spec"]["build"] = build if build is not None else scripted(succeeded(REPO))
+    if build is not None:
+        document["spec"]["build"] = build
     document["spec"]["serving"].update(serving)
     return document
 

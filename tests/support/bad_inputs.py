@@ -30,7 +30,6 @@ from typing import Any
 
 import yaml
 
-from tests.support.downloads import scripted, succeeded
 from tests.support.invalid_specs import BASE_MODELS, DELETE
 
 REFUSED = "refused"
@@ -144,7 +143,7 @@ def document(name: str, model: str, patch: dict[str, Any] | None = None) -> dict
 def serve_document(
     name: str, model_type: str, repo: str, patch: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """A trtllm-serve MultimodalDeployment whose download of `repo` at main succeeds on the local cluster."""
+    """A trtllm-serve MultimodalDeployment of `repo` at main (kwok's download stage reports its success)."""
     body: dict[str, Any] = {
         "apiVersion": "serving.multimodal.dev/v1alpha1",
         "kind": "MultimodalDeployment",
@@ -152,7 +151,6 @@ def serve_document(
         "spec": {
             "runtime": "trtllm-serve",
             "model": {"type": model_type, "source": {"huggingface": {"repo": repo}}},
-            "build": scripted(succeeded(repo)),
         },
     }
     _merge(body, patch or {})
@@ -1038,11 +1036,11 @@ CASES: list[BadInput] = [
     # -- the trtllm-serve runtime --
     BadInput(
         "serve-type-without-runtime",
-        serve_document("serve-type-without-runtime", *_GEMMA, _spec(runtime=DELETE, build=DELETE)),
+        serve_document("serve-type-without-runtime", *_GEMMA, _spec(runtime=DELETE)),
         REFUSED,
         "spec.model.type",
         "is served only by runtime trtllm-serve: there is no TensorRT engine recipe for it",
-        fix=_spec(runtime="trtllm-serve", build=scripted(succeeded(_GEMMA[1]))),
+        fix=_spec(runtime="trtllm-serve"),
         values=("gemma3",),
     ),
     BadInput(
@@ -1051,7 +1049,7 @@ CASES: list[BadInput] = [
         REFUSED,
         "spec.model.type",
         "is not served by runtime trtllm-serve: TensorRT-LLM 1.2.1's PyTorch backend lists no multimodal",
-        fix=_spec(runtime=DELETE, build={"pod": DELETE}),
+        fix=_spec(runtime=DELETE),
         values=("mllama",),
     ),
     BadInput(
@@ -1133,7 +1131,7 @@ CASES: list[BadInput] = [
         UPDATE,
         "spec.runtime",
         "runtime is immutable (trtllm-serve, now triton-trtllm-engine)",
-        update={"spec": {"runtime": "triton-trtllm-engine", "build": {"pod": DELETE, "backoffLimit": 1}}},
+        update={"spec": {"runtime": "triton-trtllm-engine"}},
         values=("trtllm-serve", "triton-trtllm-engine"),
     ),
 ]
