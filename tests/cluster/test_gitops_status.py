@@ -3,9 +3,10 @@
 Resources are applied with `kubectl apply --server-side` from files, as a GitOps controller applies a
 repository, and driven through every phase (Pending, Building, Downloading, Deploying, Ready, Degraded,
 Failed) and through the moments the operator has not yet seen a generation. Every status the API server
-sends to a watch is kept; each distinct one is judged by Flux's kstatus library and by the Argo CD health check in
-gitops/argocd/health.lua run in gopher-lua (tools/gitops). Then, with everything settled, a server-side
-dry-run of each original file must change nothing: the operator never writes into what the user owns.
+sends to a watch is kept; each distinct one is judged by Flux's kstatus library and by the Argo CD health
+check in gitops/argocd/health.lua run in gopher-lua (tools/gitops). Then, with everything settled, a
+server-side dry-run of each original file must change nothing: the operator never writes into what the
+user owns.
 """
 
 from __future__ import annotations
