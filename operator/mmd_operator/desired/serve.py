@@ -23,7 +23,7 @@ from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import network, pods, serving
 from mmd_operator.facts import OwnerRef
-from mmd_operator.plan.launch import HTTP_PORT, METRICS_PORT
+from mmd_operator.plan.launch import HTTP_PORT, LAUNCH_ENV, METRICS_PORT
 from mmd_operator.plan.serve_plan import CONFIG_FILE, CONFIG_MOUNT, SOURCE_MOUNT, ServePlan
 from mmd_operator.plan.settings import ENGINE_MOUNT
 from mmd_operator.vocabulary import hashing, kinds, labels, names, ownership
@@ -183,6 +183,8 @@ def deployment(
             # The snapshot is local: the server must not reach for the Hub (the policy denies it anyway).
             {"name": "HF_HUB_OFFLINE", "value": "1"},
             {"name": "TRANSFORMERS_OFFLINE", "value": "1"},
+            # TP > 1 spawns its ranks through Open MPI, whose PMIx store fails in containers without it.
+            *({"name": key, "value": value} for key, value in sorted(LAUNCH_ENV.items())),
         ],
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": pods.resources(spec.serving.pod, plan.tensor_parallel_size),
