@@ -249,6 +249,34 @@ def test_refusals_at_admission_and_by_the_operator(
     assert "spec.serving.pod.labels[team]" in condition(failed, "Validated")["message"]
 
 
+def test_the_token_is_a_mounted_file_of_the_download_and_nowhere_else(
+    kube: Kube, resources: Resources, namespace: str, api_client: Any
+) -> None:
+    token = "hf_cluster_test_token_7d1e"
+    kube.core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "hf"}, "stringData": {"token": token}}
+    )
+    document = qwen("gated")
+    document["spec"]["model"]["source"]["huggingface"]["tokenSecretRef"] = {"name": "hf", "key": "token"}
+    resources.apply(document)
+    ready = resources.wait_phase("gated", "Ready")
+    (job,) = download_jobs(kube, namespace)
+    pod = job.spec.template.spec
+    assert pod.containers[0].args[-2:] == ["--token-file", "/var/run/secrets/huggingface/token"]
+    assert [v.secret.secret_name for v in pod.volumes if v.secret] == ["hf"]
+    serialized = [
+        api_client.sanitize_for_serialization(item)
+        for item in (
+            *kube.batch.list_namespaced_job(namespace).items,
+            *kube.core.list_namespaced_pod(namespace).items,
+            *kube.core.list_namespaced_config_map(namespace).items,
+            *kube.core.list_namespaced_event(namespace).items,
+            *kube.apps.list_namespaced_deployment(namespace).items,
+        )
+    ]
+    assert token not in json.dumps(serialized) and token not in json.dumps(ready)
+
+
 def test_nothing_is_written_at_rest(resources: Resources, namespace: str, local_cluster: Any) -> None:
     resources.apply(qwen())
     resources.wait_phase("qwen2-5-vl", "Ready")
