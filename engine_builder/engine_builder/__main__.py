@@ -3,11 +3,14 @@
     python -m engine_builder build --plan plan.json --cache-dir DIR [--dry-run]
     python -m engine_builder build --plan-json '{"cache_key": ...}' --cache-dir DIR
     python -m engine_builder verify --cache-dir DIR --cache-key KEY
+    python -m engine_builder download --plan-json '{"key": ...}' --cache-dir DIR [--token-file FILE]
 
 `build` exits 0 when `DIR/<cacheKey>` is complete (built now or found) and 1 when the build is refused or
 fails. Either way it leaves one JSON line (see `result_format`) in the termination log, which Kubernetes
 copies into the pod status for the operator. `verify` re-reads every file of an entry against its
-manifest. Imports nothing from the operator, kopf or kubernetes.
+manifest. `download` puts a Hugging Face snapshot into the cache for the trtllm-serve runtime (see
+`weights`) and reports like `build` (see `weights_format`). Imports nothing from the operator, kopf or
+kubernetes.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from engine_builder import probe
 from engine_builder.plan_format import BuildPlan
 from engine_builder.plan_runner import BuildError, build, dry_run, inspect_entry, redact, secret_values, size
 from engine_builder.result_format import BuildFailed, BuildSucceeded, termination_message
+from engine_builder.weights import WeightsError, download
+from engine_builder.weights_format import DownloadFailed, DownloadPlan, DownloadSucceeded
+from engine_builder.weights_format import termination_message as download_message
 
 # Kubernetes mounts this file into every container; its content becomes the termination message.
 DEFAULT_TERMINATION_LOG = Path("/dev/termination-log")
@@ -52,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="check every file of a cache entry against its manifest")
     verify.add_argument("--cache-dir", type=Path, required=True)
     verify.add_argument("--cache-key", required=True)
+    fetch = commands.add_parser("download", help="put a Hugging Face snapshot into the engine cache, once")
+    fetch.add_argument("--plan-json", required=True, help="the download plan (the operator's Jobs pass it)")
+    fetch.add_argument("--cache-dir", type=Path, required=True, help="the engine cache volume")
+    fetch.add_argument("--token-file", type=Path, help="a file holding the Hub token (mounted from a Secret)")
+    fetch.add_argument(
+        "--termination-log", type=Path, help=f"where the result line goes ({DEFAULT_TERMINATION_LOG})"
+    )
     return parser
 
 
@@ -138,9 +151,63 @@ def _verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fetch(args: argparse.Namespace) -> DownloadSucceeded | DownloadFailed:
+    key: str | None = None
+    token: str | None = None
+    previous = {sig: signal.signal(sig, _stop_download) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        plan = DownloadPlan.model_validate_json(args.plan_json)
+        key = plan.key
+        if args.token_file is not None:
+            try:
+                token = args.token_file.read_text().strip() or None
+            except OSError as error:
+                raise WeightsError(
+                    f"cannot read the token file {args.token_file}: {error.strerror}"
+                ) from None
+        return download(plan, args.cache_dir, token=token, log=_say)
+    except ValidationError as error:
+        first = error.errors()[0]
+        reason = f"--plan-json is not a download plan: {'.'.join(map(str, first['loc']))}: {first['msg']}"
+        step = None
+    except WeightsError as error:
+        reason, step = error.reason, error.step
+    except Exception as error:
+        traceback.print_exc()
+        reason, step = f"internal error: {type(error).__name__}: {error}", None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    secrets = [token] if token else []
+    return DownloadFailed(key=key, step=step, reason=redact(" ".join(reason.split()), secrets))
+
+
+def _stop_download(signum: int, _frame: FrameType | None) -> None:
+    raise WeightsError(
+        f"stopped by {signal.Signals(signum).name} (the Job was deleted or its deadline passed)"
+    )
+
+
+def _download(args: argparse.Namespace) -> int:
+    result = _fetch(args)
+    if isinstance(result, DownloadFailed):
+        print(f"engine_builder: download failed: {result.reason}", file=sys.stderr, flush=True)
+    path = args.termination_log
+    if path is None and DEFAULT_TERMINATION_LOG.exists():
+        path = DEFAULT_TERMINATION_LOG
+    if path is not None:
+        try:
+            path.write_text(download_message(result) + "\n")
+        except OSError as error:
+            print(f"engine_builder: cannot write {path}: {error.strerror}", file=sys.stderr)
+    return 0 if isinstance(result, DownloadSucceeded) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return the exit code."""
     args = _parser().parse_args(argv)
+    if args.command == "download":
+        return _download(args)
     return _build(args) if args.command == "build" else _verify(args)
 
 

@@ -214,7 +214,7 @@ def inspect_entry(entry: Path, cache_key: str, *, hashes: bool = False) -> tuple
             continue
         if actual != record.size:
             problems.append(f"{relative} has {actual} bytes, the manifest {record.size}")
-        elif hashes and _sha256(path) != record.sha256:
+        elif hashes and sha256_of(path) != record.sha256:
             problems.append(f"{relative} does not match its sha256")
     return manifest, problems
 
@@ -257,7 +257,8 @@ def _lookup(document: object, dotted: str) -> object:
     return document
 
 
-def _sha256(path: Path, *, sync: bool = False) -> str:
+def sha256_of(path: Path, *, sync: bool = False) -> str:
+    """The file's sha256; with `sync`, its bytes are on disk when this returns."""
     with path.open("rb") as handle:
         digest = hashlib.file_digest(handle, "sha256").hexdigest()
         if sync:
@@ -266,7 +267,8 @@ def _sha256(path: Path, *, sync: bool = False) -> str:
     return digest
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make the directory's entries (a rename into it) durable."""
     descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(descriptor)
@@ -275,7 +277,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 @contextmanager
-def _locked(path: Path, log: Log) -> Iterator[None]:
+def locked(path: Path, log: Log) -> Iterator[None]:
+    """Hold the exclusive lock of `path` (waiting for another holder); the kernel drops it at any death."""
     with path.open("a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -375,7 +378,7 @@ def build(
         raise BuildError("refused: " + "; ".join(problems), step=None)
     layout = CacheLayout(cache_dir, plan.cache_key)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    with _locked(layout.lock, log):
+    with locked(layout.lock, log):
         manifest, problems = inspect_entry(layout.entry, plan.cache_key)
         if manifest is not None and not problems:
             log(f"cache entry {layout.entry} is complete: nothing to build")
@@ -393,7 +396,7 @@ def build(
             shutil.rmtree(layout.work, ignore_errors=True)
             raise
         layout.work.rename(layout.entry)
-        _fsync_dir(cache_dir)
+        fsync_dir(cache_dir)
     seconds = time.monotonic() - started
     log(f"cache entry {layout.entry} is ready after {duration(seconds)}")
     return BuildSucceeded.from_manifest(manifest, cache_hit=False, seconds=seconds)
@@ -454,7 +457,7 @@ def _build_in(
 
     files = {
         path.relative_to(work).as_posix(): FileRecord(
-            size=path.stat().st_size, sha256=_sha256(path, sync=True)
+            size=path.stat().st_size, sha256=sha256_of(path, sync=True)
         )
         for path in sorted(work.rglob("*"))
         if path.is_file()
@@ -473,5 +476,5 @@ def _build_in(
         handle.write(manifest.model_dump_json(indent=2) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
-    _fsync_dir(work)
+    fsync_dir(work)
     return manifest

@@ -32,3 +32,13 @@ XCOMPOSER2_FORK_COMMIT = "3d5cd357f458e242a34fae9df565bbcdcd6b5ba9"
 XCOMPOSER2_VISION_BUILDER = "/opt/internlm-xcomposer2/build_visual_engine.py"
 XCOMPOSER2_BACKEND_REPOSITORY = "Howe-Young/tensorrtllm_backend"
 XCOMPOSER2_BACKEND_COMMIT = "76a0d1f53335a9f08b6a750c278651458813948e"
+
+# The trtllm-serve runtime's triple, pinned together: TensorRT-LLM's release image, the TensorRT-LLM version
+# it ships, and the version whose `trtllm-serve` command line and LlmArgs field names the generated
+# `--config` YAML and argv follow (the facts the trtllm-serve double is built from,
+# operator/mmd_operator/cli/trtllm_serve/trtllm_serve_facts.json, which records its own pinned version).
+SERVE_TRTLLM_VERSION = "1.2.1"
+SERVE_BASE_IMAGE = f"nvcr.io/nvidia/tensorrt-llm/release:{SERVE_TRTLLM_VERSION}"
+# Our serving image for it: SERVE_BASE_IMAGE with nothing of ours added but the image contract
+# (docs/trtllm-serve-runtime.md#the-image-contract): `trtllm-serve` on the PATH, uid 1000.
+TRTLLM_SERVE_IMAGE = f"ghcr.io/mmd-operator/trtllm-serve:0.1.0-trtllm{SERVE_TRTLLM_VERSION}"

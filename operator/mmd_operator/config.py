@@ -2,7 +2,7 @@
 
 One frozen value, read once at start-up from the environment (`MMD_*` variables, which the Helm chart
 and the operator image set) and passed down explicitly; nothing reads it as a global. Pure: imports
-only the pinned versions.
+only the pinned versions and the runtime names.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 from engine_builder import versions
+from mmd_operator.knowledge import Runtime
 
 DEFAULT_CLAIM = "mmd-engine-cache"
 
@@ -32,6 +33,10 @@ class OperatorConfig:
     # Images of the build Jobs and the serving pods where a resource names none (a registry mirror, say).
     builder_image: str = versions.BUILDER_IMAGE
     serving_image: str = versions.SERVING_IMAGE
+    # The trtllm-serve runtime's serving image where a resource names none.
+    trtllm_serve_image: str = versions.TRTLLM_SERVE_IMAGE
+    # The Hugging Face Hub the weights download Jobs talk to (HF_ENDPOINT: a mirror); empty: the public Hub.
+    hf_endpoint: str = ""
     # Where the serving image keeps the Triton Python model code.
     model_code_path: str = versions.MODEL_CODE_DIR
     # Server-side apply field manager and the HTTP user agent of every request the operator makes.
@@ -101,10 +106,16 @@ class OperatorConfig:
         if not isinstance(spec, Mapping):
             return spec
         filled = dict(spec)
-        for section, key, image, pinned in (
-            ("engine", "builderImage", self.builder_image, versions.BUILDER_IMAGE),
-            ("serving", "image", self.serving_image, versions.SERVING_IMAGE),
-        ):
+        images = (
+            # trtllm-serve has no build image in its spec (the download Job runs the operator's builder).
+            (("serving", "image", self.trtllm_serve_image, versions.TRTLLM_SERVE_IMAGE),)
+            if spec.get("runtime") == Runtime.TRTLLM_SERVE
+            else (
+                ("engine", "builderImage", self.builder_image, versions.BUILDER_IMAGE),
+                ("serving", "image", self.serving_image, versions.SERVING_IMAGE),
+            )
+        )
+        for section, key, image, pinned in images:
             given = filled.get(section)
             if image != pinned and (given is None or isinstance(given, Mapping)):
                 filled[section] = {key: image, **(given or {})}

@@ -14,6 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from engine_builder.result_format import BuildSucceeded
+from engine_builder.weights_format import DownloadSucceeded
 
 
 @dataclass(frozen=True, order=True)
@@ -216,13 +217,17 @@ class Observed:
     """Everything one reconcile of one resource observed.
 
     `engine` is the engine index's entry for the resource's cacheKey; `job` and `build_pods` are the
-    build of that cacheKey in the resource's claim; `stale_jobs` and `stale_claims` are children the
-    resource owns that its current spec no longer uses.
+    build of that cacheKey in the resource's claim (on trtllm-serve: the download of its weights);
+    `stale_jobs` and `stale_claims` are children the resource owns that its current spec no longer uses.
     """
 
     now: datetime
     claim: ClaimFacts | None = None
     engine: BuildSucceeded | None = None
+    # trtllm-serve: the commit the revision resolved to (known from the index, or the revision itself),
+    # and the index's entry of that commit's snapshot. `job` and `build_pods` are then the download's.
+    resolved_commit: str | None = None
+    weights: DownloadSucceeded | None = None
     job: JobFacts | None = None
     build_pods: tuple[PodFacts, ...] = ()
     missing: tuple[MissingReference, ...] = ()

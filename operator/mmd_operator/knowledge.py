@@ -1,10 +1,14 @@
 """What the operator knows about each supported model type, in one table.
 
-Every fact that differs between model types lives in `KNOWLEDGE`: how the checkpoint is converted, which
-`trtllm-build` and multimodal-engine flags the reference workflow uses, how many visual features one
-image becomes, which request inputs the server can decode, and the serving defaults. Adding a model type
-means adding one entry here. Facts come from the Triton + TensorRT-LLM reference workflow (tensorrtllm_backend
-v0.19.0 templates and docs). Pure data: imports nothing of ours and does no I/O.
+Two runtimes serve them (`Runtime`), each with its own table. `KNOWLEDGE` holds the triton-trtllm-engine
+runtime's facts: how the checkpoint is converted, which `trtllm-build` and multimodal-engine flags the
+reference workflow uses, how many visual features one image becomes, which request inputs the server can
+decode, and the serving defaults (from the Triton + TensorRT-LLM reference workflow, tensorrtllm_backend
+v0.19.0 templates and docs). `SERVE_KNOWLEDGE` holds the trtllm-serve runtime's (TensorRT-LLM 1.2.1's
+PyTorch backend): the Hugging Face architecture, the modalities, which serving features the backend's
+multimodal support matrix marks supported, and the head counts of known checkpoints. Adding a model type
+means adding one entry to the table of each runtime that serves it. Pure data: imports nothing of ours and
+does no I/O.
 """
 
 from __future__ import annotations
@@ -15,8 +19,25 @@ from enum import StrEnum
 from types import MappingProxyType
 
 
+class Runtime(StrEnum):
+    """How a MultimodalDeployment is served."""
+
+    # TensorRT engines built by a Job, served by Triton's TensorRT-LLM backend (tensorrtllm_backend v0.19.0).
+    TRITON_TRTLLM_ENGINE = "triton-trtllm-engine"
+    # TensorRT-LLM's PyTorch backend behind `trtllm-serve` (OpenAI API): no build, a Hugging Face snapshot.
+    TRTLLM_SERVE = "trtllm-serve"
+
+
+class Modality(StrEnum):
+    """What a request carries besides text."""
+
+    IMAGE = "image"
+    VIDEO = "video"
+    AUDIO = "audio"
+
+
 class ModelType(StrEnum):
-    """The model types a MultimodalDeployment can serve."""
+    """The model types a MultimodalDeployment can serve (each by one runtime or both)."""
 
     BLIP2 = "blip2"
     LLAVA = "llava"
@@ -27,6 +48,14 @@ class ModelType(StrEnum):
     INTERNLM_XCOMPOSER2 = "internlm_xcomposer2"
     WHISPER = "whisper"
     DISTIL_WHISPER = "distil_whisper"
+    # trtllm-serve only.
+    QWEN2_5_VL = "qwen2_5_vl"
+    QWEN3_VL = "qwen3_vl"
+    LLAVA_NEXT = "llava_next"
+    LLAMA4 = "llama4"
+    GEMMA3 = "gemma3"
+    MISTRAL3 = "mistral3"
+    PHI4MM = "phi4mm"
 
 
 class RepositoryLayout(StrEnum):
@@ -215,6 +244,16 @@ class ModelKnowledge:
     def uses_prompt_table(self) -> bool:
         """Whether image features reach the LLM as a prompt table (and need `max_multimodal_len`)."""
         return self.features_per_image is not None
+
+    @property
+    def modalities(self) -> frozenset[Modality]:
+        """What requests may carry besides text: images with a vision engine, video, audio for Whisper."""
+        found = {Modality.IMAGE} if self.has_vision_engine else set()
+        if self.video:
+            found.add(Modality.VIDEO)
+        if self.whisper_variants:
+            found.add(Modality.AUDIO)
+        return frozenset(found)
 
     def variant(self, name: str) -> WhisperVariant | None:
         """Return the Whisper variant called `name`, if this model type knows it."""
@@ -521,3 +560,200 @@ def knowledge_of(model_type: ModelType | str) -> ModelKnowledge:
 def types_where(predicate: str) -> list[str]:
     """Return the names of the model types whose attribute `predicate` is set (true or not empty), sorted."""
     return sorted(t.value for t, k in KNOWLEDGE.items() if getattr(k, predicate))
+
+
+# -- the trtllm-serve runtime (TensorRT-LLM 1.2.1, PyTorch backend) ------------------------------------------
+#
+# Sources: the PyTorch backend's "Multimodal Feature Support Matrix" in
+# docs/source/models/supported-models.md, the 1.2-era version (it lists NemotronH_Nano_VL_V2 and Qwen3Next
+# but not yet Qwen3-VL; the v1.2.1 tag itself could not be read, see docs/trtllm-serve-double.md), for the
+# architectures, modalities, chunked prefill and KV-cache reuse; a feature the matrix marks No or N/A, or
+# a type it does not list, is not offered. The matrix has no FP8
+# KV-cache column: it is offered only where the language model is of a family TensorRT-LLM quantizes with an
+# FP8 KV cache (Llama, Mistral, Qwen2), not verified for the multimodal wrappers (decided conservatively).
+# Head counts are those of each checkpoint's text model (config.json), listed only where known.
+
+
+@dataclass(frozen=True)
+class Heads:
+    """Attention and key-value heads of a checkpoint's language model: what tensor parallelism splits."""
+
+    attention: int
+    key_value: int
+
+    def split_by(self, tensor_parallel_size: int) -> bool:
+        """Whether `tensor_parallel_size` ranks can share the heads.
+
+        Every rank needs whole attention heads; key-value heads are either split too or, when there are
+        fewer than ranks, replicated (which needs the ranks to be a multiple of them).
+        """
+        tp = tensor_parallel_size
+        return self.attention % tp == 0 and (self.key_value % tp == 0 or tp % self.key_value == 0)
+
+
+@dataclass(frozen=True)
+class ServeKnowledge:
+    """What the trtllm-serve runtime knows of one model type."""
+
+    model_type: ModelType
+    title: str
+    # `architectures[0]` of the checkpoint's config.json: the PyTorch backend picks its model class by it.
+    architecture: str
+    reference_checkpoint: str
+    modalities: frozenset[Modality]
+    # `enable_chunked_prefill` (the matrix's Chunked Prefill), `kv_cache_config.enable_block_reuse` (KV
+    # Cache Reuse), `kv_cache_config.dtype: fp8`.
+    chunked_prefill: bool = False
+    kv_cache_reuse: bool = False
+    fp8_kv_cache: bool = False
+    # Where the chat template `/v1/chat/completions` applies comes from: trtllm-serve serves the chat API
+    # only with one (its `--chat_template` flag overrides it).
+    chat_template: str = "the checkpoint's processor (chat_template.json or tokenizer_config.json)"
+    # Known checkpoints of the type, by Hugging Face repository, with their heads.
+    checkpoints: Mapping[str, Heads] = field(default_factory=dict)
+
+
+_IMAGE_ONLY = frozenset({Modality.IMAGE})
+_IMAGE_VIDEO = frozenset({Modality.IMAGE, Modality.VIDEO})
+
+_SERVE_ENTRIES = (
+    ServeKnowledge(
+        model_type=ModelType.QWEN2_VL,
+        title="Qwen2-VL",
+        architecture="Qwen2VLForConditionalGeneration",
+        reference_checkpoint="Qwen/Qwen2-VL-7B-Instruct",
+        modalities=_IMAGE_VIDEO,
+        kv_cache_reuse=True,
+        fp8_kv_cache=True,
+        checkpoints={
+            "Qwen/Qwen2-VL-2B-Instruct": Heads(12, 2),
+            "Qwen/Qwen2-VL-7B-Instruct": Heads(28, 4),
+            "Qwen/Qwen2-VL-72B-Instruct": Heads(64, 8),
+        },
+    ),
+    ServeKnowledge(
+        model_type=ModelType.QWEN2_5_VL,
+        title="Qwen2.5-VL",
+        architecture="Qwen2_5_VLForConditionalGeneration",
+        reference_checkpoint="Qwen/Qwen2.5-VL-3B-Instruct",
+        modalities=_IMAGE_VIDEO,
+        kv_cache_reuse=True,
+        fp8_kv_cache=True,
+        checkpoints={
+            "Qwen/Qwen2.5-VL-3B-Instruct": Heads(16, 2),
+            "Qwen/Qwen2.5-VL-7B-Instruct": Heads(28, 4),
+            "Qwen/Qwen2.5-VL-32B-Instruct": Heads(40, 8),
+            "Qwen/Qwen2.5-VL-72B-Instruct": Heads(64, 8),
+        },
+    ),
+    # Not in the 1.2-era matrix (later ones list it): that 1.2.1 serves it is not verified.
+    ServeKnowledge(
+        model_type=ModelType.QWEN3_VL,
+        title="Qwen3-VL (dense)",
+        architecture="Qwen3VLForConditionalGeneration",
+        reference_checkpoint="Qwen/Qwen3-VL-8B-Instruct",
+        modalities=_IMAGE_VIDEO,
+        checkpoints={
+            "Qwen/Qwen3-VL-4B-Instruct": Heads(32, 8),
+            "Qwen/Qwen3-VL-8B-Instruct": Heads(32, 8),
+        },
+    ),
+    ServeKnowledge(
+        model_type=ModelType.VILA,
+        title="VILA / NVILA",
+        architecture="LlavaLlamaModel",
+        reference_checkpoint="Efficient-Large-Model/NVILA-8B",
+        modalities=_IMAGE_VIDEO,
+    ),
+    ServeKnowledge(
+        model_type=ModelType.LLAVA_NEXT,
+        title="LLaVA-NeXT (1.6)",
+        architecture="LlavaNextForConditionalGeneration",
+        reference_checkpoint="llava-hf/llava-v1.6-mistral-7b-hf",
+        modalities=_IMAGE_ONLY,
+        fp8_kv_cache=True,
+        checkpoints={
+            "llava-hf/llava-v1.6-mistral-7b-hf": Heads(32, 8),
+            "llava-hf/llava-v1.6-vicuna-7b-hf": Heads(32, 32),
+            "llava-hf/llava-v1.6-vicuna-13b-hf": Heads(40, 40),
+        },
+    ),
+    ServeKnowledge(
+        model_type=ModelType.LLAMA4,
+        title="Llama 4",
+        architecture="Llama4ForConditionalGeneration",
+        reference_checkpoint="meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        modalities=_IMAGE_ONLY,
+        fp8_kv_cache=True,
+        checkpoints={
+            "meta-llama/Llama-4-Scout-17B-16E-Instruct": Heads(40, 8),
+            "meta-llama/Llama-4-Maverick-17B-128E-Instruct": Heads(40, 8),
+        },
+    ),
+    ServeKnowledge(
+        model_type=ModelType.GEMMA3,
+        title="Gemma 3",
+        architecture="Gemma3ForConditionalGeneration",
+        reference_checkpoint="google/gemma-3-4b-it",
+        modalities=_IMAGE_ONLY,
+        checkpoints={
+            "google/gemma-3-4b-it": Heads(8, 4),
+            "google/gemma-3-12b-it": Heads(16, 8),
+            "google/gemma-3-27b-it": Heads(32, 16),
+        },
+    ),
+    ServeKnowledge(
+        model_type=ModelType.MISTRAL3,
+        title="Mistral Small 3.1",
+        architecture="Mistral3ForConditionalGeneration",
+        reference_checkpoint="mistralai/Mistral-Small-3.1-24B-Instruct-2503",
+        modalities=_IMAGE_ONLY,
+        chunked_prefill=True,
+        kv_cache_reuse=True,
+        fp8_kv_cache=True,
+        checkpoints={"mistralai/Mistral-Small-3.1-24B-Instruct-2503": Heads(32, 8)},
+    ),
+    ServeKnowledge(
+        model_type=ModelType.PHI4MM,
+        title="Phi-4-multimodal",
+        architecture="Phi4MMForCausalLM",
+        reference_checkpoint="microsoft/Phi-4-multimodal-instruct",
+        modalities=frozenset({Modality.IMAGE, Modality.AUDIO}),
+        chunked_prefill=True,
+        kv_cache_reuse=True,
+        checkpoints={"microsoft/Phi-4-multimodal-instruct": Heads(24, 8)},
+    ),
+)
+
+SERVE_KNOWLEDGE: MappingProxyType[ModelType, ServeKnowledge] = MappingProxyType(
+    {entry.model_type: entry for entry in _SERVE_ENTRIES}
+)
+
+
+def serve_knowledge_of(model_type: ModelType | str) -> ServeKnowledge:
+    """Return the trtllm-serve knowledge entry of `model_type`."""
+    return SERVE_KNOWLEDGE[ModelType(model_type)]
+
+
+def serve_types_where(predicate: str) -> list[str]:
+    """The trtllm-serve model types whose attribute `predicate` is set, sorted."""
+    return sorted(t.value for t, k in SERVE_KNOWLEDGE.items() if getattr(k, predicate))
+
+
+def types_of(runtime: Runtime) -> list[str]:
+    """The model types `runtime` serves, sorted."""
+    table = KNOWLEDGE if runtime is Runtime.TRITON_TRTLLM_ENGINE else SERVE_KNOWLEDGE
+    return sorted(t.value for t in table)
+
+
+def modalities_of(runtime: Runtime, model_type: ModelType | str) -> frozenset[Modality]:
+    """What requests to `model_type` on `runtime` may carry besides text."""
+    kind = ModelType(model_type)
+    if runtime is Runtime.TRITON_TRTLLM_ENGINE:
+        return KNOWLEDGE[kind].modalities
+    return SERVE_KNOWLEDGE[kind].modalities
+
+
+def checkpoint_heads() -> dict[str, Heads]:
+    """Every known trtllm-serve checkpoint's heads, by Hugging Face repository."""
+    return {repo: heads for entry in _SERVE_ENTRIES for repo, heads in entry.checkpoints.items()}

@@ -22,7 +22,7 @@ from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.api.validation import InvalidSpecError, name_problem
 from mmd_operator.api.warning_rules import spec_warnings
 from mmd_operator.config import OperatorConfig
-from mmd_operator.plan.resource_plan import ResourcePlan, plan_spec_document
+from mmd_operator.plan.resource_plan import AnyPlan, plan_spec_document
 from mmd_operator.vocabulary import hashing
 
 Key = tuple[str, str]
@@ -32,7 +32,7 @@ Key = tuple[str, str]
 class Planned:
     """A valid spec's checked plan and its warnings (`path: message` each)."""
 
-    plan: ResourcePlan
+    plan: AnyPlan
     warnings: tuple[str, ...]
 
 
@@ -79,7 +79,7 @@ class PlanMemory:
             planned = self._plans.setdefault(fingerprint, planned)
         if isinstance(planned, InvalidSpecError):
             return planned
-        return MultimodalDeployment(metadata=metadata, spec=planned.plan.settings.spec), planned
+        return MultimodalDeployment(metadata=metadata, spec=planned.plan.spec), planned
 
     def _planned(self, spec: object) -> Planned | InvalidSpecError:
         try:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from engine_builder.result_format import BuildSucceeded
 from mmd_operator import metrics
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND, MultimodalDeploymentStatus, Phase
 from mmd_operator.api.validation import InvalidSpecError
@@ -25,8 +26,9 @@ from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import engine_build
 from mmd_operator.desired.decision import desired_state
 from mmd_operator.facts import Observed
-from mmd_operator.judgement import judge
+from mmd_operator.judgement import Judgement, judge
 from mmd_operator.judgement.placement import build_demand
+from mmd_operator.knowledge import Runtime
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.events import EventRecorder
@@ -34,6 +36,7 @@ from mmd_operator.kube.nodes import NodeDirectory
 from mmd_operator.kube.observe import observe
 from mmd_operator.kube.settling import REREAD_SECONDS, UNSETTLED, SpecSettling
 from mmd_operator.kube.writes import WriteCount, Writer
+from mmd_operator.plan.serve_plan import ServePlan
 from mmd_operator.plan_memory import PlanMemory, Use
 from mmd_operator.status import Findings, Report, previous_status, report, transition
 from mmd_operator.status.assessment import assess
@@ -147,8 +150,12 @@ class Reconciler:
         count = WriteCount()
         planned = self.plans.plan(body)
         if isinstance(planned, InvalidSpecError):
+            spec = body.get("spec")
+            serve = isinstance(spec, Mapping) and spec.get("runtime") == Runtime.TRTLLM_SERVE
             result = report(
-                Findings(generation=generation, problems=planned.problems), previous=previous, now=now
+                Findings(generation=generation, problems=planned.problems, serve=serve),
+                previous=previous,
+                now=now,
             )
             self._write_status(body, previous, result, count)
             _log_transition(namespace, name, previous, result)
@@ -156,6 +163,8 @@ class Reconciler:
 
         resource, checked = planned
         plan = checked.plan
+        serve = isinstance(plan, ServePlan)
+        download = plan.download if isinstance(plan, ServePlan) else None
         claim = engine_build.claim_name(resource, self.config)
         first_look = self.plans.record_use((namespace, name), Use(plan.cache_key, claim))
 
@@ -168,15 +177,24 @@ class Reconciler:
                 claim=claim,
                 now=now,
                 nodes=self.nodes,
+                download=download,
             )
 
         observed = look()
-        if first_look and (
-            previous is None or previous.engine is None or previous.engine.cache_key != plan.cache_key
+        if (
+            not serve
+            and first_look
+            and (previous is None or previous.engine is None or previous.engine.cache_key != plan.cache_key)
         ):
             metrics.ENGINE_CACHE.labels(result="hit" if observed.engine is not None else "miss").inc()
         build = build_demand(resource.spec)
-        judged = judge(plan.cache_key, observed, previous, generation, build)
+
+        def judged_now() -> Judgement:
+            return judge(
+                plan.cache_key, observed, previous, generation, build, serve=serve, download=download
+            )
+
+        judged = judged_now()
         decision = desired_state(resource, plan, observed, judged, config=self.config)
 
         self.writer.carry_out(
@@ -190,13 +208,14 @@ class Reconciler:
         )
         if decision.record is not None:
             self.writer.record_build(namespace, claim, decision.record, count)
-            metrics.BUILDS.labels(outcome="succeeded").inc()
-            metrics.BUILD_SECONDS.observe(decision.record.seconds)  # as the builder measured it
+            if isinstance(decision.record, BuildSucceeded):
+                metrics.BUILDS.labels(outcome="succeeded").inc()
+                metrics.BUILD_SECONDS.observe(decision.record.seconds)  # as the builder measured it
 
         if count.total:
             # Report what the world looks like after these writes, not before them.
             observed = look()
-            judged = judge(plan.cache_key, observed, previous, generation, build)
+            judged = judged_now()
         findings = assess(
             resource, plan, observed, judged, decision.rendered, claim=claim, warnings=checked.warnings
         )

@@ -1,11 +1,12 @@
 """What GitOps controllers make of the status, judged by their own code on statuses from a real run.
 
 Resources are applied with `kubectl apply --server-side` from files, as a GitOps controller applies a
-repository, and driven through every phase (Pending, Building, Deploying, Ready, Degraded, Failed) and
-through the moments the operator has not yet seen a generation. Every status the API server sends to a
-watch is kept; each distinct one is judged by Flux's kstatus library and by the Argo CD health check in
-gitops/argocd/health.lua run in gopher-lua (tools/gitops). Then, with everything settled, a server-side
-dry-run of each original file must change nothing: the operator never writes into what the user owns.
+repository, and driven through every phase (Pending, Building, Downloading, Deploying, Ready, Degraded,
+Failed) and through the moments the operator has not yet seen a generation. Every status the API server
+sends to a watch is kept; each distinct one is judged by Flux's kstatus library and by the Argo CD health
+check in gitops/argocd/health.lua run in gopher-lua (tools/gitops). Then, with everything settled, a
+server-side dry-run of each original file must change nothing: the operator never writes into what the
+user owns.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from kubernetes import client as k8s
 from kubernetes import watch
 
 from mmd_operator.cli.localcluster.gitops_check import check
-from mmd_operator.cli.localcluster.stages import FAULT_LABEL
+from mmd_operator.cli.localcluster.stages import BUILD_DURATION_ANNOTATION, FAULT_LABEL
 from tests.support.kube import Kube, Resources, Tools
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
@@ -32,6 +33,7 @@ HEALTH_LUA = ROOT / "gitops" / "argocd" / "health.lua"
 EXPECTED = {
     "Pending": ("InProgress", "Progressing"),
     "Building": ("InProgress", "Progressing"),
+    "Downloading": ("InProgress", "Progressing"),
     "Deploying": ("InProgress", "Progressing"),
     "Ready": ("Current", "Healthy"),
     "Degraded": ("Failed", "Degraded"),
@@ -80,6 +82,13 @@ def _manifest(name: str, **spec: dict[str, Any]) -> dict[str, Any]:
     document["metadata"]["name"] = name
     for section, fields in spec.items():
         document["spec"].setdefault(section, {}).update(fields)
+    return document
+
+
+def _serve_manifest(name: str, build: dict[str, Any]) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "qwen2_5_vl.yaml").read_text())
+    document["metadata"]["name"] = name
+    document["spec"]["build"] = build
     return document
 
 
@@ -137,6 +146,10 @@ def test_kstatus_and_the_argo_cd_check_read_every_phase_right_and_nothing_drifts
             build={"backoffLimit": 0, "pod": {"labels": {FAULT_LABEL: "fail"}}},
         ),
         "invalid": _manifest("invalid", engine={"maxInputLen": 500}),
+        # trtllm-serve: a download that takes a while (kwok's fake download stage) reads Downloading.
+        "downloading": _serve_manifest(
+            "downloading", {"pod": {"annotations": {BUILD_DURATION_ANNOTATION: "20s"}}}
+        ),
     }
     files = {}
     for name, document in manifests.items():
@@ -148,6 +161,7 @@ def test_kstatus_and_the_argo_cd_check_read_every_phase_right_and_nothing_drifts
     resources.wait_phase("broken-build", "Failed")
     resources.wait_phase("invalid", "Failed")
     resources.wait_phase("pending", "Pending")
+    resources.wait_phase("downloading", "Downloading")
     # A change the operator has yet to see, then sees.
     changed = _manifest("served", serving={"replicas": 2})
     files["served"].write_text(yaml.safe_dump(changed))

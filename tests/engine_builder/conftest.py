@@ -21,10 +21,10 @@ from engine_builder import versions
 from engine_builder.__main__ import main
 from tests.engine_builder.doubles.toolbox import install as install_toolbox
 from tests.engine_builder.doubles.trtllm_tools import write_lora_adapter, write_model_repo
-from tests.support.examples import plan_example
+from tests.support.examples import EXAMPLE_PATHS, plan_example
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted(path.stem for path in (REPO / "examples").glob("*.yaml"))
+EXAMPLES = [path.stem for path in EXAMPLE_PATHS]
 DOUBLES = Path(__file__).resolve().parent / "doubles"
 SOURCES_MOUNT = "/sources"
 

@@ -140,6 +140,27 @@ def document(name: str, model: str, patch: dict[str, Any] | None = None) -> dict
     return body
 
 
+def serve_document(
+    name: str, model_type: str, repo: str, patch: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A trtllm-serve MultimodalDeployment of `repo` at main (kwok's download stage reports its success)."""
+    body: dict[str, Any] = {
+        "apiVersion": "serving.multimodal.dev/v1alpha1",
+        "kind": "MultimodalDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "runtime": "trtllm-serve",
+            "model": {"type": model_type, "source": {"huggingface": {"repo": repo}}},
+        },
+    }
+    _merge(body, patch or {})
+    return body
+
+
+_QWEN = ("qwen2_5_vl", "Qwen/Qwen2.5-VL-7B-Instruct")
+_GEMMA = ("gemma3", "google/gemma-3-4b-it")
+
+
 def _spec(**sections: Any) -> dict[str, Any]:
     return {"spec": sections}
 
@@ -1011,5 +1032,106 @@ CASES: list[BadInput] = [
         "model.type is immutable (whisper, now distil_whisper)",
         update={"spec": {"model": {"type": "distil_whisper", "variant": "distil-large-v3"}}},
         values=("whisper", "distil_whisper"),
+    ),
+    # -- the trtllm-serve runtime --
+    BadInput(
+        "serve-type-without-runtime",
+        serve_document("serve-type-without-runtime", *_GEMMA, _spec(runtime=DELETE)),
+        REFUSED,
+        "spec.model.type",
+        "is served only by runtime trtllm-serve: there is no TensorRT engine recipe for it",
+        fix=_spec(runtime="trtllm-serve"),
+        values=("gemma3",),
+    ),
+    BadInput(
+        "serve-engine-only-type",
+        serve_document("serve-engine-only-type", "mllama", "meta-llama/Llama-3.2-11B-Vision"),
+        REFUSED,
+        "spec.model.type",
+        "is not served by runtime trtllm-serve: TensorRT-LLM 1.2.1's PyTorch backend lists no multimodal",
+        fix=_spec(runtime=DELETE),
+        values=("mllama",),
+    ),
+    BadInput(
+        "serve-video-to-gemma3",
+        serve_document("serve-video-to-gemma3", *_GEMMA, _spec(serving={"modalities": ["image", "video"]})),
+        REFUSED,
+        "spec.serving.modalities",
+        "serving.modalities names video, which the model type does not take on its runtime",
+        fix=_spec(serving={"modalities": ["image"]}),
+        values=("gemma3", "trtllm-serve"),
+    ),
+    BadInput(
+        "serve-tp-splits-no-heads",
+        serve_document("serve-tp-splits-no-heads", *_QWEN, _spec(engine={"tensorParallelSize": 8})),
+        REFUSED,
+        "spec.engine.tensorParallelSize",
+        "cannot split the checkpoint's heads among its ranks",
+        fix=_spec(engine={"tensorParallelSize": 2}),
+        values=("8", "Qwen/Qwen2.5-VL-7B-Instruct", "28 attention heads and 4 key-value heads"),
+    ),
+    BadInput(
+        "serve-max-multimodal-len",
+        serve_document("serve-max-multimodal-len", *_QWEN, _spec(engine={"maxMultimodalLen": 4096})),
+        REFUSED,
+        "spec.engine.maxMultimodalLen",
+        "has no meaning on runtime trtllm-serve: it is a setting of the TensorRT engine build",
+        fix=_spec(engine={"maxMultimodalLen": DELETE}),
+        values=("4096",),
+    ),
+    BadInput(
+        "serve-streaming",
+        serve_document("serve-streaming", *_QWEN, _spec(serving={"streaming": True})),
+        REFUSED,
+        "spec.serving.streaming",
+        "OpenAI clients ask for streaming per request",
+        fix=_spec(serving={"streaming": False}),
+        values=("true",),
+    ),
+    BadInput(
+        "serve-kv-reuse-on-gemma3",
+        serve_document("serve-kv-reuse-on-gemma3", *_GEMMA, _spec(serving={"kvCacheReuse": True})),
+        REFUSED,
+        "spec.serving.kvCacheReuse",
+        "kvCacheReuse is supported on trtllm-serve only for model types",
+        fix=_spec(serving={"kvCacheReuse": False}),
+        values=("gemma3",),
+    ),
+    BadInput(
+        "serve-label-value-too-long",
+        serve_document(
+            "serve-label-value-too-long", *_QWEN, _spec(serving={"pod": {"labels": {"team": "x" * 70}}})
+        ),
+        INVALID,
+        "spec.serving.pod.labels[team]",
+        "is not a label value (at most 63",
+        reason="InvalidSpec",
+        fix=_spec(serving={"pod": {"labels": {"team": "vlm"}}}),
+        values=("x" * 70,),
+    ),
+    BadInput(
+        "serve-secret-missing",
+        serve_document(
+            "serve-secret-missing",
+            *_GEMMA,
+            _spec(
+                model={"source": {"huggingface": {"tokenSecretRef": {"name": "hf-gemma", "key": "token"}}}}
+            ),
+        ),
+        MISSING,
+        "spec.model.source.huggingface.tokenSecretRef",
+        "Secret hf-gemma not found in namespace",
+        reason="SecretNotFound",
+        prerequisites=(secret("hf-gemma", "token"),),
+        values=("hf-gemma",),
+    ),
+    BadInput(
+        "update-runtime",
+        serve_document("update-runtime", "vila", "Efficient-Large-Model/NVILA-8B"),
+        UPDATE,
+        "spec.runtime",
+        "runtime is immutable (trtllm-serve, now triton-trtllm-engine)",
+        update={"spec": {"runtime": "triton-trtllm-engine"}},
+        values=("trtllm-serve", "triton-trtllm-engine"),
     ),
 ]

@@ -30,15 +30,24 @@ BASE_MODELS: dict[str, dict[str, Any]] = {
         "source": {"huggingface": {"repo": "internlm/internlm-xcomposer2-vl-7b"}},
         "lora": {"source": {"pvc": {"claimName": "adapters"}}},
     },
+    # Types only the trtllm-serve runtime serves: the base is refused until a patch names that runtime.
+    "qwen2_5_vl": {"type": "qwen2_5_vl", "source": {"huggingface": {"repo": "Qwen/Qwen2.5-VL-7B-Instruct"}}},
+    "gemma3": {"type": "gemma3", "source": {"huggingface": {"repo": "google/gemma-3-4b-it"}}},
 }
+# The bases that need `runtime: trtllm-serve` to be valid.
+SERVE_BASES = frozenset({"qwen2_5_vl", "gemma3"})
+SERVE = {"runtime": "trtllm-serve"}
 
 
 def resource(model: str, patch: dict[str, Any] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"model": copy.deepcopy(BASE_MODELS[model])}
+    if model in SERVE_BASES:
+        spec = {**SERVE, **spec}
     document = {
         "apiVersion": "serving.multimodal.dev/v1alpha1",
         "kind": "MultimodalDeployment",
         "metadata": {"name": "test"},
-        "spec": {"model": copy.deepcopy(BASE_MODELS[model])},
+        "spec": spec,
     }
     _merge(document, patch or {})
     return document
@@ -506,5 +515,164 @@ CASES: list[InvalidSpec] = [
         {"spec": {"serving": {"networkPolicy": {"clients": [{}]}}}},
         "spec.serving.networkPolicy.clients[0]",
         "a client needs a podSelector, a namespaceSelector or both",
+    ),
+    # -- the runtime: a model type on a runtime that cannot serve it --
+    InvalidSpec(
+        "serve-type-on-engine",
+        "qwen2_5_vl",
+        {"spec": {"runtime": DELETE}},
+        "spec.model.type",
+        "is served only by runtime trtllm-serve: there is no TensorRT engine recipe for it",
+        values=("qwen2_5_vl",),
+    ),
+    InvalidSpec(
+        "engine-type-on-serve",
+        "llava",
+        {"spec": SERVE},
+        "spec.model.type",
+        "is not served by runtime trtllm-serve: TensorRT-LLM 1.2.1's PyTorch backend lists no multimodal",
+        values=("llava",),
+    ),
+    InvalidSpec(
+        "whisper-on-serve",
+        "whisper",
+        {"spec": SERVE},
+        "spec.model.type",
+        "is not served by runtime trtllm-serve",
+        values=("whisper",),
+    ),
+    InvalidSpec(
+        "runtime-unknown",
+        "qwen2_5_vl",
+        {"spec": {"runtime": "vllm"}},
+        "spec.runtime",
+        "must be 'triton-trtllm-engine' or 'trtllm-serve'",
+        values=('"vllm"',),
+    ),
+    # -- a modality the type lacks --
+    InvalidSpec(
+        "video-to-gemma3",
+        "gemma3",
+        {"spec": {"serving": {"modalities": ["image", "video"]}}},
+        "spec.serving.modalities",
+        "serving.modalities names video, which the model type does not take on its runtime",
+        values=("gemma3", "trtllm-serve"),
+    ),
+    InvalidSpec(
+        "audio-to-qwen2_5_vl",
+        "qwen2_5_vl",
+        {"spec": {"serving": {"modalities": ["audio"]}}},
+        "spec.serving.modalities",
+        "serving.modalities names audio, which the model type does not take on its runtime (audio is taken "
+        "by distil_whisper, whisper on triton-trtllm-engine and by phi4mm on trtllm-serve",
+        values=("qwen2_5_vl",),
+    ),
+    InvalidSpec(
+        "video-to-llava-engine",
+        "llava",
+        {"spec": {"serving": {"modalities": ["video"]}}},
+        "spec.serving.modalities",
+        "serving.modalities names video",
+        values=("llava", "triton-trtllm-engine"),
+    ),
+    # -- tensor parallelism the heads cannot split --
+    InvalidSpec(
+        "tp-splits-no-heads",
+        "qwen2_5_vl",
+        {"spec": {"engine": {"tensorParallelSize": 8}}},
+        "spec.engine.tensorParallelSize",
+        "cannot split the checkpoint's heads among its ranks",
+        values=("8", "Qwen/Qwen2.5-VL-7B-Instruct", "28 attention heads and 4 key-value heads", "1, 2 or 4"),
+    ),
+    # -- engine-only fields on trtllm-serve --
+    InvalidSpec(
+        "max-multimodal-len-on-serve",
+        "qwen2_5_vl",
+        {"spec": {"engine": {"maxMultimodalLen": 4096}}},
+        "spec.engine.maxMultimodalLen",
+        "has no meaning on runtime trtllm-serve: it is a setting of the TensorRT engine build",
+        values=("4096",),
+    ),
+    InvalidSpec(
+        "builder-image-on-serve",
+        "gemma3",
+        {"spec": {"engine": {"builderImage": "registry.example/builder:1"}}},
+        "spec.engine.builderImage",
+        "has no meaning on runtime trtllm-serve",
+        values=("registry.example/builder:1",),
+    ),
+    InvalidSpec(
+        "weight-only-on-serve",
+        "qwen2_5_vl",
+        {"spec": {"engine": {"weightOnlyPrecision": "int8"}}},
+        "spec.engine.weightOnlyPrecision",
+        "has no meaning on runtime trtllm-serve",
+        values=("int8",),
+    ),
+    InvalidSpec(
+        "vision-on-serve",
+        "qwen2_5_vl",
+        {"spec": {"engine": {"vision": {"maxBatchSize": 8}}}},
+        "spec.engine.vision",
+        "engine.vision has no meaning on runtime trtllm-serve",
+    ),
+    # -- engine-runtime serving options with no meaning on trtllm-serve --
+    InvalidSpec(
+        "streaming-on-serve",
+        "qwen2_5_vl",
+        {"spec": {"serving": {"streaming": True}}},
+        "spec.serving.streaming",
+        "OpenAI clients ask for streaming per request",
+        values=("true",),
+    ),
+    InvalidSpec(
+        "triton-batch-on-serve",
+        "gemma3",
+        {"spec": {"serving": {"tritonMaxBatchSize": 4}}},
+        "spec.serving.tritonMaxBatchSize",
+        "it is a setting of Triton's TensorRT-LLM backend",
+        values=("4",),
+    ),
+    InvalidSpec(
+        "image-url-input-on-serve",
+        "qwen2_5_vl",
+        {"spec": {"serving": {"imageUrlInput": True}}},
+        "spec.serving.imageUrlInput",
+        "trtllm-serve always fetches the http(s) image URLs clients send",
+        values=("true",),
+    ),
+    InvalidSpec(
+        "queue-on-serve",
+        "qwen2_5_vl",
+        {"spec": {"serving": {"queue": {"maxQueueSize": 16}}}},
+        "spec.serving.queue",
+        "serving.queue has no meaning on runtime trtllm-serve: it is Triton's dynamic batching",
+    ),
+    # -- what the type's PyTorch backend does not support --
+    InvalidSpec(
+        "kv-reuse-on-gemma3",
+        "gemma3",
+        {"spec": {"serving": {"kvCacheReuse": True}}},
+        "spec.serving.kvCacheReuse",
+        "kvCacheReuse is supported on trtllm-serve only for model types mistral3, phi4mm, qwen2_5_vl, "
+        "qwen2_vl",
+        values=("gemma3",),
+    ),
+    InvalidSpec(
+        "chunked-prefill-on-qwen2_5_vl",
+        "qwen2_5_vl",
+        {"spec": {"serving": {"chunkedContext": True}}},
+        "spec.serving.chunkedContext",
+        "chunkedContext (enable_chunked_prefill) is supported on trtllm-serve only for model types mistral3, "
+        "phi4mm",
+        values=("qwen2_5_vl",),
+    ),
+    InvalidSpec(
+        "fp8-kv-on-gemma3",
+        "gemma3",
+        {"spec": {"engine": {"kvCacheDtype": "fp8"}}},
+        "spec.engine.kvCacheDtype",
+        "kvCacheDtype fp8 is supported on trtllm-serve only for model types",
+        values=("gemma3",),
     ),
 ]

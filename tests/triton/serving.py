@@ -25,6 +25,7 @@ def load_example(
         document["spec"].setdefault("serving", {}).update(overrides or {})
         document["spec"].setdefault("engine", {}).update(engine or {})
     _, plan = plan_resource(document)
+    assert isinstance(plan, ResourcePlan), f"{name} is a trtllm-serve example: no Triton repository"
     return plan
 
 

@@ -75,11 +75,15 @@ def test_changing_the_model_type_breaks_the_transition_rule(case: BadInput) -> N
     assert problems_of(case.document) == [] and problems_of(case.updated) == []
     problems = check_update(case.document["spec"], case.updated["spec"])
     old, new = case.values
-    assert [str(p) for p in problems] == [
-        f"spec.model.type: model.type is immutable ({old}, now {new}): another model type is another "
-        "deployment (engines, repository layout and serving pods all differ); create a new "
-        "MultimodalDeployment instead"
-    ]
+    expected = {
+        "spec.model.type": f"spec.model.type: model.type is immutable ({old}, now {new}): another model type "
+        "is another deployment (engines, repository layout and serving pods all differ); create a new "
+        "MultimodalDeployment instead",
+        "spec.runtime": f"spec.runtime: runtime is immutable ({old}, now {new}): the other runtime serves "
+        "from other files in the engine cache with other pods and another API; create a new "
+        "MultimodalDeployment instead",
+    }
+    assert [str(p) for p in problems] == [expected[case.path]]
     # Changing anything else is allowed.
     changed = {**case.document["spec"], "serving": {"replicas": 3}}
     assert check_update(case.document["spec"], changed) == []

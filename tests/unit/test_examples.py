@@ -16,8 +16,8 @@ from mmd_operator.knowledge import KNOWLEDGE
 from mmd_operator.plan import model_repository
 from mmd_operator.plan.repository_check import check_repository, model_config_class
 from mmd_operator.plan.resource_plan import plan_resource
+from tests.support.examples import ALL_EXAMPLE_PATHS, EXAMPLES_DIR, plan_any_example
 from tests.support.examples import EXAMPLE_PATHS as EXAMPLES
-from tests.support.examples import EXAMPLES_DIR
 from tests.support.examples import plan_example as load_and_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,22 +34,23 @@ def example(request: pytest.FixtureRequest) -> Path:
     return path
 
 
-def test_there_is_an_example_per_model_type() -> None:
-    from mmd_operator.knowledge import ModelType
-
+def test_there_is_an_example_per_engine_model_type_and_for_trtllm_serve() -> None:
     stems = {path.stem for path in EXAMPLES}
-    assert {t.value for t in ModelType} <= stems
+    assert {t.value for t in KNOWLEDGE} <= stems
     assert {"llava-tp2-fp8", "internlm-xcomposer2-lora"} <= stems
+    assert {"qwen2_5_vl", "phi4mm"} <= {path.stem for path in ALL_EXAMPLE_PATHS} - stems
 
 
 def rendered_files(example: Path) -> dict[str, str]:
     """What `mmctl render` writes for `example`: the plan's files and the operator's manifests."""
-    resource, plan = load_and_plan(example)
+    resource, plan = plan_any_example(example)
     manifests = manifest_files(resource, plan, config=OperatorConfig())
     return {**plan.files(), **{f"manifests/{name}": text for name, text in manifests.items()}}
 
 
-def test_rendered_files_match_golden(example: Path, request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize("any_example", ALL_EXAMPLE_PATHS, ids=example_id)
+def test_rendered_files_match_golden(any_example: Path, request: pytest.FixtureRequest) -> None:
+    example = any_example
     files = rendered_files(example)
     golden_dir = GOLDEN / example.stem
     if request.config.getoption("--update-golden"):

@@ -56,7 +56,12 @@ def test_registry_images_are_tagged_as_the_pinned_defaults_name_them() -> None:
         "serving": versions.SERVING_IMAGE,
     }
     values = yaml.safe_load(CHART_VALUES.read_text())
-    assert values["images"] == {"engineBuilder": versions.BUILDER_IMAGE, "serving": versions.SERVING_IMAGE}
+    assert values["images"] == {
+        "engineBuilder": versions.BUILDER_IMAGE,
+        "serving": versions.SERVING_IMAGE,
+        # Not built here: TensorRT-LLM's release image is the base of the trtllm-serve runtime's.
+        "trtllmServe": versions.TRTLLM_SERVE_IMAGE,
+    }
     assert values["image"]["repository"] == "ghcr.io/mmd-operator/operator"
 
 

@@ -17,7 +17,18 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema, mo
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
-from mmd_operator.knowledge import KNOWLEDGE, ModelType, types_where
+from mmd_operator.knowledge import (
+    KNOWLEDGE,
+    Heads,
+    Modality,
+    ModelType,
+    Runtime,
+    checkpoint_heads,
+    modalities_of,
+    serve_types_where,
+    types_of,
+    types_where,
+)
 
 GROUP = "serving.multimodal.dev"
 VERSION = "v1alpha1"
@@ -138,6 +149,8 @@ QUANTITY_RULE = cel_rule(
     f'"{{self}}" is not a Kubernetes quantity; {QUANTITY_HINT}',
     fallback=f"not a Kubernetes quantity; {QUANTITY_HINT}",
 )
+# The tensor-parallel sizes a spec may ask for (engine.tensorParallelSize).
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
 # Status warnings: at most this many, each at most this long (a status always fits).
 MAX_WARNINGS = 32
 WARNING_MAX_LENGTH = 4096
@@ -305,7 +318,10 @@ class EngineCacheSpec(_Schema):
 
 
 class BuildSpec(_Schema):
-    """The engine-build Job. Nothing here changes the engine bytes, so nothing here is in the cacheKey."""
+    """The engine-build Job (trtllm-serve: the weights download Job, which asks for no GPU).
+
+    Nothing here changes the engine bytes, so nothing here is in the cacheKey.
+    """
 
     backoff_limit: int = Field(1, ge=0, le=20)
     """Retries of a failed build pod before the Job fails."""
@@ -332,9 +348,12 @@ class HuggingFaceSource(_Schema):
     repo: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$", max_length=200)
     """Repository id, `<organisation>/<name>`."""
     revision: str = Field("main", min_length=1, max_length=100)
-    """Branch, tag or commit. Use a commit hash: the engine is rebuilt only when this string changes."""
+    """Branch, tag or commit. Use a commit hash: the engine is rebuilt only when this string changes. On
+    trtllm-serve a branch or tag is resolved to a commit at the first download and held: later resources
+    naming it are served the recorded commit (status.weights.commit)."""
     token_secret_ref: SecretKeyRef | None = None
-    """Secret key holding a Hub access token, for gated repositories. Never copied anywhere else."""
+    """Secret key holding a Hub access token, for gated repositories. Never copied anywhere else (the
+    build Job takes it as an environment variable, the trtllm-serve download Job as a mounted file)."""
 
 
 class VolumeSource(_Schema):
@@ -419,7 +438,11 @@ class VisionSpec(_Schema):
 
 
 class EngineSpec(_Schema):
-    """How the TensorRT-LLM engines are built. Every field here is part of the cacheKey."""
+    """How the TensorRT-LLM engines are built. Every field here is part of the cacheKey.
+
+    On trtllm-serve (nothing is built) only tensorParallelSize, dtype, maxBatchSize, maxSeqLen,
+    maxNumTokens and kvCacheDtype have a meaning, as trtllm-serve's own options; the others are refused.
+    """
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -440,19 +463,25 @@ class EngineSpec(_Schema):
     )
 
     builder_image: str | None = Field(None, max_length=512)
-    """Image of the build Job. Defaults to the builder matching the pinned TensorRT-LLM version."""
+    """Image of the build Job. Defaults to the builder matching the pinned TensorRT-LLM version.
+    triton-trtllm-engine only."""
     dtype: Literal["float16", "bfloat16"] | None = None
     """Weights and activations type. Defaults per model type (bfloat16 for mllama, float16 otherwise)."""
     tensor_parallel_size: Literal[1, 2, 4, 8] = 1
-    """Tensor-parallel world size: GPUs per serving pod and MPI ranks of tritonserver."""
+    """Tensor-parallel world size: GPUs per serving pod and MPI ranks of tritonserver (trtllm-serve:
+    `--tp_size`; it must split the heads of a known checkpoint)."""
     max_batch_size: int | None = Field(None, ge=1, le=2048)
-    """Largest number of requests the engine runs at once. Defaults per model type."""
+    """Largest number of requests the engine runs at once. Defaults per model type (trtllm-serve:
+    `max_batch_size`, default 2048)."""
     max_input_len: int | None = Field(None, ge=1, le=1048576)
-    """Longest prompt in tokens (text plus visual tokens). Defaults per model type."""
+    """Longest prompt in tokens (text plus visual tokens). Defaults per model type. triton-trtllm-engine
+    only."""
     max_seq_len: int | None = Field(None, ge=2, le=1048576)
-    """Longest prompt plus output in tokens. Defaults per model type."""
+    """Longest prompt plus output in tokens. Defaults per model type (trtllm-serve: `max_seq_len`, default
+    the checkpoint's)."""
     max_num_tokens: int | None = Field(None, ge=1, le=1048576)
-    """Tokens per engine step (the chunk size with chunked context). Defaults to the builder's."""
+    """Tokens per engine step (the chunk size with chunked context). Defaults to the builder's
+    (trtllm-serve: `max_num_tokens`, default 8192)."""
     max_beam_width: int | None = Field(None, ge=1, le=16)
     """Largest beam width the engine is built for. Defaults per model type (1; 4 for Whisper)."""
     max_images_per_request: int = Field(1, ge=1, le=64)
@@ -463,7 +492,8 @@ class EngineSpec(_Schema):
     max_encoder_input_len: int | None = Field(None, ge=1, le=1048576)
     """Encoder-decoder types only: longest encoder input (mllama: vision tokens; Whisper: fixed 3000)."""
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
-    """KV cache type. `fp8` adds a quantize-and-calibrate step to the build."""
+    """KV cache type. `fp8` adds a quantize-and-calibrate step to the build (trtllm-serve:
+    `kv_cache_config.dtype`, for the types that offer it)."""
     weight_only_precision: Literal["none", "int8", "int4"] = "none"
     """Weight-only quantization at checkpoint conversion."""
     calibration_size: int = Field(512, ge=1, le=100000)
@@ -646,10 +676,14 @@ class NetworkPolicySpec(_Schema):
 
 
 class ServingSpec(_Schema):
-    """How Triton serves the engines. Changing these re-renders the model repository; it never rebuilds."""
+    """How Triton serves the engines, or trtllm-serve the snapshot.
+
+    Changing these re-renders the model repository (the `--config` YAML); it never rebuilds or downloads.
+    """
 
     image: str | None = Field(None, max_length=512)
-    """tritonserver image. Defaults to the one pinned with the TensorRT-LLM version."""
+    """tritonserver image (trtllm-serve: its image). Defaults to the one pinned with the TensorRT-LLM
+    version."""
     replicas: int = Field(1, ge=0, le=1000)
     """Serving pods. Also set by `kubectl scale mmd` and autoscalers (the scale subresource): when one of
     them owns it, leave `replicas` out of the file you apply, or `kubectl apply --server-side` stops with
@@ -674,15 +708,19 @@ class ServingSpec(_Schema):
     uint64 >= 1 naming the image), or answers can leak between different images with the same text. With
     reuse off the id is still accepted and changes nothing (mllama too, which cannot reuse). qwen2_vl and
     internlm_xcomposer2 refuse the id, and reuse: the reference preprocessing cannot build the extra ids
-    for qwen2_vl, and the fork's ensemble for internlm_xcomposer2 has no such input."""
+    for qwen2_vl, and the fork's ensemble for internlm_xcomposer2 has no such input. On trtllm-serve:
+    `kv_cache_config.enable_block_reuse`, for the types whose multimodal support matrix says so (mistral3,
+    phi4mm, qwen2_5_vl, qwen2_vl); written false otherwise, as the backend's default is on."""
     chunked_context: bool = False
-    """Process long prompts in chunks of `maxNumTokens`."""
+    """Process long prompts in chunks of `maxNumTokens` (trtllm-serve: `enable_chunked_prefill`)."""
     kv_cache_free_gpu_mem_fraction: float | None = Field(None, gt=0, le=1)
-    """Share of free GPU memory for the KV cache. Defaults per model type (0.9; 0.5 for Whisper)."""
+    """Share of free GPU memory for the KV cache. Defaults per model type (0.9; 0.5 for Whisper)
+    (trtllm-serve: `kv_cache_config.free_gpu_memory_fraction`)."""
     cross_kv_cache_fraction: float | None = Field(None, gt=0, lt=1)
     """Encoder-decoder types only (mllama, Whisper): share of the KV cache for cross attention (0.5)."""
     max_tokens_in_paged_kv_cache: int | None = Field(None, ge=1)
-    """Upper bound of KV cache tokens. Defaults per model type (24000 for Whisper, otherwise none)."""
+    """Upper bound of KV cache tokens. Defaults per model type (24000 for Whisper, otherwise none)
+    (trtllm-serve: `kv_cache_config.max_tokens`)."""
     batching_strategy: Literal["inflight_fused_batching", "inflight_batching"] = "inflight_fused_batching"
     """`gpt_model_type` of the TensorRT-LLM backend."""
     batch_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] | None = None
@@ -709,8 +747,13 @@ class ServingSpec(_Schema):
     preprocessing loads images (llava_onevision, mllama, qwen2_vl). When on, restrict where the pods
     may connect with `networkPolicy.egress`."""
     network_policy: NetworkPolicySpec | None = None
-    """Restrict the serving pods' network traffic with a NetworkPolicy. Omitted: no policy (the
-    namespace's own policies apply)."""
+    """Restrict the serving pods' network traffic with a NetworkPolicy. Omitted: no policy on
+    triton-trtllm-engine (the namespace's own policies apply); on trtllm-serve a policy that lets the
+    pods connect nowhere but DNS (its server fetches every image URL a client sends)."""
+    modalities: list[Modality] | None = Field(None, max_length=3)
+    """What clients send besides text: `image`, `video`, `audio`. Checked against the model type on its
+    runtime (video only for types that take video, audio only for whisper types and phi4mm); omitted:
+    whatever the type takes. An empty list: text only."""
     zero_pad: bool = False
     """Whisper only: trim audio to its true length instead of padding the mel spectrogram to 30 s."""
     pod: PodSettings = Field(default_factory=PodSettings)
@@ -728,11 +771,11 @@ class ServingSpec(_Schema):
     below that estimate is refused, any other is used."""
 
 
-def _spec_rules() -> list[JsonValue]:
+def _engine_and_common_rules() -> list[JsonDict]:
     lora_types = types_where("lora")
     encoder_decoder = types_where("encoder_decoder")
     whisper = ", ".join(WHISPER_TYPES)
-    rules: list[JsonValue] = [
+    rules: list[JsonDict] = [
         # A transition rule: only an update can break it (the API server gives it the stored spec as oldSelf).
         cel_rule(
             "self.model.type == oldSelf.model.type",
@@ -859,7 +902,266 @@ def _spec_rules() -> list[JsonValue]:
                 field_path=".model.variant",
             )
         )
+    # The rules about fields whose meaning is the engine runtime's hold only there; on trtllm-serve its own
+    # rules (below) say what these fields may be.
+    return [_on_engine(rule) if rule.get("fieldPath") in _ENGINE_RULE_PATHS else rule for rule in rules]
+
+
+# The runtime a spec names, in CEL (a spec that names none is served by triton-trtllm-engine).
+SERVE_RUNTIME = f"has(self.runtime) && self.runtime == '{Runtime.TRTLLM_SERVE}'"
+ENGINE_RUNTIME = f"!has(self.runtime) || self.runtime == '{Runtime.TRITON_TRTLLM_ENGINE}'"
+_RUNTIME_OF_SELF = f"(has(self.runtime) ? self.runtime : '{Runtime.TRITON_TRTLLM_ENGINE}')"
+_RUNTIME_OF_OLD = f"(has(oldSelf.runtime) ? oldSelf.runtime : '{Runtime.TRITON_TRTLLM_ENGINE}')"
+_ENGINE_RULE_PATHS = frozenset(
+    {
+        ".engine.maxImagesPerRequest",
+        ".engine.vision.maxPatchesPerRequest",
+        ".engine.vision.maxBatchSize",
+        ".engine.maxMultimodalLen",
+        ".engine.maxEncoderInputLen",
+        ".engine.kvCacheDtype",
+        ".serving.imageUrlInput",
+        ".serving.kvCacheReuse",
+        ".serving.chunkedContext",
+        ".serving.enableBls",
+        ".serving.accumulateTokens",
+        ".serving.tritonMaxBatchSize",
+        ".serving.maxBeamWidth",
+    }
+)
+
+
+def _on_engine(rule: JsonDict) -> JsonDict:
+    """`rule`, holding only on the triton-trtllm-engine runtime."""
+    return {**rule, "rule": f"({SERVE_RUNTIME}) || ({rule['rule']})"}
+
+
+def _serve_only_for(attribute: str, condition: str, what: str, field_path: str) -> JsonDict:
+    """On trtllm-serve, `condition` only for the model types whose serve knowledge flag `attribute` is set."""
+    allowed = serve_types_where(attribute)
+    return cel_rule(
+        f"!({SERVE_RUNTIME}) || !({condition}) || self.model.type in {cel_list(allowed)}",
+        f"{what} is supported on trtllm-serve only for model types {', '.join(allowed)} (TensorRT-LLM "
+        "1.2.1's multimodal support matrix); model.type is {self.model.type}",
+        field_path=field_path,
+    )
+
+
+# Fields with no meaning on trtllm-serve: (field path from the spec, the condition that it is set, its value
+# in the message or None, what it belongs to). Fields the CRD defaults are compared with their default.
+_BUILD = "a setting of the TensorRT engine build, and trtllm-serve builds nothing"
+_TRITON = "a setting of Triton's TensorRT-LLM backend (runtime triton-trtllm-engine)"
+_NOT_ON_SERVE: tuple[tuple[str, str, str | None, str], ...] = (
+    ("engine.builderImage", "has(self.engine.builderImage)", "self.engine.builderImage", _BUILD),
+    ("engine.maxInputLen", "has(self.engine.maxInputLen)", "self.engine.maxInputLen", _BUILD),
+    ("engine.maxMultimodalLen", "has(self.engine.maxMultimodalLen)", "self.engine.maxMultimodalLen", _BUILD),
+    (
+        "engine.maxEncoderInputLen",
+        "has(self.engine.maxEncoderInputLen)",
+        "self.engine.maxEncoderInputLen",
+        _BUILD,
+    ),
+    ("engine.maxBeamWidth", "has(self.engine.maxBeamWidth)", "self.engine.maxBeamWidth", _BUILD),
+    ("engine.vision", "has(self.engine.vision)", None, _BUILD),
+    (
+        "engine.weightOnlyPrecision",
+        "self.engine.weightOnlyPrecision != 'none'",
+        "self.engine.weightOnlyPrecision",
+        _BUILD,
+    ),
+    ("engine.calibrationSize", "self.engine.calibrationSize != 512", "self.engine.calibrationSize", _BUILD),
+    (
+        "engine.maxImagesPerRequest",
+        "self.engine.maxImagesPerRequest != 1",
+        "self.engine.maxImagesPerRequest",
+        _BUILD,
+    ),
+    (
+        "model.hiddenSize",
+        "has(self.model.hiddenSize)",
+        "self.model.hiddenSize",
+        "sizes Triton's CUDA memory pool",
+    ),
+    (
+        "serving.tritonMaxBatchSize",
+        "has(self.serving.tritonMaxBatchSize)",
+        "self.serving.tritonMaxBatchSize",
+        _TRITON,
+    ),
+    (
+        "serving.streaming",
+        "self.serving.streaming",
+        "self.serving.streaming",
+        _TRITON + "; OpenAI clients ask for streaming per request",
+    ),
+    ("serving.maxBeamWidth", "has(self.serving.maxBeamWidth)", "self.serving.maxBeamWidth", _TRITON),
+    ("serving.enableBls", "has(self.serving.enableBls)", "self.serving.enableBls", _TRITON),
+    ("serving.accumulateTokens", "self.serving.accumulateTokens", "self.serving.accumulateTokens", _TRITON),
+    (
+        "serving.imageUrlInput",
+        "self.serving.imageUrlInput",
+        "self.serving.imageUrlInput",
+        "a Triton input; trtllm-serve always fetches the http(s) image URLs clients send, and "
+        "serving.networkPolicy.egress decides where it may connect",
+    ),
+    (
+        "serving.batchSchedulerPolicy",
+        "has(self.serving.batchSchedulerPolicy)",
+        "self.serving.batchSchedulerPolicy",
+        _TRITON,
+    ),
+    (
+        "serving.excludeInputInOutput",
+        "has(self.serving.excludeInputInOutput)",
+        "self.serving.excludeInputInOutput",
+        _TRITON,
+    ),
+    (
+        "serving.batchingStrategy",
+        "self.serving.batchingStrategy != 'inflight_fused_batching'",
+        "self.serving.batchingStrategy",
+        _TRITON,
+    ),
+    (
+        "serving.logitsDatatype",
+        "self.serving.logitsDatatype != 'TYPE_FP32'",
+        "self.serving.logitsDatatype",
+        _TRITON,
+    ),
+    (
+        "serving.queue",
+        "self.serving.queue.maxQueueDelayMicroseconds != 0 || "
+        "self.serving.queue.preprocessingMaxQueueDelayMicroseconds != 20000 || "
+        "self.serving.queue.maxQueueSize != 0",
+        None,
+        "Triton's dynamic batching",
+    ),
+    (
+        "serving.instances",
+        "self.serving.instances.preprocessing != 1 || self.serving.instances.postprocessing != 1 || "
+        "has(self.serving.instances.bls)",
+        None,
+        "Triton's Python model instances",
+    ),
+    ("serving.loraCache", "has(self.serving.loraCache)", None, _TRITON),
+    ("serving.modelCodePath", "has(self.serving.modelCodePath)", "self.serving.modelCodePath", _TRITON),
+    (
+        "serving.cudaMemoryPoolBytes",
+        "has(self.serving.cudaMemoryPoolBytes)",
+        "self.serving.cudaMemoryPoolBytes",
+        _TRITON,
+    ),
+)
+
+
+def _not_on_serve(path: str, present: str, value: str | None, belongs: str) -> JsonDict:
+    shown = f" ({{{value}}})" if value is not None else ""
+    return cel_rule(
+        f"!({SERVE_RUNTIME}) || !({present})",
+        f"{path}{shown} has no meaning on runtime trtllm-serve: it is {belongs}; leave it out",
+        field_path=f".{path}",
+    )
+
+
+def _modality_rules() -> list[JsonDict]:
+    """serving.modalities names only what the model type takes on its runtime: one rule per modality."""
+    rules = []
+    for modality in Modality:
+        takers = {
+            runtime: [t for t in types_of(runtime) if modality in modalities_of(runtime, t)]
+            for runtime in Runtime
+        }
+        serve, engine = takers[Runtime.TRTLLM_SERVE], takers[Runtime.TRITON_TRTLLM_ENGINE]
+        who = " and by ".join(
+            f"{', '.join(types)} on {runtime}" for runtime, types in takers.items() if types
+        )
+        rules.append(
+            cel_rule(
+                f"!has(self.serving.modalities) || !('{modality}' in self.serving.modalities) || "
+                f"(({SERVE_RUNTIME}) ? self.model.type in {cel_list(serve)} : "
+                f"self.model.type in {cel_list(engine)})",
+                f"serving.modalities names {modality}, which the model type does not take on its runtime "
+                f"({modality} is taken by {who}; model.type is {{self.model.type}} on runtime "
+                f"{{{_RUNTIME_OF_SELF}}})",
+                field_path=".serving.modalities",
+            )
+        )
     return rules
+
+
+def _heads_rules() -> list[JsonDict]:
+    """On trtllm-serve, the tensor-parallel size must split the heads of a known checkpoint.
+
+    One rule per head count that some allowed size cannot split, naming the sizes that can.
+    """
+    by_heads: dict[Heads, list[str]] = {}
+    for repo, heads in checkpoint_heads().items():
+        by_heads.setdefault(heads, []).append(repo)
+    rules = []
+    for heads, repos in by_heads.items():
+        sizes = [size for size in TENSOR_PARALLEL_SIZES if heads.split_by(size)]
+        if len(sizes) == len(TENSOR_PARALLEL_SIZES):
+            continue
+        rules.append(
+            cel_rule(
+                f"!({SERVE_RUNTIME}) || !has(self.model.source.huggingface) || "
+                f"!(self.model.source.huggingface.repo in {cel_list(repos)}) || "
+                f"self.engine.tensorParallelSize in {sizes}",
+                "engine.tensorParallelSize ({self.engine.tensorParallelSize}) cannot split the checkpoint's "
+                "heads among its ranks: every rank needs whole attention heads, and key-value heads are "
+                "split or, when fewer than the ranks, replicated; {self.model.source.huggingface.repo} has "
+                f"{heads.attention} attention heads and {heads.key_value} key-value heads, so the size can "
+                f"be {', '.join(map(str, sizes[:-1]))} or {sizes[-1]}",
+                field_path=".engine.tensorParallelSize",
+            )
+        )
+    return rules
+
+
+def _runtime_rules() -> list[JsonDict]:
+    serve_types, engine_types = types_of(Runtime.TRTLLM_SERVE), types_of(Runtime.TRITON_TRTLLM_ENGINE)
+    return [
+        cel_rule(
+            f"{_RUNTIME_OF_SELF} == {_RUNTIME_OF_OLD}",
+            f"runtime is immutable ({{{_RUNTIME_OF_OLD}}}, now {{{_RUNTIME_OF_SELF}}}): the other runtime "
+            "serves from other files in the engine cache with other pods and another API; create a new "
+            "MultimodalDeployment instead",
+            field_path=".runtime",
+        ),
+        cel_rule(
+            f"!({SERVE_RUNTIME}) || self.model.type in {cel_list(serve_types)}",
+            "model.type ({self.model.type}) is not served by runtime trtllm-serve: TensorRT-LLM 1.2.1's "
+            f"PyTorch backend lists no multimodal support for it (it serves {', '.join(serve_types)}); leave "
+            "runtime out to build engines for it with triton-trtllm-engine",
+            field_path=".model.type",
+        ),
+        cel_rule(
+            f"!({ENGINE_RUNTIME}) || self.model.type in {cel_list(engine_types)}",
+            "model.type ({self.model.type}) is served only by runtime trtllm-serve: there is no TensorRT "
+            f"engine recipe for it (triton-trtllm-engine serves {', '.join(engine_types)}); set spec.runtime "
+            "to trtllm-serve",
+            field_path=".model.type",
+        ),
+        *_modality_rules(),
+        *_heads_rules(),
+        _serve_only_for(
+            "fp8_kv_cache", "self.engine.kvCacheDtype == 'fp8'", "kvCacheDtype fp8", ".engine.kvCacheDtype"
+        ),
+        _serve_only_for(
+            "kv_cache_reuse", "self.serving.kvCacheReuse", "kvCacheReuse", ".serving.kvCacheReuse"
+        ),
+        _serve_only_for(
+            "chunked_prefill",
+            "self.serving.chunkedContext",
+            "chunkedContext (enable_chunked_prefill)",
+            ".serving.chunkedContext",
+        ),
+        *(_not_on_serve(*entry) for entry in _NOT_ON_SERVE),
+    ]
+
+
+def _spec_rules() -> list[JsonValue]:
+    return [*_engine_and_common_rules(), *_runtime_rules()]
 
 
 class MultimodalDeploymentSpec(_Schema):
@@ -867,6 +1169,17 @@ class MultimodalDeploymentSpec(_Schema):
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _spec_rules()})
 
+    @property
+    def serving_runtime(self) -> Runtime:
+        """The runtime, `triton-trtllm-engine` when the spec names none."""
+        return self.runtime or Runtime.TRITON_TRTLLM_ENGINE
+
+    runtime: Runtime | None = None
+    """How the model is served: `triton-trtllm-engine` (omitted: TensorRT engines built by a Job, served
+    by Triton's TensorRT-LLM backend) or `trtllm-serve` (TensorRT-LLM's PyTorch backend: no build, the
+    Hugging Face snapshot downloaded once into the engine cache, served with the OpenAI API). Immutable.
+    Each model type is served by one of them or both; the engine and serving fields that only one runtime
+    has are refused on the other."""
     model: ModelSpec
     """The model to serve."""
     engine: EngineSpec = Field(default_factory=EngineSpec)
@@ -891,8 +1204,9 @@ class Condition(_Schema):
     """One aspect of the resource's state, in the shape of metav1.Condition."""
 
     type: str = Field(max_length=316)
-    """Condition type: Validated, EngineReady, ModelRepositoryReady, Available, Ready, and the kstatus pair
-    Reconciling (True while work towards Ready goes on) and Stalled (True when Failed or Degraded)."""
+    """Condition type: Validated, EngineReady (trtllm-serve: WeightsReady), ModelRepositoryReady
+    (trtllm-serve: ServingConfigReady), Available, Ready, and the kstatus pair Reconciling (True while work
+    towards Ready goes on) and Stalled (True when Failed or Degraded)."""
     status: ConditionStatus
     """True, False or Unknown."""
     reason: str = Field(max_length=1024)
@@ -939,6 +1253,8 @@ class Phase(StrEnum):
 
     PENDING = "Pending"
     BUILDING = "Building"
+    # trtllm-serve: the weights are being downloaded into the engine cache.
+    DOWNLOADING = "Downloading"
     DEPLOYING = "Deploying"
     READY = "Ready"
     DEGRADED = "Degraded"
@@ -967,11 +1283,43 @@ class EngineStatus(_Schema):
     """CacheHit (found in the engine index, no Job) or Built (by the Job); empty until ready."""
 
 
+class WeightsSource(StrEnum):
+    """Where the weights a trtllm-serve resource serves came from."""
+
+    CACHE_HIT = "CacheHit"
+    DOWNLOADED = "Downloaded"
+    # A model.source.pvc claim: served where it lies, nothing downloaded.
+    VOLUME = "Volume"
+
+
+class WeightsStatus(_Schema):
+    """The Hugging Face snapshot a trtllm-serve resource serves, or is downloading."""
+
+    repo: str | None = None
+    """Repository, as the spec names it."""
+    revision: str | None = None
+    """Revision, as the spec names it."""
+    commit: str | None = None
+    """The commit the revision resolved to (recorded in the claim's index the first time, then reused)."""
+    download_key: str | None = None
+    """Digest of repository and revision: names the download Job."""
+    snapshot_key: str | None = None
+    """Digest of repository and commit: names the snapshot's directory in the claim."""
+    claim: str | None = None
+    """Engine-cache PersistentVolumeClaim holding the snapshot (or the model.source.pvc claim)."""
+    path: str | None = None
+    """Where the serving pods find the model."""
+    job: str | None = None
+    """The download Job, while there is one."""
+    source: WeightsSource | None = None
+    """CacheHit (found in the index, no Job), Downloaded (by the Job) or Volume; empty until ready."""
+
+
 class Endpoints(_Schema):
     """In-cluster addresses of the Triton server."""
 
     http: str | None = None
-    """HTTP/REST (KServe v2 protocol, generate endpoints)."""
+    """HTTP/REST (KServe v2 protocol, generate endpoints; on trtllm-serve the OpenAI API, `/v1`)."""
     grpc: str | None = None
     """gRPC (KServe v2 protocol, streaming)."""
     metrics: str | None = None
@@ -984,15 +1332,18 @@ class MultimodalDeploymentStatus(_Schema):
     observed_generation: int | None = None
     """The metadata.generation the status describes."""
     phase: Phase | None = None
-    """Pending, Building, Deploying, Ready, Degraded or Failed."""
+    """Pending, Building (trtllm-serve: Downloading), Deploying, Ready, Degraded or Failed."""
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
     """Validated, EngineReady, ModelRepositoryReady, Available and the summary Ready."""
     derived: DerivedLimits | None = None
     """Build limits and sizes computed from the spec."""
     engine: EngineStatus | None = None
-    """The engine being served or built."""
+    """The engine being served or built (triton-trtllm-engine)."""
+    weights: WeightsStatus | None = None
+    """The snapshot being served or downloaded (trtllm-serve)."""
     model_repository: str | None = None
-    """ConfigMap holding the rendered model repository the pods use."""
+    """ConfigMap holding the rendered model repository the pods use (on trtllm-serve: the generated
+    `--config` YAML)."""
     endpoints: Endpoints | None = None
     """Where to send requests."""
     replicas: int | None = None

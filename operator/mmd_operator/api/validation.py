@@ -120,7 +120,7 @@ def _is_quantity(value: celtypes.Value) -> celtypes.BoolType:
 
 
 def _as_go_text(value: celtypes.Value) -> str:
-    if isinstance(value, bool):
+    if isinstance(value, bool | celtypes.BoolType):
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():
         return str(int(value))

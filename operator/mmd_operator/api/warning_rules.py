@@ -82,13 +82,13 @@ def _value(path: str) -> _Cel:
     return _Cel(f"object.{path}")
 
 
-def _moving_tag(rule_id: str, path: str, consequence: str) -> WarningRule:
-    """The image at `path` names no tag, or `latest`, and no digest: `consequence` follows."""
+def _moving_tag(rule_id: str, path: str, consequence: str, *, when: str = "true") -> WarningRule:
+    """The image at `path` names no tag, or `latest`, and no digest: `consequence` follows (if `when`)."""
     image = _value(path)
     return WarningRule(
         id=rule_id,
         path=path,
-        trap=f"{_has(path)} && !{image}.contains('@') && "
+        trap=f"({when}) && {_has(path)} && !{image}.contains('@') && "
         f"({image}.endsWith(':latest') || !{image}.matches('^.*:[^/]*$'))",
         message=_text(
             'is "',
@@ -96,6 +96,10 @@ def _moving_tag(rule_id: str, path: str, consequence: str) -> WarningRule:
             f'", a moving tag (latest, or none): {consequence}; pin a version tag or a digest (@sha256:...)',
         ),
     )
+
+
+# The resource names the trtllm-serve runtime (the engine runtime's rules leave it out, and the reverse).
+SERVE = "has(object.spec.runtime) && object.spec.runtime == 'trtllm-serve'"
 
 
 def _unpinned_revision(source: str, what: str) -> WarningRule:
@@ -106,7 +110,9 @@ def _unpinned_revision(source: str, what: str) -> WarningRule:
     return WarningRule(
         id=f"{what}-revision-not-a-commit",
         path=path,
-        trap=f"{_has(hub)} && !({_has(path)} && object.{path}.matches('{COMMIT_HASH_PATTERN}'))",
+        trap=f"!({SERVE}) && {_has(hub)} && !({_has(path)} && object.{path}.matches('{COMMIT_HASH_PATTERN}'))"
+        if what == "model"
+        else f"{_has(hub)} && !({_has(path)} && object.{path}.matches('{COMMIT_HASH_PATTERN}'))",
         message=_text(
             'is "',
             revision,
@@ -118,6 +124,31 @@ def _unpinned_revision(source: str, what: str) -> WarningRule:
             " ",
             revision,
             " prints",
+        ),
+    )
+
+
+def _unpinned_weights() -> WarningRule:
+    """trtllm-serve: the weights' revision is a branch or tag, resolved once and then held."""
+    hub = "spec.model.source.huggingface"
+    path = f"{hub}.revision"
+    revision = _Cel(f"({_has(path)} ? object.{path} : 'main')")
+    return WarningRule(
+        id="weights-revision-not-a-commit",
+        path=path,
+        trap=f"({SERVE}) && {_has(hub)} && !({_has(path)} && object.{path}.matches('{COMMIT_HASH_PATTERN}'))",
+        message=_text(
+            'is "',
+            revision,
+            '", not a 40-character commit hash: the first download resolves it to a commit and records it '
+            "in the index of the engine cache, and every later resource naming this repository and revision "
+            "is served that commit, so a newer upstream commit is never picked up, and a resource using "
+            "another engine cache can get other weights; pin the commit (status.weights.commit shows the one "
+            "recorded, git ls-remote https://huggingface.co/",
+            _value(f"{hub}.repo"),
+            " ",
+            revision,
+            " the current one)",
         ),
     )
 
@@ -154,6 +185,20 @@ RULES: tuple[WarningRule, ...] = (
     ),
     _unpinned_revision("spec.model.source", "model"),
     _unpinned_revision("spec.model.lora.source", "lora"),
+    _unpinned_weights(),
+    WarningRule(
+        id="serve-open-egress",
+        path=_EGRESS,
+        trap=f"({SERVE}) && {_has(_EGRESS)} && object.{_EGRESS}.exists(e, {_OPEN_EGRESS})",
+        message=_text(
+            "allows cidr ",
+            _Cel(f"object.{_EGRESS}.filter(e, {_OPEN_EGRESS})[0].cidr"),
+            " without exceptCidrs on runtime trtllm-serve, whose server fetches every http(s) image URL a "
+            "client sends (and, at TensorRT-LLM 1.2, opens a bare path as a local file): it can reach the "
+            "cloud metadata endpoint 169.254.169.254 and, on most network plugins, pods and Services; add "
+            "exceptCidrs (169.254.169.254/32 and the pod and service networks) or list only the image hosts",
+        ),
+    ),
     WarningRule(
         id="image-urls-without-network-policy",
         path=_IMAGE_URLS,
@@ -190,15 +235,25 @@ RULES: tuple[WarningRule, ...] = (
         "spec.serving.image",
         "a pod started after the tag moved can pull a TensorRT-LLM runtime other than the one the engine "
         "was built with, and the engine then fails to load",
+        when=f"!({SERVE})",
+    ),
+    _moving_tag(
+        "trtllm-serve-image-moving-tag",
+        "spec.serving.image",
+        "a pod started after the tag moved can run a TensorRT-LLM other than 1.2.1, whose command line and "
+        "option names the generated --config follows, and trtllm-serve then refuses them or the model",
+        when=SERVE,
     ),
     WarningRule(
         id="network-policy-without-clients",
         path=f"{_POLICY}.clients",
         trap=f"{_has(_POLICY)} && !({_has(f'{_POLICY}.clients')} && size(object.{_POLICY}.clients) > 0)",
         message=_text(
-            "is empty, so no pod may send inference requests (ports 8000 and 8001): where the network "
+            "is empty, so no pod may send inference requests (ports ",
+            _Cel(f"({SERVE}) ? '8000' : '8000 and 8001'"),
+            "): where the network "
             "plugin enforces NetworkPolicy every request times out; list the client pods or namespaces "
-            "(podSelector, namespaceSelector)"
+            "(podSelector, namespaceSelector)",
         ),
     ),
 )

@@ -122,6 +122,8 @@ class Images(_Values):
     """The build Jobs' image. It is a build input: another image means another engine."""
     serving: str = versions.SERVING_IMAGE
     """The tritonserver image of the serving pods."""
+    trtllm_serve: str = versions.TRTLLM_SERVE_IMAGE
+    """The trtllm-serve image of the serving pods of runtime trtllm-serve (TensorRT-LLM 1.2.1)."""
 
 
 class Logging(_Values):
@@ -375,6 +377,8 @@ DEPLOYMENT_TEMPLATE = f"{CHART_DIR}/templates/deployment.yaml"
 _UNCHARTED_SETTINGS = {
     "field_manager": "Server-side apply field manager, and the user agent of every request the operator "
     "makes.",
+    "hf_endpoint": "The Hugging Face Hub the trtllm-serve runtime's weights download Jobs talk to "
+    "(`HF_ENDPOINT`, e.g. a mirror); empty: the public Hub.",
     "model_code_path": "Where the serving image keeps the Triton Python model code (a tensorrtllm_backend "
     "`all_models` tree), which the serving pods' init container copies into the model repository.",
     "pod_name": "The operator's pod, the stem of its identity in the leader election (a random suffix "

@@ -47,7 +47,8 @@ from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.engine_index import EngineIndex
 from mmd_operator.kube.nodes import nodes_of
 from mmd_operator.kube.observe import missing_references
-from mmd_operator.plan.resource_plan import ResourcePlan
+from mmd_operator.plan.resource_plan import AnyPlan
+from mmd_operator.plan.serve_plan import ServePlan
 from mmd_operator.vocabulary import kinds, names
 
 POD_SECURITY = "pod-security.kubernetes.io/"
@@ -237,9 +238,7 @@ def _pod_spec(objects: list[dict[str, Any]], kind: str) -> dict[str, Any] | None
     return found["spec"]["template"]["spec"] if found is not None else None
 
 
-def _nodes(
-    checks: _Checks, resource: MultimodalDeployment, plan: ResourcePlan, config: OperatorConfig
-) -> None:
+def _nodes(checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan, config: OperatorConfig) -> None:
     claim = engine_build.claim_name(resource, config)
     items = checks.read(
         "nodes", "the nodes", lambda: checks.client.list(kinds.NODE.api_version, kinds.NODE.kind)
@@ -247,7 +246,9 @@ def _nodes(
     nodes = nodes_of(items)
     objects = manifests(resource, plan, config=config)
     build, serving = _pod_spec(objects, "Job"), _pod_spec(objects, "Deployment")
-    if _engine_built(checks, claim, plan.cache_key):
+    if isinstance(plan, ServePlan):
+        pass  # the weights download pod asks for no GPU
+    elif _engine_built(checks, claim, plan.cache_key):
         checks.add(
             Severity.INFO, "spec.build.pod", f"engine {plan.cache_key} is built already: no build pod runs"
         )
@@ -259,7 +260,7 @@ def _nodes(
 
 def preflight(
     resource: MultimodalDeployment,
-    plan: ResourcePlan,
+    plan: AnyPlan,
     namespace: str,
     client: KubeClient,
     *,

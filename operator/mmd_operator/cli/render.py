@@ -20,7 +20,8 @@ from mmd_operator.cli.documents import InputError, read_documents
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired.decision import manifest_files
 from mmd_operator.plan.repository_check import RepositoryError
-from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
+from mmd_operator.plan.resource_plan import AnyPlan, plan_resource
+from mmd_operator.plan.serve_plan import ServePlan
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2
@@ -44,7 +45,7 @@ def load_document(path: Path) -> dict[str, Any]:
     return documents[0].content
 
 
-def load_and_plan(path: Path) -> tuple[MultimodalDeployment, ResourcePlan]:
+def load_and_plan(path: Path) -> tuple[MultimodalDeployment, AnyPlan]:
     """Validate the resource in `path` and derive its checked plan.
 
     Raises:
@@ -54,7 +55,7 @@ def load_and_plan(path: Path) -> tuple[MultimodalDeployment, ResourcePlan]:
     return plan_resource(load_document(path))
 
 
-def rendered_files(resource: MultimodalDeployment, plan: ResourcePlan) -> dict[str, str]:
+def rendered_files(resource: MultimodalDeployment, plan: AnyPlan) -> dict[str, str]:
     """The plan's files and, under `manifests/`, every object the operator applies for the resource."""
     objects = manifest_files(resource, plan, config=OperatorConfig())
     return {**plan.files(), **{f"manifests/{name}": text for name, text in objects.items()}}
@@ -70,7 +71,7 @@ def write_files(out_dir: Path, files: dict[str, str]) -> None:
         target.write_text(content)
 
 
-def _load_or_report(path: Path) -> tuple[MultimodalDeployment, ResourcePlan] | int:
+def _load_or_report(path: Path) -> tuple[MultimodalDeployment, AnyPlan] | int:
     """The resource and its plan, or the exit code after telling the user what is wrong."""
     try:
         return load_and_plan(path)
@@ -101,12 +102,18 @@ def run_render(args: argparse.Namespace) -> int:
     resource, plan = loaded
     write_files(out_dir, rendered_files(resource, plan))
     name = resource.metadata.get("name")
-    print(f"rendered {name} ({plan.settings.knowledge.model_type}) into {out_dir}")
-    print(f"  cacheKey          {plan.cache_key}")
-    for model in plan.repository.configs:
-        print(f"  model_repository/{model}/config.pbtxt")
-    print("  derived.json  build_plan.json  launch.json")
-    for name in sorted(path for path in rendered_files(resource, plan) if path.startswith("manifests/")):
+    files = rendered_files(resource, plan)
+    if isinstance(plan, ServePlan):
+        print(f"rendered {name} ({plan.knowledge.model_type} on trtllm-serve) into {out_dir}")
+        print(f"  download key      {plan.cache_key}")
+        print("  " + "  ".join(sorted(path for path in files if "/" not in path)))
+    else:
+        print(f"rendered {name} ({plan.settings.knowledge.model_type}) into {out_dir}")
+        print(f"  cacheKey          {plan.cache_key}")
+        for model in plan.repository.configs:
+            print(f"  model_repository/{model}/config.pbtxt")
+        print("  derived.json  build_plan.json  launch.json")
+    for name in sorted(path for path in files if path.startswith("manifests/")):
         print(f"  {name}")
     return 0
 

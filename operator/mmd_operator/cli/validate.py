@@ -27,7 +27,7 @@ from mmd_operator.cli.documents import STDIN, Document, InputError, input_files,
 from mmd_operator.cli.preflight import Severity, preflight
 from mmd_operator.kube.client import KubeClient, KubeconfigError
 from mmd_operator.plan.repository_check import RepositoryError
-from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
+from mmd_operator.plan.resource_plan import AnyPlan, plan_resource
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -39,7 +39,7 @@ OK, WARNINGS, INVALID = "ok", "warnings", "invalid"
 # A further check of a resource that passed every offline rule, given its checked plan: the problems,
 # warnings and notes (what was found fine) it finds. The read-only `--cluster` preflight is one.
 ResourceCheck = Callable[
-    [MultimodalDeployment, ResourcePlan],
+    [MultimodalDeployment, AnyPlan],
     tuple[Sequence[Problem], Sequence[SpecWarning], Sequence[str]],
 ]
 # The rule name of a warning the cluster preflight found.
@@ -251,7 +251,7 @@ def cluster_check(client: KubeClient, default_namespace: str) -> ResourceCheck:
     """
 
     def check(
-        resource: MultimodalDeployment, plan: ResourcePlan
+        resource: MultimodalDeployment, plan: AnyPlan
     ) -> tuple[list[Problem], list[SpecWarning], list[str]]:
         namespace = str(resource.metadata.get("namespace") or default_namespace)
         findings = preflight(resource, plan, namespace, client)

@@ -25,18 +25,21 @@ Pure: imports the api models, the plan, the config, the facts, the judgement and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from engine_builder.result_format import BuildSucceeded
+from engine_builder.weights_format import DownloadSucceeded
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import engine_build, network, serving
+from mmd_operator.desired import engine_build, network, serve, serving
 from mmd_operator.facts import Observed, OwnerRef
-from mmd_operator.judgement import Judgement, Rendered
-from mmd_operator.plan.resource_plan import ResourcePlan
+from mmd_operator.judgement import Judgement, Rendered, snapshot_key
+from mmd_operator.plan.resource_plan import AnyPlan, ResourcePlan
+from mmd_operator.plan.serve_plan import ServePlan
 from mmd_operator.vocabulary import hashing, kinds, labels, names, ownership
 from mmd_operator.vocabulary.ownership import ObjectKey
 
@@ -50,7 +53,7 @@ class Desired:
     join: tuple[ObjectKey, ...] = ()
     leave: tuple[ObjectKey, ...] = ()
     delete: tuple[ObjectKey, ...] = ()
-    record: BuildSucceeded | None = None
+    record: BuildSucceeded | DownloadSucceeded | None = None
 
     def manifest(self, kind: str) -> dict[str, Any] | None:
         """The manifest of `kind` to apply, if any."""
@@ -72,7 +75,7 @@ class _Case:
     """One resource's decision inputs, and what every part of the decision derives from them."""
 
     resource: MultimodalDeployment
-    plan: ResourcePlan
+    plan: AnyPlan
     observed: Observed
     judgement: Judgement
     config: OperatorConfig
@@ -104,17 +107,43 @@ def _engine_cache_claim(case: _Case, writes: _Writes) -> None:
 
 
 def _build_job(case: _Case, writes: _Writes) -> None:
-    """Create the cacheKey's Job once, join or retry it, and leave the Jobs of earlier cacheKeys."""
-    observed, engine, owner = case.observed, case.judgement.engine, case.owner
-    job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
-    job_leaving = observed.job is not None and observed.job.meta.deleting
-    job_key = ObjectKey.of(kinds.JOB, names.build_job(case.plan.cache_key, case.claim))
+    """Create the cacheKey's build Job once, join or retry it, and leave the Jobs of earlier cacheKeys."""
+    plan = case.plan
+    assert isinstance(plan, ResourcePlan)
 
     def wanted_job() -> dict[str, Any]:
         # Built only when a Job is created or a failed one judged: most reconciles need neither.
         return engine_build.build_job(
-            case.resource, case.plan, namespace=case.namespace, claim=case.claim, owner=owner
+            case.resource, plan, namespace=case.namespace, claim=case.claim, owner=case.owner
         )
+
+    _shared_job(case, writes, names.build_job(plan.cache_key, case.claim), wanted_job)
+
+
+def _download_job(case: _Case, writes: _Writes) -> None:
+    """Create the download key's Job once, join or retry it, and leave the Jobs of earlier keys."""
+    plan = case.plan
+    assert isinstance(plan, ServePlan) and plan.download is not None
+
+    def wanted_job() -> dict[str, Any]:
+        return serve.download_job(
+            case.resource,
+            plan,
+            namespace=case.namespace,
+            claim=case.claim,
+            owner=case.owner,
+            config=case.config,
+        )
+
+    _shared_job(case, writes, names.download_job(plan.download.key, case.claim), wanted_job)
+
+
+def _shared_job(case: _Case, writes: _Writes, name: str, wanted_job: Callable[[], dict[str, Any]]) -> None:
+    """The Job `name` (a build or a download, shared by every resource with its key): create, join, retry."""
+    observed, engine, owner = case.observed, case.judgement.engine, case.owner
+    job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
+    job_leaving = observed.job is not None and observed.job.meta.deleting
+    job_key = ObjectKey.of(kinds.JOB, name)
 
     # A Job that failed with another recipe than the spec's now (pod settings, retries; the cacheKey
     # covers neither), say one the fix of its spec raced, is tried again with this one.
@@ -136,8 +165,10 @@ def _build_job(case: _Case, writes: _Writes) -> None:
 def _serving(case: _Case, writes: _Writes) -> Rendered:
     """The repository ConfigMap, the Deployment once the engine is ready, the Service and the policy."""
     resource, namespace, owner, blocked = case.resource, case.namespace, case.owner, case.judgement.blocked
+    plan = case.plan
+    assert isinstance(plan, ResourcePlan)
     configmap = hashing.stamped(
-        serving.repository_configmap(resource, case.plan, namespace=namespace, owner=owner)
+        serving.repository_configmap(resource, plan, namespace=namespace, owner=owner)
     )
     size = serving.repository_size(configmap["data"])
     repository = configmap["metadata"]["name"]
@@ -149,7 +180,7 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
         deployment = hashing.stamped(
             serving.deployment(
                 resource,
-                case.plan,
+                plan,
                 namespace=namespace,
                 claim=case.claim,
                 repository=repository,
@@ -180,6 +211,41 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
     )
 
 
+def _serve_serving(case: _Case, writes: _Writes) -> Rendered:
+    """The config ConfigMap, the Deployment once the weights are ready, the Service and the policy."""
+    resource, namespace, owner, blocked = case.resource, case.namespace, case.owner, case.judgement.blocked
+    plan = case.plan
+    assert isinstance(plan, ServePlan)
+    configmap = hashing.stamped(serve.config_configmap(resource, plan, namespace=namespace, owner=owner))
+    name = configmap["metadata"]["name"]
+    if not blocked:
+        writes.apply.append(configmap)
+    deployment = None
+    if case.judgement.engine.ready:
+        deployment = hashing.stamped(
+            serve.deployment(
+                resource,
+                plan,
+                namespace=namespace,
+                claim=case.claim,
+                snapshot_key=snapshot_key(case.observed, case.judgement),
+                configmap=name,
+                owner=owner,
+            )
+        )
+        writes.apply.append(deployment)
+    if not blocked:
+        writes.apply.append(hashing.stamped(serve.service(resource, namespace=namespace, owner=owner)))
+        writes.apply.append(hashing.stamped(serve.network_policy(resource, namespace=namespace, owner=owner)))
+    return Rendered(
+        repository=name,
+        repository_size=serving.repository_size(configmap["data"]),
+        too_large=False,
+        repository_digest=str(hashing.applied_hash(configmap)),
+        deployment_digest=hashing.applied_hash(deployment) if deployment else None,
+    )
+
+
 def _superseded_repositories(case: _Case, writes: _Writes, repository: str) -> None:
     """Delete repository ConfigMaps that neither the Deployment nor any pod uses any more."""
     observed = case.observed
@@ -196,7 +262,7 @@ def _superseded_repositories(case: _Case, writes: _Writes, repository: str) -> N
 
 def desired_state(
     resource: MultimodalDeployment,
-    plan: ResourcePlan,
+    plan: AnyPlan,
     observed: Observed,
     judgement: Judgement,
     *,
@@ -214,9 +280,18 @@ def desired_state(
         claim=engine_build.claim_name(resource, config),
     )
     writes = _Writes()
-    _engine_cache_claim(case, writes)
-    _build_job(case, writes)
-    rendered = _serving(case, writes)
+    if isinstance(plan, ServePlan):
+        if plan.download is not None:
+            _engine_cache_claim(case, writes)
+            _download_job(case, writes)
+        else:  # served from the source claim: no cache claim, no Job
+            writes.leave += [ObjectKey.of(kinds.CLAIM, c.meta.name) for c in observed.stale_claims]
+            writes.leave += [ObjectKey.of(kinds.JOB, j.meta.name) for j in observed.stale_jobs]
+        rendered = _serve_serving(case, writes)
+    else:
+        _engine_cache_claim(case, writes)
+        _build_job(case, writes)
+        rendered = _serving(case, writes)
     _superseded_repositories(case, writes, rendered.repository)
     return Desired(
         rendered=rendered,
@@ -228,8 +303,43 @@ def desired_state(
     )
 
 
+def _serve_manifests(
+    resource: MultimodalDeployment,
+    plan: ServePlan,
+    *,
+    namespace: str,
+    owner: OwnerRef,
+    config: OperatorConfig,
+) -> list[dict[str, Any]]:
+    claim = engine_build.claim_name(resource, config)
+    configmap = serve.config_configmap(resource, plan, namespace=namespace, owner=owner)
+    objects = []
+    if plan.download is not None:
+        objects += [
+            engine_build.engine_cache_claim(resource, namespace=namespace, config=config, owner=owner),
+            serve.download_job(resource, plan, namespace=namespace, claim=claim, owner=owner, config=config),
+        ]
+    # A commit is known offline; a branch is resolved by the Job, so its snapshot path is a placeholder.
+    known = plan.cache_key if plan.download_commit is not None else None
+    return [
+        *objects,
+        configmap,
+        serve.deployment(
+            resource,
+            plan,
+            namespace=namespace,
+            claim=claim,
+            snapshot_key=known,
+            configmap=configmap["metadata"]["name"],
+            owner=owner,
+        ),
+        serve.service(resource, namespace=namespace, owner=owner),
+        serve.network_policy(resource, namespace=namespace, owner=owner),
+    ]
+
+
 def manifests(
-    resource: MultimodalDeployment, plan: ResourcePlan, *, config: OperatorConfig
+    resource: MultimodalDeployment, plan: AnyPlan, *, config: OperatorConfig
 ) -> list[dict[str, Any]]:
     """Every object a first apply of `resource` leads to, as if its engine were already built.
 
@@ -243,6 +353,9 @@ def manifests(
     )
     namespace = str(resource.metadata["namespace"])
     owner = ownership.owner_of(resource)
+    if isinstance(plan, ServePlan):
+        served = _serve_manifests(resource, plan, namespace=namespace, owner=owner, config=config)
+        return [hashing.stamped(manifest) for manifest in served]
     claim = engine_build.claim_name(resource, config)
     configmap = serving.repository_configmap(resource, plan, namespace=namespace, owner=owner)
     objects = [
@@ -267,7 +380,7 @@ def manifests(
 
 
 def manifest_files(
-    resource: MultimodalDeployment, plan: ResourcePlan, *, config: OperatorConfig
+    resource: MultimodalDeployment, plan: AnyPlan, *, config: OperatorConfig
 ) -> dict[str, str]:
     """`manifests(...)` as YAML files named `<kind>-<name>.yaml`, for `mmctl render`."""
     return {

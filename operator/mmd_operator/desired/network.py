@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmd_operator.api.v1alpha1 import LabelSelector, MultimodalDeployment, NetworkPort
+from mmd_operator.api.v1alpha1 import LabelSelector, MultimodalDeployment, NetworkPolicySpec, NetworkPort
 from mmd_operator.facts import OwnerRef
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from mmd_operator.vocabulary import kinds, labels, names, ownership
@@ -43,10 +43,31 @@ def _port(port: NetworkPort) -> dict[str, Any]:
     return rendered
 
 
+def dns_egress(dns_namespaces: LabelSelector) -> dict[str, Any]:
+    """The egress rule to DNS (UDP and TCP 53) in `dns_namespaces`."""
+    return {
+        "to": [{"namespaceSelector": selector(dns_namespaces)}],
+        "ports": [{"protocol": "UDP", "port": DNS_PORT}, {"protocol": "TCP", "port": DNS_PORT}],
+    }
+
+
+def default_dns_selector() -> LabelSelector:
+    """Where DNS answers when the spec says nothing: the default of `dnsNamespaceSelector`."""
+    return NetworkPolicySpec().dns_namespace_selector
+
+
 def network_policy(
-    resource: MultimodalDeployment, *, namespace: str, owner: OwnerRef
+    resource: MultimodalDeployment,
+    *,
+    namespace: str,
+    owner: OwnerRef,
+    inference_ports: tuple[int, ...] = (HTTP_PORT, GRPC_PORT),
+    metrics_port: int = METRICS_PORT,
 ) -> dict[str, Any] | None:
-    """The NetworkPolicy of `resource`'s serving pods, or None when its spec asks for none."""
+    """The NetworkPolicy of `resource`'s serving pods, or None when its spec asks for none.
+
+    `inference_ports` and `metrics_port` are the pods' ports (trtllm-serve has one for both).
+    """
     spec = resource.spec.serving.network_policy
     if spec is None:
         return None
@@ -62,19 +83,14 @@ def network_policy(
         peers.append(peer)
     if peers:
         # An ingress rule without `from` would admit everyone: no clients, no rule.
-        ingress.append({"from": peers, "ports": _tcp(HTTP_PORT, GRPC_PORT)})
+        ingress.append({"from": peers, "ports": _tcp(*inference_ports)})
     ingress.append(
         {
             "from": [{"namespaceSelector": selector(spec.monitoring_namespace_selector)}],
-            "ports": _tcp(METRICS_PORT),
+            "ports": _tcp(metrics_port),
         }
     )
-    egress: list[dict[str, Any]] = [
-        {
-            "to": [{"namespaceSelector": selector(spec.dns_namespace_selector)}],
-            "ports": [{"protocol": "UDP", "port": DNS_PORT}, {"protocol": "TCP", "port": DNS_PORT}],
-        }
-    ]
+    egress: list[dict[str, Any]] = [dns_egress(spec.dns_namespace_selector)]
     for allowance in spec.egress:
         block: dict[str, Any] = {"cidr": allowance.cidr}
         if allowance.except_cidrs:

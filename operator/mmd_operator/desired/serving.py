@@ -102,7 +102,7 @@ def assembly_script(plan: ResourcePlan, code_dir: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _serving_metadata(instance: str, namespace: str, owner: OwnerRef) -> dict[str, Any]:
+def serving_metadata(instance: str, namespace: str, owner: OwnerRef) -> dict[str, Any]:
     """Metadata of the Deployment and the Service, which share a name and belong to `instance` alone."""
     return {
         "name": names.serving(instance),
@@ -112,10 +112,16 @@ def _serving_metadata(instance: str, namespace: str, owner: OwnerRef) -> dict[st
     }
 
 
-def _probes(resource: MultimodalDeployment) -> dict[str, Any]:
+def probes(
+    resource: MultimodalDeployment,
+    *,
+    ready_path: str = "/v2/health/ready",
+    live_path: str = "/v2/health/live",
+) -> dict[str, Any]:
+    """The startup, readiness and liveness probes of the server container, on the `http` port."""
     probes = resource.spec.serving.probes
     timeout = probes.liveness_timeout_seconds
-    ready = {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "timeoutSeconds": timeout}
+    ready = {"httpGet": {"path": ready_path, "port": "http"}, "timeoutSeconds": timeout}
     return {
         # Until the first success the other probes do not run: the budget covers engine loading.
         "startupProbe": {
@@ -125,7 +131,7 @@ def _probes(resource: MultimodalDeployment) -> dict[str, Any]:
         },
         "readinessProbe": {**ready, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {
-            "httpGet": {"path": "/v2/health/live", "port": "http"},
+            "httpGet": {"path": live_path, "port": "http"},
             "timeoutSeconds": timeout,
             "periodSeconds": 10,
             "failureThreshold": probes.liveness_failure_threshold,
@@ -161,7 +167,7 @@ def deployment(
         "env": [{"name": key, "value": value} for key, value in sorted(plan.launch.env.items())],
         "ports": [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in PORTS],
         "resources": pods.resources(serving.pod, plan.settings.tensor_parallel_size),
-        **_probes(resource),
+        **probes(resource),
         "lifecycle": {"preStop": {"sleep": {"seconds": ENDPOINT_DRAIN_SECONDS}}},
         "volumeMounts": [*mounts, {"name": "shm", "mountPath": "/dev/shm"}],
         "securityContext": pods.container_security_context(),
@@ -192,7 +198,7 @@ def deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _serving_metadata(instance, namespace, owner),
+        "metadata": serving_metadata(instance, namespace, owner),
         "spec": {
             "replicas": serving.replicas,
             "selector": {"matchLabels": labels.serving_selector(instance)},
@@ -214,7 +220,7 @@ def service(resource: MultimodalDeployment, *, namespace: str, owner: OwnerRef) 
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _serving_metadata(instance, namespace, owner),
+        "metadata": serving_metadata(instance, namespace, owner),
         "spec": {
             "type": "ClusterIP",
             "selector": labels.serving_selector(instance),

@@ -110,17 +110,21 @@ def serving_state(
     startup_budget: float,
     demand: GpuDemand,
     nodes: Nodes | None = None,
+    waits_for: str = "engine",
 ) -> ServingState:
     """The serving state.
 
+    `waits_for` names what the pods wait for before they exist (`engine`, or `weights` on trtllm-serve).
     `applied` says whether the live Deployment is the one the current spec wants, `demand` what the
     serving pods ask of the scheduler and `nodes` what the nodes offer (None: not known).
     """
     if deployment is None:
         if not engine_ready:
+            condition = "WeightsReady" if waits_for == "weights" else "EngineReady"
+            reason = f"{waits_for.capitalize()}NotReady"
             return ServingState(
-                desired, False, False, False, "EngineNotReady", "waiting for the engine",
-                summary="waiting for the engine; the EngineReady condition says where it is.",
+                desired, False, False, False, reason, f"waiting for the {waits_for}",
+                summary=f"waiting for the {waits_for}; the {condition} condition says where it is.",
             )  # fmt: skip
         return ServingState(
             desired, False, False, False, "Deploying", "creating the Deployment",
@@ -174,7 +178,7 @@ def serving_state(
         summary = f"{message}; kubectl rollout status deployment/{name} follows it."
         return state(available, False, "RolloutInProgress", message, summary=summary, recheck_after=recheck)
     summary = (
-        f"{ready}; the others are starting, with {startup_budget:.0f} s to load the engine "
+        f"{ready}; the others are starting, with {startup_budget:.0f} s to load the {waits_for} "
         "(spec.serving.probes.startupTimeoutSeconds): nothing to do yet."
     )
     return state(available, False, "PodsNotReady", ready, summary=summary, recheck_after=recheck)

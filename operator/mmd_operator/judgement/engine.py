@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine_builder.result_format import BuildFailed, BuildSucceeded, parse_termination_message
-from mmd_operator.api.v1alpha1 import EngineSource, MultimodalDeploymentStatus
+from engine_builder.weights_format import DownloadFailed, DownloadSucceeded
+from mmd_operator.api.v1alpha1 import EngineSource, MultimodalDeploymentStatus, WeightsSource
 from mmd_operator.facts import JobFacts, Observed, PodFacts, PodPhase
 from mmd_operator.judgement.placement import GpuDemand, unschedulable
 
@@ -28,10 +29,10 @@ class EngineState:
     message: str
     # One sentence for the Ready condition while the engine is not ready: what is wrong and what to do.
     summary: str = ""
-    # Where a ready engine came from.
-    source: EngineSource | None = None
-    # A success the engine index does not hold yet.
-    record: BuildSucceeded | None = None
+    # Where a ready engine (or, on trtllm-serve, the weights) came from.
+    source: EngineSource | WeightsSource | None = None
+    # A success the engine index does not hold yet (a build, or a download on trtllm-serve).
+    record: BuildSucceeded | DownloadSucceeded | None = None
     # The build failed for an earlier generation and the spec has changed since: build again.
     retry: bool = False
     # Nothing will change until the user acts (a failed build, a missing Secret or claim).
@@ -54,18 +55,19 @@ def pod_result(pod: PodFacts) -> BuildSucceeded | BuildFailed | None:
     return result
 
 
-def describe_failure(failure: BuildFailed) -> str:
-    """A failed build in one line: the step, its exit code and the builder's reason, verbatim."""
+def describe_failure(failure: BuildFailed | DownloadFailed, program: str = "builder") -> str:
+    """A failed build (or download) in one line: the step, its exit code and the program's reason."""
     code = f" (exit code {failure.exit_code})" if failure.exit_code is not None else ""
     if failure.step is None:  # it died before reporting: the reason is its last log line
         if failure.exit_code is None:
             return failure.reason
         killed = ", killed by SIGKILL (out of memory or evicted)" if failure.exit_code == SIGKILL_EXIT else ""
-        return f"the builder exited{code}{killed} without a result; its last line: {failure.reason}"
+        return f"the {program} exited{code}{killed} without a result; its last line: {failure.reason}"
     return f"step {failure.step} failed{code}: {failure.reason}"
 
 
-def _newest(pods: tuple[PodFacts, ...]) -> list[PodFacts]:
+def newest(pods: tuple[PodFacts, ...]) -> list[PodFacts]:
+    """`pods`, the newest first."""
     return sorted(pods, key=lambda pod: (pod.meta.created is not None, pod.meta.created), reverse=True)
 
 
@@ -118,7 +120,7 @@ def _job_state(
     generation: int,
     demand: GpuDemand,
 ) -> EngineState:
-    results = [(pod, pod_result(pod)) for pod in _newest(pods)]
+    results = [(pod, pod_result(pod)) for pod in newest(pods)]
     finished = [(pod, result) for pod, result in results if result is not None]
     built = next((r for _, r in finished if isinstance(r, BuildSucceeded) and r.cache_key == cache_key), None)
     if built is not None:
@@ -149,7 +151,7 @@ def _job_state(
     retrying = ""
     if earlier:
         retrying = f" (attempt {len(earlier) + 1}; the last one: {describe_failure(earlier[0])})"
-    running = [pod for pod in _newest(pods) if pod.phase is PodPhase.RUNNING and not pod.meta.deleting]
+    running = [pod for pod in newest(pods) if pod.phase is PodPhase.RUNNING and not pod.meta.deleting]
     if running:
         pod = running[0]
         where = f"in pod {pod.meta.name} on {pod.node or 'a node'}{retrying}"
@@ -159,7 +161,7 @@ def _job_state(
             message=f"building engine {cache_key} {where}",
             summary=f"the engine is building {where}: follow it with {logs} -f.",
         )
-    pending = [pod for pod in _newest(pods) if pod.phase is PodPhase.PENDING and not pod.meta.deleting]
+    pending = [pod for pod in newest(pods) if pod.phase is PodPhase.PENDING and not pod.meta.deleting]
     for pod in pending:
         if pod.unschedulable:
             unplaced = unschedulable(pod, demand, observed.nodes)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
+from engine_builder.weights_format import DownloadPlan, is_commit, weights_key
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.facts import ClaimFacts, JobFacts, Meta, Missing, MissingReference, Observed, PodFacts
+from mmd_operator.knowledge import Runtime
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.kube.engine_index import EngineIndex
@@ -81,24 +83,35 @@ def observe(
     claim: str,
     now: datetime,
     nodes: NodeDirectory | None = None,
+    download: DownloadPlan | None = None,
 ) -> Observed:
     """The facts of `resource`, whose current plan has `cache_key` and uses `claim`.
 
-    The nodes come from `nodes` while one of the resource's pods cannot be scheduled.
+    On trtllm-serve, `download` is the plan's weights download (None for a PersistentVolumeClaim source,
+    which has no Job and no index entry). The nodes come from `nodes` while one of the resource's pods
+    cannot be scheduled.
     """
     instance = str(resource.metadata["name"])
     namespace = str(resource.metadata["namespace"])
     uid = str(resource.metadata.get("uid", ""))
     claim_facts: ClaimFacts | None = store.get(cached.CLAIMS, namespace, claim)
     index = store.get(cached.CONFIGMAPS, namespace, names.engine_index(claim))
-    engine = index.get(cache_key) if isinstance(index, EngineIndex) else None
-    job_name = names.build_job(cache_key, claim)
-    job: JobFacts | None = store.get(cached.JOBS, namespace, job_name)
+    index = index if isinstance(index, EngineIndex) else EngineIndex()
+    serve = resource.spec.serving_runtime is Runtime.TRTLLM_SERVE
+    engine = None if serve else index.get(cache_key)
+    resolved, weights, job_name = None, None, ""
+    if not serve:
+        job_name = names.build_job(cache_key, claim)
+    elif download is not None:
+        job_name = names.download_job(download.key, claim)
+        resolved = download.revision if is_commit(download.revision) else index.resolved(download.key)
+        weights = index.snapshot(weights_key(download.repo, resolved)) if resolved else None
+    job: JobFacts | None = store.get(cached.JOBS, namespace, job_name) if job_name else None
     build_pods: tuple[PodFacts, ...] = (
         tuple(store.pods_of_job(namespace, job_name)) if job is not None else ()
     )
     missing: list[MissingReference] = []
-    if engine is None and job is None:
+    if engine is None and weights is None and job is None:
         missing = missing_references(client, resource, namespace)
     repositories = tuple(
         value
@@ -115,11 +128,17 @@ def observe(
     if listed is not None:
         listed = dataclasses.replace(listed, requested=requested_by_node(store.all(cached.PODS)))
     stale_jobs = tuple(j for j in store.owned_by(cached.JOBS, namespace, uid) if j.meta.name != job_name)
-    stale_claims = tuple(c for c in store.owned_by(cached.CLAIMS, namespace, uid) if c.meta.name != claim)
+    # A PersistentVolumeClaim source on trtllm-serve uses no engine-cache claim.
+    used_claim = claim if not serve or download is not None else None
+    stale_claims = tuple(
+        c for c in store.owned_by(cached.CLAIMS, namespace, uid) if c.meta.name != used_claim
+    )
     return Observed(
         now=now,
-        claim=claim_facts,
+        claim=claim_facts if used_claim is not None else None,
         engine=engine,
+        resolved_commit=resolved,
+        weights=weights,
         job=job,
         build_pods=build_pods,
         missing=tuple(missing),

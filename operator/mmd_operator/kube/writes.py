@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine_builder.result_format import BuildSucceeded
+from engine_builder.weights_format import DownloadSucceeded
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND
 from mmd_operator.facts import OwnerRef
 from mmd_operator.kube import cache as cached
@@ -82,8 +83,10 @@ class Writer:
         for key in delete:
             self.delete(namespace, key, count)
 
-    def record_build(self, namespace: str, claim: str, summary: BuildSucceeded, count: WriteCount) -> None:
-        """Add a finished build to the engine index of `claim`, owned by the claim, and to the cache."""
+    def record_build(
+        self, namespace: str, claim: str, summary: BuildSucceeded | DownloadSucceeded, count: WriteCount
+    ) -> None:
+        """Add a finished build or download to the index of `claim` (owned by the claim) and to the cache."""
         claim_facts = self.store.get(cached.CLAIMS, namespace, claim)
         index = engine_index.record_build(
             self.client,
@@ -93,7 +96,8 @@ class Writer:
             summary=summary,
         )
         self.store.put(cached.CONFIGMAPS, index)
-        count.applied.append(f"engine-index/{summary.cache_key}")
+        key = summary.snapshot_key if isinstance(summary, DownloadSucceeded) else summary.cache_key
+        count.applied.append(f"engine-index/{key}")
 
     def apply(self, manifest: Mapping[str, Any], count: WriteCount) -> None:
         """Apply `manifest` unless the cached object already carries its digest."""

@@ -3,7 +3,8 @@
 `plan_spec` returns the derived limits, cacheKey, build plan, rendered model repository and launch argv of
 a spec, after the repository passed the same check Triton does at load time (its protobuf parse and the
 ensemble wiring). `mmctl render` writes `ResourcePlan.files()` and the operator applies the same plan, so
-a repository `render` would refuse never reaches a cluster. Pure.
+a repository `render` would refuse never reaches a cluster. A trtllm-serve spec gets a `ServePlan`
+instead (`serve_plan`): no build, no repository. Pure.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from engine_builder import versions
 from engine_builder.plan_format import BuildPlan
 from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeployment, MultimodalDeploymentSpec
 from mmd_operator.api.validation import InvalidSpecError, Problem, check_resource, check_spec
+from mmd_operator.knowledge import KNOWLEDGE, Runtime
 from mmd_operator.plan.build_plan import build_plan
 from mmd_operator.plan.cache_key import cache_key, cache_key_inputs
 from mmd_operator.plan.launch import LaunchPlan, launch_plan
 from mmd_operator.plan.limits import derive_limits
 from mmd_operator.plan.model_repository import ModelRepository, render_repository
 from mmd_operator.plan.repository_check import check_repository
+from mmd_operator.plan.serve_plan import ServePlan, plan_serve
 from mmd_operator.plan.settings import Settings, resolve
 
 
@@ -35,6 +38,11 @@ class ResourcePlan:
     build: BuildPlan
     repository: ModelRepository
     launch: LaunchPlan
+
+    @property
+    def spec(self) -> MultimodalDeploymentSpec:
+        """The spec planned."""
+        return self.settings.spec
 
     @property
     def limits(self) -> DerivedLimits:
@@ -75,14 +83,20 @@ class ResourcePlan:
         return files
 
 
-def plan_spec(spec: MultimodalDeploymentSpec) -> ResourcePlan:
-    """Derive and check everything the operator needs from `spec`.
+# The plan of either runtime.
+AnyPlan = ResourcePlan | ServePlan
+
+
+def plan_spec(spec: MultimodalDeploymentSpec) -> AnyPlan:
+    """Derive and check everything the operator needs from `spec` (a `ServePlan` on trtllm-serve).
 
     Raises:
         InvalidSpecError: when the spec's values contradict derived limits.
         RenderError: when a template leaves a placeholder (a bug, never a user error).
         RepositoryError: when the rendered repository would not load in Triton (a bug, never a user error).
     """
+    if spec.serving_runtime is Runtime.TRTLLM_SERVE:
+        return plan_serve(spec)
     settings = resolve(spec)
     key = cache_key(settings)
     repository = render_repository(settings, cache_key=key)
@@ -96,11 +110,16 @@ def plan_spec(spec: MultimodalDeploymentSpec) -> ResourcePlan:
     )
 
 
+def _derives_limits(spec: MultimodalDeploymentSpec) -> bool:
+    """Whether the spec has engine limits to derive: a type the engine runtime serves, on that runtime."""
+    return spec.serving_runtime is Runtime.TRITON_TRTLLM_ENGINE and spec.model.type in KNOWLEDGE
+
+
 def _with_derivation_problems(
     spec: MultimodalDeploymentSpec | None, problems: list[Problem]
 ) -> list[Problem]:
     """`problems` plus the derivation's, leaving out a field a CEL rule already reported (one per field)."""
-    if spec is None or not problems:
+    if spec is None or not problems or not _derives_limits(spec):
         return problems
     reported = {problem.path for problem in problems}
     try:
@@ -110,7 +129,7 @@ def _with_derivation_problems(
     return problems
 
 
-def plan_resource(document: Mapping[str, Any]) -> tuple[MultimodalDeployment, ResourcePlan]:
+def plan_resource(document: Mapping[str, Any]) -> tuple[MultimodalDeployment, AnyPlan]:
     """Validate a MultimodalDeployment document and derive its plan, reporting every problem at once.
 
     Schema, CEL and derivation problems are collected together, so one run lists everything to fix.
@@ -125,7 +144,7 @@ def plan_resource(document: Mapping[str, Any]) -> tuple[MultimodalDeployment, Re
     return resource, plan_spec(resource.spec)
 
 
-def plan_spec_document(document: object) -> ResourcePlan:
+def plan_spec_document(document: object) -> AnyPlan:
     """Validate a `spec` alone (as the API server holds it) and derive its plan, every problem at once.
 
     Nothing in a plan depends on the resource's name or namespace.

@@ -30,13 +30,17 @@ from mmd_operator.api.v1alpha1 import (
     EngineStatus,
     MultimodalDeploymentStatus,
     Phase,
+    WeightsStatus,
 )
 from mmd_operator.api.validation import Problem
 from mmd_operator.judgement.availability import ServingState
 from mmd_operator.judgement.engine import ENGINE_READY, EngineState
+from mmd_operator.judgement.weights import WEIGHTS_READY
 
 VALIDATED = "Validated"
 MODEL_REPOSITORY_READY = "ModelRepositoryReady"
+# trtllm-serve's counterpart: the ConfigMap of the generated `--config` YAML.
+SERVING_CONFIG_READY = "ServingConfigReady"
 AVAILABLE = "Available"
 READY = "Ready"
 # The two abnormal-true conditions of the kstatus convention, which Flux, kpt and Argo CD read: True while
@@ -47,7 +51,7 @@ STALLED = "Stalled"
 MESSAGE_LIMIT = 4000
 # The reason of the Warning event that lists the spec's warnings when they change.
 SPEC_WARNINGS = "SpecWarnings"
-_FAILED_REASONS = frozenset({"InvalidSpec", "BuildFailed", "RepositoryTooLarge"})
+_FAILED_REASONS = frozenset({"InvalidSpec", "BuildFailed", "DownloadFailed", "RepositoryTooLarge"})
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,19 @@ class Findings:
     selector: str | None = None
     # Traps the spec walks into (`api.warning_rules`), "path: message" each; never a reason to wait.
     warnings: Sequence[str] = ()
+    # The trtllm-serve runtime: `engine` is then the weights' state, and `weights` what status shows of them.
+    serve: bool = False
+    weights: WeightsStatus | None = None
+
+    @property
+    def artifact_condition(self) -> str:
+        """EngineReady, or WeightsReady on trtllm-serve."""
+        return WEIGHTS_READY if self.serve else ENGINE_READY
+
+    @property
+    def config_condition(self) -> str:
+        """ModelRepositoryReady, or ServingConfigReady on trtllm-serve."""
+        return SERVING_CONFIG_READY if self.serve else MODEL_REPOSITORY_READY
 
 
 def _clip(message: str, limit: int = MESSAGE_LIMIT) -> str:
@@ -126,38 +143,43 @@ def _conditions(findings: Findings) -> list[Condition]:
         unknown = "not evaluated: the spec is invalid"
         return [
             _condition(VALIDATED, False, "InvalidSpec", message, generation),
-            _condition(ENGINE_READY, None, "InvalidSpec", unknown, generation),
-            _condition(MODEL_REPOSITORY_READY, None, "InvalidSpec", unknown, generation),
+            _condition(findings.artifact_condition, None, "InvalidSpec", unknown, generation),
+            _condition(findings.config_condition, None, "InvalidSpec", unknown, generation),
             _condition(AVAILABLE, None, "InvalidSpec", unknown, generation),
             _condition(READY, False, "InvalidSpec", summary, generation),
         ]
     engine, repository, serving = findings.engine, findings.repository, findings.serving
     assert engine is not None and repository is not None and serving is not None
+    if findings.serve:
+        key = findings.weights.download_key if findings.weights is not None else None
+        valid = f"weights download key {key}" if key else "weights on the model.source.pvc claim"
+    else:
+        valid = f"engine cacheKey {findings.cache_key}"
     conditions = [
-        _condition(VALIDATED, True, "Valid", f"engine cacheKey {findings.cache_key}", generation),
-        _condition(ENGINE_READY, engine.ready, engine.reason, engine.message, generation),
+        _condition(VALIDATED, True, "Valid", valid, generation),
+        _condition(findings.artifact_condition, engine.ready, engine.reason, engine.message, generation),
     ]
+    config_condition = findings.config_condition
     too_large = f"the rendered repository takes {repository.size} bytes; a ConfigMap holds at most 1 MiB"
     repository_summary = f"applying the model repository ConfigMap {repository.name}; nothing to do yet."
     if repository.too_large:
-        repo = _condition(MODEL_REPOSITORY_READY, False, "RepositoryTooLarge", too_large, generation)
+        repo = _condition(config_condition, False, "RepositoryTooLarge", too_large, generation)
         repository_summary = f"{too_large}: report it as a bug, with the spec."
     elif repository.held is not None:
         repository_summary = engine.summary or engine.message
+        once = "the weights can be downloaded" if findings.serve else "the engine can be built"
         repo = _condition(
-            MODEL_REPOSITORY_READY,
+            config_condition,
             False,
             engine.reason,
-            f"ConfigMap {repository.name} is created once the engine can be built: {repository.held}",
+            f"ConfigMap {repository.name} is created once {once}: {repository.held}",
             generation,
         )
     elif repository.applied:
-        repo = _condition(
-            MODEL_REPOSITORY_READY, True, "Rendered", f"ConfigMap {repository.name}", generation
-        )
+        repo = _condition(config_condition, True, "Rendered", f"ConfigMap {repository.name}", generation)
     else:
         repo = _condition(
-            MODEL_REPOSITORY_READY, False, "Rendering", f"applying ConfigMap {repository.name}", generation
+            config_condition, False, "Rendering", f"applying ConfigMap {repository.name}", generation
         )
     conditions.append(repo)
     conditions.append(_condition(AVAILABLE, serving.available, serving.reason, serving.message, generation))
@@ -183,7 +205,9 @@ def _phase(findings: Findings, conditions: list[Condition]) -> Phase:
     if engine.failed:
         return Phase.FAILED
     if not engine.ready:
-        return Phase.PENDING if engine.waiting_for_claim else Phase.BUILDING
+        if engine.waiting_for_claim:
+            return Phase.PENDING
+        return Phase.DOWNLOADING if findings.serve else Phase.BUILDING
     if ready.status is ConditionStatus.TRUE:
         return Phase.READY
     if serving.trouble:
@@ -191,7 +215,7 @@ def _phase(findings: Findings, conditions: list[Condition]) -> Phase:
     return Phase.DEPLOYING
 
 
-_IN_PROGRESS = frozenset({Phase.PENDING, Phase.BUILDING, Phase.DEPLOYING})
+_IN_PROGRESS = frozenset({Phase.PENDING, Phase.BUILDING, Phase.DOWNLOADING, Phase.DEPLOYING})
 _STALLED = frozenset({Phase.FAILED, Phase.DEGRADED})
 
 
@@ -294,6 +318,7 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
         conditions=conditions,
         derived=findings.derived,
         engine=engine_status,
+        weights=findings.weights,
         model_repository=findings.repository.name if findings.repository is not None else None,
         endpoints=findings.endpoints,
         replicas=serving.desired if serving is not None else None,
@@ -308,6 +333,7 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
             update={
                 "derived": previous.derived,
                 "engine": previous.engine,
+                "weights": previous.weights,
                 "model_repository": previous.model_repository,
                 "endpoints": previous.endpoints,
                 "replicas": previous.replicas,

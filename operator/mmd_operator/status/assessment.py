@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mmd_operator.api.v1alpha1 import Endpoints, MultimodalDeployment
+from engine_builder.weights_format import DownloadSucceeded
+from mmd_operator.api.v1alpha1 import Endpoints, MultimodalDeployment, WeightsSource, WeightsStatus
 from mmd_operator.facts import Meta, Observed
-from mmd_operator.judgement import Judgement, Rendered
+from mmd_operator.judgement import Judgement, Rendered, snapshot_key
 from mmd_operator.judgement.availability import serving_state
 from mmd_operator.judgement.placement import serving_demand
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
-from mmd_operator.plan.resource_plan import ResourcePlan
+from mmd_operator.plan.resource_plan import AnyPlan
+from mmd_operator.plan.serve_plan import ServePlan
 from mmd_operator.status import Findings, RepositoryState
 from mmd_operator.vocabulary import labels, names
 
@@ -36,6 +38,43 @@ def endpoints(instance: str, namespace: str) -> Endpoints:
     )
 
 
+def serve_endpoints(instance: str, namespace: str) -> Endpoints:
+    """In-cluster URLs of a trtllm-serve Service: the OpenAI API and its Prometheus metrics."""
+    host = f"{names.serving(instance)}.{namespace}.svc"
+    return Endpoints(
+        http=f"http://{host}:{HTTP_PORT}/v1", metrics=f"http://{host}:{METRICS_PORT}/prometheus/metrics"
+    )
+
+
+def _weights(plan: ServePlan, observed: Observed, judgement: Judgement, claim: str) -> WeightsStatus:
+    """What status.weights says: the source, the resolved commit and where the snapshot lies."""
+    engine = judgement.engine
+    source = engine.source if engine.ready else None
+    download = plan.download
+    if download is None:
+        pvc = plan.spec.model.source.pvc
+        return WeightsStatus(
+            claim=pvc.claim_name if pvc else None,
+            path=plan.snapshot_path(None),
+            source=WeightsSource(source) if source else None,
+        )
+    key = snapshot_key(observed, judgement)
+    record = engine.record
+    commit = observed.resolved_commit or (record.commit if isinstance(record, DownloadSucceeded) else None)
+    job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
+    return WeightsStatus(
+        repo=download.repo,
+        revision=download.revision,
+        commit=commit,
+        download_key=download.key,
+        snapshot_key=key,
+        claim=claim,
+        path=plan.snapshot_path(key) if key else None,
+        job=job.meta.name if job is not None else None,
+        source=WeightsSource(source) if source else None,
+    )
+
+
 def selector_string(instance: str) -> str:
     """The serving pods' label selector, in the string form of the scale subresource."""
     return ",".join(f"{key}={value}" for key, value in sorted(labels.serving_selector(instance).items()))
@@ -43,7 +82,7 @@ def selector_string(instance: str) -> str:
 
 def assess(
     resource: MultimodalDeployment,
-    plan: ResourcePlan,
+    plan: AnyPlan,
     observed: Observed,
     judgement: Judgement,
     rendered: Rendered,
@@ -64,6 +103,7 @@ def assess(
         held=engine.message if judgement.blocked else None,
     )
     live_deployment = observed.deployment
+    serve = isinstance(plan, ServePlan)
     serving = serving_state(
         live_deployment,
         observed.serving_pods,
@@ -74,7 +114,20 @@ def assess(
         startup_budget=float(resource.spec.serving.probes.startup_timeout_seconds),
         demand=serving_demand(resource.spec),
         nodes=observed.nodes,
+        waits_for="weights" if serve else "engine",
     )
+    if isinstance(plan, ServePlan):
+        return Findings(
+            generation=int(resource.metadata.get("generation", 1)),
+            serve=True,
+            weights=_weights(plan, observed, judgement, claim),
+            engine=engine,
+            repository=repository,
+            serving=serving,
+            endpoints=serve_endpoints(instance, namespace),
+            selector=selector_string(instance),
+            warnings=warnings,
+        )
     job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
     return Findings(
         generation=int(resource.metadata.get("generation", 1)),

@@ -22,10 +22,12 @@ OPERATOR = "mmd-operator"
 ENGINE_CACHE = "engine-cache"
 ENGINE_INDEX = "engine-index"
 ENGINE_BUILD = "engine-build"
+WEIGHTS_DOWNLOAD = "weights-download"
 MODEL_REPOSITORY = "model-repository"
 SERVING = "serving"
 
-# The cacheKey a build Job (and its pods) produces; shared by every resource with that key.
+# The cacheKey a build Job (and its pods) produces, or the download key of a weights download Job; shared by
+# every resource with that key.
 CACHE_KEY = f"{PREFIX}/cache-key"
 # The engine-cache claim a build writes into or an index describes.
 ENGINE_CACHE_CLAIM = f"{PREFIX}/engine-cache"

@@ -19,6 +19,13 @@ def build_job(cache_key: str, claim: str) -> str:
     return f"build-{cache_key}-{hashlib.sha256(claim.encode()).hexdigest()[:8]}"
 
 
+def download_job(download_key: str, claim: str) -> str:
+    """The weights download Job of `download_key` in `claim`: one per key and engine-cache claim."""
+    if claim == DEFAULT_CLAIM:
+        return f"download-{download_key}"
+    return f"download-{download_key}-{hashlib.sha256(claim.encode()).hexdigest()[:8]}"
+
+
 def engine_index(claim: str) -> str:
     """The ConfigMap recording the finished engines of `claim`."""
     return f"{claim}-index"

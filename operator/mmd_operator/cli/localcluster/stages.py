@@ -12,6 +12,13 @@ Job succeed; deleted pods disappear. On top of that:
   cache-key label, whose GPU count is the container's `nvidia.com/gpu` limit (1 without one) and whose
   GPU is the model of the cluster's node pool; the pod Succeeds. kwok's own `pod-complete` skips these
   pods, so the two stages never race.
+- The weights download (the trtllm-serve runtime). A pod labelled `app.kubernetes.io/component:
+  weights-download` and without a fault label becomes Running and Ready, then, after the same
+  `localcluster.mmd.dev/build-duration`, ends the way `python -m engine_builder download` reports success:
+  a `DownloadSucceeded` line for the plan its container was given (`--plan-json`, the third argument):
+  the revision itself when it is a commit, else the made-up commit sha1("<repo>@<revision>") (what the
+  tests' `downloads.commit_of` computes), and the snapshot key of that commit, computed as
+  `weights_format.weights_key` does (sprig's sha256sum of the same canonical JSON).
 - Scripted outcomes (fault injection, mostly). A pod labelled `localcluster.mmd.dev/fault` is left
   alone by the normal stages (and by the engine-builder stage) and instead: `fail` - its containers exit
   (code from the annotation `localcluster.mmd.dev/fault-exit-code`, default 1; termination message from
@@ -24,8 +31,8 @@ Job succeed; deleted pods disappear. On top of that:
   creates a hostPath PV pre-bound to the claim, and the PV controller binds the two (real binding, real
   phases). A Released PV of the class is deleted, as a provisioner with reclaimPolicy Delete does.
 
-Imports: the standard library, PyYAML, the engine builder's result format and version pins, and the
-operator's label keys.
+Imports: the standard library, PyYAML, the engine builder's result and weights formats and version pins,
+and the operator's label keys.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import yaml
 
 from engine_builder import versions
 from engine_builder.result_format import BuildSucceeded, Gpu, Versions
+from engine_builder.weights_format import WEIGHTS_FORMAT_VERSION, WEIGHTS_KEY_LENGTH, DownloadSucceeded
 from mmd_operator.vocabulary import labels
 
 FAULT_LABEL = "localcluster.mmd.dev/fault"
@@ -397,6 +405,80 @@ def _is_build_pod_cel() -> str:
     )
 
 
+def _download_success_format() -> str:
+    """A Go printf format of the download's success line.
+
+    Its verbs are the key, repo, revision, commit and snapshot key (each %s, a JSON string) and the seconds.
+    """
+    sentinels = {name: f"@{name}@" for name in ("key", "repo", "revision", "commit", "snapshot_key")}
+    line = DownloadSucceeded(
+        **sentinels, files=12, total_bytes=7_514_000_000, seconds=_SECONDS_SENTINEL
+    ).model_dump_json()
+    if "`" in line or "%" in line:
+        raise ValueError(f"the download's success line cannot be a Go format: {line}")
+    for sentinel in sentinels.values():
+        if line.count(f'"{sentinel}"') != 1:
+            raise ValueError(f"{sentinel} is not once in the download's success line: {line}")
+        line = line.replace(f'"{sentinel}"', "%s")
+    return line.replace(f'"seconds":{_SECONDS_SENTINEL}', '"seconds":%d.0')
+
+
+def _download_template() -> str:
+    # The canonical JSON weights_key hashes: sorted keys, no spaces (repository names need no escaping).
+    identity = '{"format":' + str(WEIGHTS_FORMAT_VERSION) + ',"huggingface":"%s","revision":"%s"}'
+    arguments = " ".join(
+        f"({value} | toJson)"
+        for value in ("$plan.key", "$plan.repo", "$plan.revision", "$commit", "$snapshot")
+    )
+    values = f"""
+{{{{ $now := Now }}}}
+{{{{ $started := or .status.startTime $now }}}}
+{{{{ $seconds := max 0 (sub (now | unixEpoch) (toDate "2006-01-02T15:04:05Z07:00" $started | unixEpoch)) }}}}
+{{{{ $plan := fromJson (index (index .spec.containers 0).args 2) }}}}
+{{{{ $commit := $plan.revision }}}}
+{{{{ if not (regexMatch "^[0-9a-f]{{40}}$" $plan.revision) }}}}
+{{{{ $commit = sha1sum (printf "%s@%s" $plan.repo $plan.revision) }}}}
+{{{{ end }}}}
+{{{{ $snapshot := trunc {WEIGHTS_KEY_LENGTH} (sha256sum (printf `{identity}` $plan.repo $commit)) }}}}
+{{{{ $message := printf `{_download_success_format()}` {arguments} $seconds }}}}
+"""
+    return _finished_template(
+        phase="Succeeded",
+        exit_code="0",
+        reason="Completed",
+        ready_reason="PodCompleted",
+        message="$message",
+        values=values,
+        started_at="$started",
+        first_transition=False,
+    )
+
+
+def _is_download_pod_cel() -> str:
+    return f"self.metadata.labels['{labels.COMPONENT}'] == '{labels.WEIGHTS_DOWNLOAD}'"
+
+
+def _download_stage() -> dict[str, Any]:
+    selector = {
+        "matchExpressions": [
+            {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+            {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+            {"key": f'.metadata.labels["{FAULT_LABEL}"]', "operator": "DoesNotExist"},
+            {"cel": {"expression": _is_download_pod_cel()}},
+        ]
+    }
+    delay = {
+        "durationMilliseconds": DEFAULT_BUILD_DURATION_SECONDS * 1000,
+        "durationFrom": {"jq": {"expression": f'.metadata.annotations["{BUILD_DURATION_ANNOTATION}"]'}},
+    }
+    return _stage(
+        "pod-weights-download-succeed",
+        "Pod",
+        selector,
+        {"delay": delay, "next": {"statusTemplate": _download_template()}},
+    )
+
+
 def _builder_stage(gpu_name: str, compute_capability: str) -> dict[str, Any]:
     selector = {
         "matchExpressions": [
@@ -438,8 +520,10 @@ def stage_documents(
             expressions.append({"key": f'.metadata.labels["{FAULT_LABEL}"]', "operator": "DoesNotExist"})
         if stage["metadata"]["name"] in _STAGES_SKIPPING_BUILD_PODS:
             expressions.append({"cel": {"expression": f"!({_is_build_pod_cel()})"}})
+            expressions.append({"cel": {"expression": f"!({_is_download_pod_cel()})"}})
         documents.append(stage)
     documents.append(_builder_stage(gpu_name, compute_capability))
+    documents.append(_download_stage())
     documents += [_fault_stage(fault) for fault in FAULTS]
     documents += _volume_stages()
     return documents

@@ -1,0 +1,189 @@
+"""The trtllm-serve runtime's plan: the weights to download, the `--config` YAML and the exact argv.
+
+Nothing is built. A Hugging Face source becomes a `DownloadPlan` keyed by repository and revision
+(`weights_format.weights_key`): the download Job's key, and the snapshot's when the revision is a commit;
+a branch or tag is resolved by the Job and recorded in the claim's index, so where the snapshot lies is
+known only then (`snapshot_path`). A `model.source.pvc` source is served where it lies, with no download.
+
+The serving options become the LlmArgs YAML `trtllm-serve --config` applies (TensorRT-LLM 1.2.1's
+TorchLlmArgs and KvCacheConfig field names, which tests check against the trtllm-serve double's facts):
+`max_batch_size`, `max_num_tokens`, `max_seq_len`, `dtype`, `kv_cache_config` (`free_gpu_memory_fraction`,
+`enable_block_reuse` always written, since the backend's default is on and most multimodal types cannot
+reuse, `dtype: fp8`, `max_tokens`), `enable_chunked_prefill`, and `return_perf_metrics: true`, without
+which `/prometheus/metrics` does not exist. The argv is the same for every tensor-parallel size: one pod,
+and trtllm-serve spawns its own ranks (see `launch`). Pure: imports the api models, the knowledge, the
+pinned versions and the builder's weights format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from engine_builder import versions
+from engine_builder.weights_format import DownloadPlan, is_commit, snapshot_directory, weights_key
+from mmd_operator.api.v1alpha1 import MultimodalDeploymentSpec
+from mmd_operator.knowledge import Modality, ServeKnowledge, serve_knowledge_of
+from mmd_operator.plan.launch import HTTP_PORT
+from mmd_operator.plan.settings import ENGINE_MOUNT
+
+TRTLLM_SERVE = "trtllm-serve"
+# Where the serving pod finds the generated YAML (from its ConfigMap) and a PersistentVolumeClaim source.
+CONFIG_MOUNT = "/etc/trtllm-serve"
+CONFIG_FILE = "config.yaml"
+SOURCE_MOUNT = "/model-source"
+DEFAULT_FREE_GPU_MEMORY_FRACTION = 0.9
+# What trtllm-serve uses where the spec says nothing (its click defaults at 1.2.1), shown by render.
+SERVE_DEFAULTS = {"max_batch_size": 2048, "max_num_tokens": 8192}
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """Everything the operator derives from a trtllm-serve spec."""
+
+    spec: MultimodalDeploymentSpec
+    knowledge: ServeKnowledge
+    # The download's key (Hugging Face source) or a digest of the claim and path (PersistentVolumeClaim).
+    cache_key: str
+    download: DownloadPlan | None
+    config: dict[str, Any]
+    serving_image: str
+    tensor_parallel_size: int
+    modalities: tuple[Modality, ...]
+
+    @property
+    def config_yaml(self) -> str:
+        """The `--config` file."""
+        return yaml.safe_dump(self.config, sort_keys=True)
+
+    def snapshot_path(self, snapshot_key: str | None) -> str:
+        """Where the serving pod finds the model: the snapshot in the cache, or the source claim's path."""
+        hub = self.spec.model.source.huggingface
+        if hub is None:
+            pvc = self.spec.model.source.pvc
+            assert pvc is not None
+            relative = pvc.path.strip("/")
+            return SOURCE_MOUNT + (f"/{relative}" if relative else "")
+        key = snapshot_key or "<snapshot key: the resolved commit's>"
+        return f"{ENGINE_MOUNT}/{key}/{snapshot_directory(hub.repo)}"
+
+    def argv(self, snapshot_key: str | None) -> list[str]:
+        """The serving container's command."""
+        return [
+            TRTLLM_SERVE,
+            self.snapshot_path(snapshot_key),
+            "--backend", "pytorch",
+            "--host", "0.0.0.0",
+            "--port", str(HTTP_PORT),
+            "--tp_size", str(self.tensor_parallel_size),
+            "--config", f"{CONFIG_MOUNT}/{CONFIG_FILE}",
+        ]  # fmt: skip
+
+    def derived_summary(self) -> dict[str, Any]:
+        """What was derived, under TensorRT-LLM's own names, for `mmctl render`."""
+        hub = self.spec.model.source.huggingface
+        effective = {**SERVE_DEFAULTS, **self.config}
+        summary: dict[str, Any] = {
+            "runtime": TRTLLM_SERVE,
+            "model_type": self.knowledge.model_type.value,
+            "architecture": self.knowledge.architecture,
+            "modalities": [m.value for m in self.modalities],
+            "chat_template": self.knowledge.chat_template,
+            "tp_size": self.tensor_parallel_size,
+            "llm_args": effective,
+            "weights": (
+                {
+                    "download_key": self.cache_key,
+                    "repo": hub.repo,
+                    "revision": hub.revision,
+                    "commit": hub.revision if is_commit(hub.revision) else None,
+                    "snapshot_key": self.cache_key if is_commit(hub.revision) else None,
+                }
+                if hub is not None
+                else {"pvc": self.snapshot_path(None)}
+            ),
+            "versions": {
+                "trtllm": versions.SERVE_TRTLLM_VERSION,
+                "serving_image": self.serving_image,
+                "base_image": versions.SERVE_BASE_IMAGE,
+            },
+        }
+        return summary
+
+    def files(self) -> dict[str, str]:
+        """Every file of the plan, relative to an output directory (what `mmctl render` writes)."""
+        files = {
+            "derived.json": json.dumps(self.derived_summary(), indent=2) + "\n",
+            CONFIG_FILE: self.config_yaml,
+            "launch.json": json.dumps({"argv": self.argv(self._known_snapshot())}, indent=2) + "\n",
+        }
+        if self.download is not None:
+            files["download_plan.json"] = self.download.model_dump_json(indent=2) + "\n"
+        return files
+
+    @property
+    def download_commit(self) -> str | None:
+        """The commit of a Hugging Face source that names one (then its snapshot key is `cache_key`)."""
+        hub = self.spec.model.source.huggingface
+        return hub.revision if hub is not None and is_commit(hub.revision) else None
+
+    def _known_snapshot(self) -> str | None:
+        return self.cache_key if self.download_commit is not None else None
+
+
+def llm_args(spec: MultimodalDeploymentSpec, knowledge: ServeKnowledge) -> dict[str, Any]:
+    """The `--config` YAML of `spec` as a mapping (only what the spec sets, plus what must be said)."""
+    engine, serving = spec.engine, spec.serving
+    kv_cache: dict[str, Any] = {
+        "free_gpu_memory_fraction": serving.kv_cache_free_gpu_mem_fraction
+        or DEFAULT_FREE_GPU_MEMORY_FRACTION,
+        # The backend reuses blocks unless told not to; only types whose matrix says so may.
+        "enable_block_reuse": serving.kv_cache_reuse and knowledge.kv_cache_reuse,
+    }
+    if engine.kv_cache_dtype == "fp8":
+        kv_cache["dtype"] = "fp8"
+    if serving.max_tokens_in_paged_kv_cache is not None:
+        kv_cache["max_tokens"] = serving.max_tokens_in_paged_kv_cache
+    config: dict[str, Any] = {
+        "kv_cache_config": kv_cache,
+        "enable_chunked_prefill": serving.chunked_context and knowledge.chunked_prefill,
+        # /prometheus/metrics exists only with it.
+        "return_perf_metrics": True,
+    }
+    optional = {
+        "max_batch_size": engine.max_batch_size,
+        "max_num_tokens": engine.max_num_tokens,
+        "max_seq_len": engine.max_seq_len,
+        "dtype": engine.dtype,
+    }
+    config.update({name: value for name, value in optional.items() if value is not None})
+    return config
+
+
+def plan_serve(spec: MultimodalDeploymentSpec) -> ServePlan:
+    """The trtllm-serve plan of a valid spec."""
+    knowledge = serve_knowledge_of(spec.model.type)
+    hub, pvc = spec.model.source.huggingface, spec.model.source.pvc
+    download = None
+    if hub is not None:
+        download = DownloadPlan(key=weights_key(hub.repo, hub.revision), repo=hub.repo, revision=hub.revision)
+        key = download.key
+    else:
+        assert pvc is not None
+        identity = json.dumps({"pvc": pvc.claim_name, "path": "/" + pvc.path.strip("/")}, sort_keys=True)
+        key = hashlib.sha256(identity.encode()).hexdigest()[:20]
+    modalities = spec.serving.modalities
+    return ServePlan(
+        spec=spec,
+        knowledge=knowledge,
+        cache_key=key,
+        download=download,
+        config=llm_args(spec, knowledge),
+        serving_image=spec.serving.image or versions.TRTLLM_SERVE_IMAGE,
+        tensor_parallel_size=spec.engine.tensor_parallel_size,
+        modalities=tuple(sorted(knowledge.modalities if modalities is None else set(modalities))),
+    )
