@@ -242,13 +242,20 @@ def build_local(
         raise ImageBuildError(
             "buildah is missing: `make node-deps` (scripts/install-node-deps.sh) installs it"
         )
+    out = layout.repo_root / ".local" / "images"
+    out.mkdir(parents=True, exist_ok=True)
+    # The wheelhouse and the archives live in the repository, shared by every caller in it (parallel
+    # test workers included): one build at a time, and a second caller then finds the archives.
+    with exclusive_lock(out / ".lock"):
+        return _build_local(layout, say, targets, out)
+
+
+def _build_local(layout: Layout, say: Printer, targets: Sequence[str], out: Path) -> dict[str, BuiltImage]:
     started = time.monotonic()
     say("==> building the local images from the Dockerfile (buildah, no registry)")
     bases = {name: ensure_base(layout, name, say) for name in BASE_PACKAGES}
     wheelhouse = fill_wheelhouse(layout, cpu=True, say=say)
     tag = "local-" + _inputs_digest(layout, wheelhouse, bases)
-    out = layout.repo_root / ".local" / "images"
-    out.mkdir(parents=True, exist_ok=True)
     buildah = Buildah(images_cache(layout) / "buildah")
     built: dict[str, BuiltImage] = {}
     with exclusive_lock(images_cache(layout) / "buildah.lock"):
