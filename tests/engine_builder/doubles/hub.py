@@ -90,7 +90,8 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:
             if hub.log_requests:
-                print(f"hub: {self.address_string()} {format % args}", flush=True)
+                with hub.lock:  # one whole line at a time: requests are answered by several threads
+                    print(f"hub: {self.address_string()} {format % args}", flush=True)
 
         def _refuse(self, status: int, code: str, message: str) -> None:
             body = json.dumps({"error": message}).encode()
