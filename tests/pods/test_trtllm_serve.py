@@ -212,8 +212,10 @@ def test_qwen2_5_vl_downloads_once_in_a_real_pod_and_answers_openai_chat_through
         lambda: "200 OK" in http_get(tools, namespace, "chat", service, 8000, "/health"),
         20,
     )
+    # No `-T`: with --post-data it makes the host's busybox 1.35 wget segfault (exit 139); kubectl's
+    # timeout bounds the request instead.
     post = (
-        f"wget -q -O - -T 10 --header 'Content-Type: application/json' "
+        f"wget -q -O - --header 'Content-Type: application/json' "
         f"--post-data '{json.dumps(chat_request('From a pod?'))}' http://{service}:8000/v1/chat/completions"
     )
     from_pod = tools.run(
