@@ -414,10 +414,14 @@ def kill_cgroup_processes(node: RealNode, timeout: float = 10.0) -> int:
         pids: set[int] = set()
         for hierarchy in _hierarchies():
             root = hierarchy / node.cgroup_root.lstrip("/")
-            if root.is_dir():
-                for procs in root.rglob("cgroup.procs"):
+            # os.walk, not rglob: a cgroup removed while the tree is walked (a container just killed) is
+            # skipped, where rglob raised FileNotFoundError and failed `down`.
+            for directory, _, names in os.walk(root):
+                if "cgroup.procs" in names:
                     with contextlib.suppress(OSError):
-                        pids.update(int(line) for line in procs.read_text().split())
+                        pids.update(
+                            int(line) for line in (Path(directory) / "cgroup.procs").read_text().split()
+                        )
         if not pids:
             return len(killed)
         for pid in pids:
