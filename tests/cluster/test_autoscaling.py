@@ -178,6 +178,12 @@ def test_the_autoscaler_owns_replicas_while_autoscaling_is_on_and_the_operator_t
         "(mmd_triton_queue_time_per_request_seconds) of the serving pods, so it does not scale: the custom "
         "metrics API must be served (prometheus-adapter with the rules in docs/autoscaling.md)"
     ), condition["message"]
+    # ... followed by the controller's own words.
+    assert "; it says: " in condition["message"]
+    assert "unable to get metric mmd_triton_queue_time_per_request_seconds" in condition["message"], (
+        condition["message"]
+    )
+    print(f"\nAutoscaling condition without a metrics source: {condition['message']}")
     status = resources.get(NAME)["status"]
     assert status["phase"] == "Ready" and status["replicas"] == 2
     assert status["autoscaling"]["horizontalPodAutoscaler"] == NAME
