@@ -12,6 +12,7 @@ from __future__ import annotations
 import getpass
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,25 +40,36 @@ _LONGEST_FIRST = (
     "cluster/test_benchmark.py",
     "cluster/test_soak.py",
 )
-_TESTS = Path(__file__).parent
 
 
-def work_group(item: pytest.Item) -> str:
-    """The xdist group of `item`: its tier when the tier shares session fixtures, else its module."""
-    relative = Path(str(item.path)).relative_to(_TESTS)
-    tier = relative.parts[0]
-    return tier if tier in _ONE_GROUP_TIERS else relative.as_posix()
+def work_group(nodeid: str) -> str:
+    """The group of the test `nodeid` (`tests/<tier>/<module>.py::...`): its tier or its module."""
+    module = nodeid.split("::", 1)[0]
+    parts = module.split("/")
+    tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+    return tier if tier in _ONE_GROUP_TIERS else module.removeprefix("tests/")
 
 
-@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `--dist loadgroup`, whole groups per worker by `work_group` (no marks needed)."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return work_group(nodeid)
+
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # On the workers (xdist sets loadgroup there): the scheduler hands out groups in collection order.
     if not getattr(config.option, "loadgroup", False):
         return
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(work_group(item)))
 
     def rank(item: pytest.Item) -> int:
-        group = work_group(item)
+        group = work_group(item.nodeid)
         return _LONGEST_FIRST.index(group) if group in _LONGEST_FIRST else len(_LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: within a group and among the rest, the collection order stays

@@ -72,3 +72,6 @@ _null_is_absent
 # http.server's BaseHTTPRequestHandler calls these by name (the Hub double of tests/engine_builder).
 protocol_version
 do_HEAD
+
+# pytest-xdist's LoadScopeScheduling calls it to split test ids into groups (tests/conftest.py).
+_split_scope
