@@ -1,0 +1,44 @@
+"""Mounts that dead test sessions left behind under pytest's numbered directories, and their removal.
+
+A session killed mid-way (a stopped CI job, a SIGKILL) never tears down its real nodes, so kubelet volumes,
+sandbox `shm` and container root file systems stay mounted inside its numbered directory under
+`/tmp/pytest-of-<user>`; pytest later deletes old numbered directories and fails on those mounts. Imports
+the local cluster's unmount helper.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from mmd_operator.cli.localcluster.nodes import unmount_all
+
+
+def _session_is_dead(numbered_directory: Path) -> bool:
+    """True when no live pytest process holds the directory (its `.lock` names the holder's pid)."""
+    if numbered_directory.name.startswith("garbage-"):
+        return True  # pytest renames a directory to garbage-* only once it judged it dead
+    try:
+        pid = int((numbered_directory / ".lock").read_text())
+    except (OSError, ValueError):
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def unmount_dead_sessions(root: Path) -> int:
+    """Unmount everything under numbered directories of dead sessions in `root`; return how many mounts."""
+    if os.geteuid() != 0 or not root.is_dir():
+        return 0
+    count = 0
+    for directory in root.iterdir():
+        with contextlib.suppress(OSError):
+            if directory.is_dir() and not directory.is_symlink() and _session_is_dead(directory):
+                count += unmount_all(directory)
+    return count

@@ -1,0 +1,55 @@
+"""Mounts of dead test sessions are undone; a live session's are left alone (tmpfs mounts, needs root)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mmd_operator.cli.localcluster.nodes import unmount_all
+from tests.support.leftovers import unmount_dead_sessions
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting tmpfs needs root")
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def _is_mounted(path: Path) -> bool:
+    return any(line.split()[4] == str(path) for line in Path("/proc/self/mountinfo").read_text().splitlines())
+
+
+@pytest.fixture
+def sessions(tmp_path: Path) -> Iterator[dict[str, Path]]:
+    holders = {
+        "pytest-1": str(_dead_pid()),
+        "pytest-2": str(os.getpid()),
+        "pytest-3": None,
+        "garbage-x": None,
+    }
+    mounts = {}
+    for name, holder in holders.items():
+        directory = tmp_path / name
+        (directory / "nodes" / "shm").mkdir(parents=True)
+        if holder is not None:
+            (directory / ".lock").write_text(holder)
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(directory / "nodes" / "shm")], check=True)
+        mounts[name] = directory / "nodes" / "shm"
+    yield mounts
+    unmount_all(tmp_path)
+
+
+def test_only_the_mounts_of_dead_sessions_are_undone(tmp_path: Path, sessions: dict[str, Path]) -> None:
+    assert unmount_dead_sessions(tmp_path) == 3
+    assert {name: _is_mounted(path) for name, path in sessions.items()} == {
+        "pytest-1": False,  # its lock names a process that has exited
+        "pytest-2": True,  # this process holds it
+        "pytest-3": False,  # no lock: the session ended
+        "garbage-x": False,  # pytest already judged it dead
+    }
