@@ -47,6 +47,8 @@ WATCHED: tuple[tuple[cached.CachedKind, str | None], ...] = (
     (cached.CONFIGMAPS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
     (cached.CLAIMS, None),
     (cached.NETWORK_POLICIES, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
+    (cached.AUTOSCALERS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
+    (cached.DISRUPTION_BUDGETS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
 )
 
 

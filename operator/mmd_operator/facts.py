@@ -192,6 +192,34 @@ class DeploymentFacts:
     # The Progressing condition's reason when the controller gave up (ProgressDeadlineExceeded).
     progress_failure: str | None = None
     repository: str | None = None
+    # Who owns spec.replicas in server-side apply terms: (field manager, operation) pairs, such as
+    # ("mmd-operator", "Apply") or the autoscaler's ("kube-controller-manager", "Update").
+    replicas_managers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class AutoscalerCondition:
+    """One condition of a HorizontalPodAutoscaler (AbleToScale, ScalingActive, ScalingLimited)."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class AutoscalerFacts:
+    """The serving Deployment's HorizontalPodAutoscaler, as its controller last reported it."""
+
+    meta: Meta
+    desired_replicas: int | None = None
+    current_replicas: int | None = None
+    last_scale_time: datetime | None = None
+    conditions: tuple[AutoscalerCondition, ...] = ()
+
+    def condition(self, kind: str) -> AutoscalerCondition | None:
+        """The condition of type `kind`, if reported."""
+        return next((c for c in self.conditions if c.type == kind), None)
 
 
 class Missing(StrEnum):
@@ -238,6 +266,9 @@ class Observed:
     stale_claims: tuple[ClaimFacts, ...] = ()
     # The serving pods' NetworkPolicy, if one exists (there is one only while the spec asks for it).
     network_policy: Meta | None = None
+    # The serving Deployment's HorizontalPodAutoscaler and the serving pods' PodDisruptionBudget, if any.
+    autoscaler: AutoscalerFacts | None = None
+    disruption_budget: Meta | None = None
     # The nodes, read only while one of the resource's pods cannot be scheduled and the operator may
     # read them; None otherwise.
     nodes: Nodes | None = None

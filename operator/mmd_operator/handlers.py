@@ -1,7 +1,8 @@
 """The kopf handlers: thin, and write-free. One of the two modules that import kopf.
 
 kopf watches MultimodalDeployments and the children the operator labels (Jobs and pods of builds, the
-serving Deployment and its pods, Services, ConfigMaps, NetworkPolicies) plus engine-cache claims, and
+serving Deployment and its pods, Services, ConfigMaps, NetworkPolicies, the HorizontalPodAutoscaler and
+PodDisruptionBudget of serving) plus engine-cache claims, and
 hands every event to the controller, which queues the resources concerned and reconciles them. Only
 `on.event` handlers are used: they see creations, changes, deletions and, at start-up, every existing
 object (the resume), and unlike kopf's change-detecting handlers they store nothing in the objects, so
@@ -158,5 +159,7 @@ for _kind in (
     cached.CONFIGMAPS,
     cached.CLAIMS,
     cached.NETWORK_POLICIES,
+    cached.AUTOSCALERS,
+    cached.DISRUPTION_BUDGETS,
 ):
     _child_handler(_kind)

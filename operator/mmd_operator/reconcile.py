@@ -23,7 +23,7 @@ from mmd_operator import metrics
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND, MultimodalDeploymentStatus, Phase
 from mmd_operator.api.validation import InvalidSpecError
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import engine_build
+from mmd_operator.desired import engine_build, scaling
 from mmd_operator.desired.decision import desired_state
 from mmd_operator.facts import Observed
 from mmd_operator.judgement import Judgement, judge
@@ -205,6 +205,8 @@ class Reconciler:
             join=decision.join,
             leave=decision.leave,
             delete=decision.delete,
+            handover=decision.handover,
+            handover_manager=scaling.handover_manager(self.config.field_manager),
         )
         if decision.record is not None:
             self.writer.record_build(namespace, claim, decision.record, count)

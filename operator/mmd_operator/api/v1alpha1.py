@@ -4,7 +4,7 @@ These models are the single source of the CRD schema (see `crdgen`). Field docst
 descriptions `kubectl explain` shows. Cross-field rules are written once, in CEL, on the models
 (`x-kubernetes-validations`, built by `cel_rule`, with messages that name the values they compared): the
 API server enforces them at admission and `validation` evaluates the same expressions offline. Imports
-only pydantic and `mmd_operator.knowledge`.
+only pydantic, `mmd_operator.knowledge` and `mmd_operator.scaling_metrics` (the autoscaling metrics).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from mmd_operator.knowledge import (
     types_of,
     types_where,
 )
+from mmd_operator.scaling_metrics import SCALING_METRICS, ScalingMetric
 
 GROUP = "serving.multimodal.dev"
 VERSION = "v1alpha1"
@@ -675,6 +676,67 @@ class NetworkPolicySpec(_Schema):
     image hosts here: the server fetches URLs only from these."""
 
 
+class ScalingMetricSpec(_Schema):
+    """The metric the autoscaler follows, per serving pod, and the value it keeps it at."""
+
+    name: ScalingMetric
+    """QueueTimePerRequest: how long a request waited in the server's queue before it ran, averaged over
+    the requests of the last minute (Triton: `nv_inference_queue_duration_us` over
+    `nv_inference_request_success` of the entry models; trtllm-serve: its
+    `trtllm_request_queue_time_seconds` histogram). PendingRequests: requests the server holds that have
+    not started (Triton's `nv_inference_pending_request_count` of the entry models; not on trtllm-serve,
+    whose 1.2.1 metrics have no such gauge). Both say a GPU server is saturated before its latency does;
+    CPU says nothing of it. The autoscaler reads them from the custom metrics API: a prometheus-adapter
+    with the rules of docs/autoscaling.md."""
+    target: int = Field(ge=1, le=3_600_000)
+    """The value per pod the autoscaler keeps the metric at, adding pods above it and removing them below:
+    milliseconds for QueueTimePerRequest, requests for PendingRequests."""
+
+
+class AutoscalingSpec(_Schema):
+    """A HorizontalPodAutoscaler (autoscaling/v2) on the serving Deployment, owned by the resource.
+
+    It sets the Deployment's replicas between minReplicas and maxReplicas from the metric; the operator
+    then leaves `replicas` of the Deployment to it (and takes it back when this section is removed).
+    There is no scale-to-zero: a GPU server takes minutes to load its model, and a request arriving at zero
+    pods would wait that long.
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule(
+                    "self.minReplicas >= 1",
+                    "minReplicas ({self.minReplicas}) must be at least 1: there is no scale-to-zero, since "
+                    "a GPU server takes minutes to load its model and a request arriving at zero pods would "
+                    "wait that long",
+                    field_path=".minReplicas",
+                ),
+                cel_rule(
+                    "self.minReplicas <= self.maxReplicas",
+                    "minReplicas ({self.minReplicas}) must not exceed maxReplicas ({self.maxReplicas})",
+                    field_path=".minReplicas",
+                ),
+            ]
+        }
+    )
+
+    min_replicas: int = Field(1, ge=0, le=1000)
+    """Fewest serving pods (at least 1)."""
+    max_replicas: int = Field(ge=1, le=1000)
+    """Most serving pods; each takes engine.tensorParallelSize GPUs."""
+    metric: ScalingMetricSpec
+    """What to scale on, and its target per pod."""
+    scale_up_stabilization_seconds: int = Field(0, ge=0, le=3600)
+    """How long the autoscaler looks back before adding pods: it adds only as many as the lowest
+    recommendation of that window asks for. 0 reacts at once (a new pod takes minutes to load anyway)."""
+    scale_down_stabilization_seconds: int = Field(300, ge=0, le=3600)
+    """How long the autoscaler looks back before removing pods: it removes only what the highest
+    recommendation of that window allows, so a short lull does not give away a loaded pod."""
+    max_gpus: int | None = Field(None, ge=1, le=100_000)
+    """A GPU budget: maxReplicas x engine.tensorParallelSize may not exceed it (checked at admission)."""
+
+
 class ServingSpec(_Schema):
     """How Triton serves the engines, or trtllm-serve the snapshot.
 
@@ -685,9 +747,14 @@ class ServingSpec(_Schema):
     """tritonserver image (trtllm-serve: its image). Defaults to the one pinned with the TensorRT-LLM
     version."""
     replicas: int = Field(1, ge=0, le=1000)
-    """Serving pods. Also set by `kubectl scale mmd` and autoscalers (the scale subresource): when one of
-    them owns it, leave `replicas` out of the file you apply, or `kubectl apply --server-side` stops with
-    a conflict on this field (`--force-conflicts` takes it back)."""
+    """Serving pods. Also set by `kubectl scale mmd` (the scale subresource): when it owns it, leave
+    `replicas` out of the file you apply, or `kubectl apply --server-side` stops with a conflict on this
+    field (`--force-conflicts` takes it back). Not with `autoscaling`, which decides the number of pods
+    itself: leave it out then (the stored default, 1, is ignored)."""
+    autoscaling: AutoscalingSpec | None = None
+    """Scale the serving pods with demand: a HorizontalPodAutoscaler on the serving Deployment, on queue
+    time or pending requests (never CPU). Removing the section deletes it and gives the Deployment
+    `replicas` back. The prometheus-adapter rules it needs: docs/autoscaling.md."""
     triton_max_batch_size: int | None = Field(None, ge=1, le=2048)
     """Triton `max_batch_size` of every model. Defaults per model type; at most the engine batch."""
     streaming: bool = False
@@ -1160,8 +1227,49 @@ def _runtime_rules() -> list[JsonDict]:
     ]
 
 
+def _autoscaling_rules() -> list[JsonDict]:
+    """`serving.autoscaling` against the rest of the spec: replicas, the runtime's metrics, the GPU budget."""
+    autoscaling = "self.serving.autoscaling"
+    rules = [
+        # `replicas` is stored as 1 when left out (the scale subresource needs a value), so 1 reads as unset.
+        cel_rule(
+            f"!has({autoscaling}) || self.serving.replicas == 1",
+            "serving.replicas ({self.serving.replicas}) cannot be set together with serving.autoscaling: "
+            "the HorizontalPodAutoscaler sets the number of serving pods itself, between minReplicas "
+            f"({{{autoscaling}.minReplicas}}) and maxReplicas ({{{autoscaling}.maxReplicas}}); leave "
+            "replicas out (the default the API server stores, 1, is ignored while autoscaling is on), or "
+            "remove serving.autoscaling to set a fixed number",
+            field_path=".serving.replicas",
+        ),
+        cel_rule(
+            f"!has({autoscaling}) || !has({autoscaling}.maxGpus) || "
+            f"{autoscaling}.maxReplicas * self.engine.tensorParallelSize <= {autoscaling}.maxGpus",
+            f"serving.autoscaling.maxReplicas ({{{autoscaling}.maxReplicas}}) pods of "
+            "engine.tensorParallelSize ({self.engine.tensorParallelSize}) GPUs each need more GPUs than "
+            f"serving.autoscaling.maxGpus ({{{autoscaling}.maxGpus}}) allows; lower maxReplicas or raise "
+            f"maxGpus ({{{autoscaling}.maxReplicas}} x {{self.engine.tensorParallelSize}} = "
+            f"{{{autoscaling}.maxReplicas * self.engine.tensorParallelSize}} GPUs; maxReplicas may be at "
+            f"most {{{autoscaling}.maxGpus / self.engine.tensorParallelSize}})",
+            field_path=".serving.autoscaling.maxReplicas",
+        ),
+    ]
+    for facts in SCALING_METRICS.values():
+        for runtime, why in facts.unavailable.items():
+            others = [other.metric for other in SCALING_METRICS.values() if runtime in other.sources]
+            rules.append(
+                cel_rule(
+                    f"!has({autoscaling}) || {autoscaling}.metric.name != '{facts.metric}' || "
+                    f"{_RUNTIME_OF_SELF} != '{runtime}'",
+                    f"serving.autoscaling.metric.name {facts.metric} is not available on runtime {runtime}: "
+                    f"{why}; scale on {' or '.join(others)} instead",
+                    field_path=".serving.autoscaling.metric.name",
+                )
+            )
+    return rules
+
+
 def _spec_rules() -> list[JsonValue]:
-    return [*_engine_and_common_rules(), *_runtime_rules()]
+    return [*_engine_and_common_rules(), *_runtime_rules(), *_autoscaling_rules()]
 
 
 class MultimodalDeploymentSpec(_Schema):
@@ -1205,8 +1313,9 @@ class Condition(_Schema):
 
     type: str = Field(max_length=316)
     """Condition type: Validated, EngineReady (trtllm-serve: WeightsReady), ModelRepositoryReady
-    (trtllm-serve: ServingConfigReady), Available, Ready, and the kstatus pair Reconciling (True while work
-    towards Ready goes on) and Stalled (True when Failed or Degraded)."""
+    (trtllm-serve: ServingConfigReady), Available, Autoscaling (with serving.autoscaling; never holds
+    Ready back), Ready, and the kstatus pair Reconciling (True while work towards Ready goes on) and
+    Stalled (True when Failed or Degraded)."""
     status: ConditionStatus
     """True, False or Unknown."""
     reason: str = Field(max_length=1024)
@@ -1326,6 +1435,21 @@ class Endpoints(_Schema):
     """Prometheus metrics of the server."""
 
 
+class AutoscalingStatus(_Schema):
+    """The serving Deployment's HorizontalPodAutoscaler, as it last reported (with serving.autoscaling)."""
+
+    horizontal_pod_autoscaler: str | None = None
+    """Its name (`kubectl describe hpa <name>` shows the metric's value and the autoscaler's events)."""
+    metric: str | None = None
+    """The custom metric it reads (custom.metrics.k8s.io, served by prometheus-adapter)."""
+    desired_replicas: int | None = None
+    """Serving pods it wants now."""
+    current_replicas: int | None = None
+    """Serving pods it saw at its last look."""
+    last_scale_time: str | None = None
+    """When it last changed the number of serving pods (RFC 3339)."""
+
+
 class MultimodalDeploymentStatus(_Schema):
     """Observed state, written by the operator."""
 
@@ -1347,13 +1471,15 @@ class MultimodalDeploymentStatus(_Schema):
     endpoints: Endpoints | None = None
     """Where to send requests."""
     replicas: int | None = None
-    """Serving pods wanted."""
+    """Serving pods wanted: spec.serving.replicas, or with autoscaling what the autoscaler set."""
     updated_replicas: int | None = None
     """Serving pods running the current model repository and engine."""
     ready_replicas: int | None = None
     """Serving pods ready."""
     selector: str | None = None
     """Label selector of the serving pods (for the scale subresource and autoscalers)."""
+    autoscaling: AutoscalingStatus | None = None
+    """The autoscaler's decision, with serving.autoscaling (the Autoscaling condition says it in words)."""
     warnings: list[Annotated[str, Field(max_length=WARNING_MAX_LENGTH)]] | None = Field(
         None, max_length=MAX_WARNINGS
     )

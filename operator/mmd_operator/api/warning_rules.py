@@ -173,6 +173,20 @@ RULES: tuple[WarningRule, ...] = (
         ),
     ),
     WarningRule(
+        id="read-write-once-cache-with-autoscaling",
+        path=ACCESS_MODE_PATH,
+        trap=f"{_has(ACCESS_MODE_PATH)} && object.{ACCESS_MODE_PATH} == 'ReadWriteOnce' && "
+        f"{_has('spec.serving.autoscaling.maxReplicas')} && object.spec.serving.autoscaling.maxReplicas > 1",
+        message=_text(
+            "is ReadWriteOnce, which attaches the claim to one node at a time, and "
+            "spec.serving.autoscaling.maxReplicas is ",
+            _value("spec.serving.autoscaling.maxReplicas"),
+            ": serving pods the autoscaler adds on a second node never start (Multi-Attach error, stuck in "
+            "ContainerCreating) while the load that asked for them waits; use ReadWriteMany where the "
+            "storage can share, or keep the serving pods on one node",
+        ),
+    ),
+    WarningRule(
         id="read-write-once-pod-cache",
         path=ACCESS_MODE_PATH,
         trap=f"{_has(ACCESS_MODE_PATH)} && object.{ACCESS_MODE_PATH} == 'ReadWriteOncePod'",

@@ -19,6 +19,10 @@ The rules, in the order the code follows them:
 - The Deployment is applied only once the engine is ready: until then a running Deployment keeps
   serving the old engine, untouched. The Service is applied from the start, and so is the
   NetworkPolicy while the spec asks for one; once it no longer does, the policy is deleted.
+- With `serving.autoscaling` the HorizontalPodAutoscaler is applied with the Deployment, whose manifest
+  then has no `replicas`; the first such apply is preceded by the hand-over of `replicas` while the
+  operator still owns it (`scaling`). Without the section the autoscaler is deleted. The
+  PodDisruptionBudget is applied while more than one serving pod can run, and deleted when not.
 
 Pure: imports the api models, the plan, the config, the facts, the judgement and the vocabulary.
 """
@@ -35,8 +39,8 @@ from engine_builder.result_format import BuildSucceeded
 from engine_builder.weights_format import DownloadSucceeded
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import engine_build, network, serve, serving
-from mmd_operator.facts import Observed, OwnerRef
+from mmd_operator.desired import engine_build, network, scaling, serve, serving
+from mmd_operator.facts import Meta, Observed, OwnerRef
 from mmd_operator.judgement import Judgement, Rendered, snapshot_key
 from mmd_operator.plan.resource_plan import AnyPlan, ResourcePlan
 from mmd_operator.plan.serve_plan import ServePlan
@@ -54,6 +58,8 @@ class Desired:
     leave: tuple[ObjectKey, ...] = ()
     delete: tuple[ObjectKey, ...] = ()
     record: BuildSucceeded | DownloadSucceeded | None = None
+    # The Deployment's `replicas` alone, to apply under the handover manager before `apply` (`scaling`).
+    handover: dict[str, Any] | None = None
 
     def manifest(self, kind: str) -> dict[str, Any] | None:
         """The manifest of `kind` to apply, if any."""
@@ -68,6 +74,7 @@ class _Writes:
     join: list[ObjectKey] = field(default_factory=list)
     leave: list[ObjectKey] = field(default_factory=list)
     delete: list[ObjectKey] = field(default_factory=list)
+    handover: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -194,14 +201,8 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
     policy = network.network_policy(resource, namespace=namespace, owner=owner)
     if policy is not None and not blocked:
         writes.apply.append(hashing.stamped(policy))
-    live_policy = case.observed.network_policy
-    if (
-        policy is None
-        and live_policy is not None
-        and live_policy.owned_by(owner.uid)
-        and not live_policy.deleting
-    ):
-        writes.delete.append(ObjectKey.of(kinds.NETWORK_POLICY, live_policy.name))
+    _delete_unwanted(case, writes, policy, case.observed.network_policy, kinds.NETWORK_POLICY)
+    _scaling(case, writes, deployment, scaling.entry_models(plan.repository.configs))
     return Rendered(
         repository=repository,
         repository_size=size,
@@ -237,6 +238,7 @@ def _serve_serving(case: _Case, writes: _Writes) -> Rendered:
     if not blocked:
         writes.apply.append(hashing.stamped(serve.service(resource, namespace=namespace, owner=owner)))
         writes.apply.append(hashing.stamped(serve.network_policy(resource, namespace=namespace, owner=owner)))
+    _scaling(case, writes, deployment)
     return Rendered(
         repository=name,
         repository_size=serving.repository_size(configmap["data"]),
@@ -244,6 +246,41 @@ def _serve_serving(case: _Case, writes: _Writes) -> Rendered:
         repository_digest=str(hashing.applied_hash(configmap)),
         deployment_digest=hashing.applied_hash(deployment) if deployment else None,
     )
+
+
+def _delete_unwanted(
+    case: _Case, writes: _Writes, wanted: dict[str, Any] | None, live: Meta | None, kind: kinds.ApiKind
+) -> None:
+    """Delete the resource's own `live` child of `kind` when nothing of that kind is `wanted` any more."""
+    if wanted is None and live is not None and live.owned_by(case.owner.uid) and not live.deleting:
+        writes.delete.append(ObjectKey.of(kind, live.name))
+
+
+def _scaling(
+    case: _Case, writes: _Writes, deployment: dict[str, Any] | None, entry: list[str] | None = None
+) -> None:
+    """The autoscaler (with `deployment`, when it is applied), the disruption budget, and the hand-over.
+
+    The hand-over of `replicas` precedes the first apply of the Deployment without them.
+    """
+    resource, namespace, owner, observed = case.resource, case.namespace, case.owner, case.observed
+    autoscaler = scaling.horizontal_pod_autoscaler(
+        resource, namespace=namespace, owner=owner, entry=entry or ()
+    )
+    live = observed.deployment
+    if autoscaler is not None and deployment is not None:
+        changed = live is None or live.meta.annotation(labels.APPLIED_HASH) != hashing.applied_hash(
+            deployment
+        )
+        if changed and live is not None and (case.config.field_manager, "Apply") in live.replicas_managers:
+            writes.handover = scaling.replicas_handover(live.meta.name, namespace, live.replicas)
+        writes.apply.append(hashing.stamped(autoscaler))
+    live_autoscaler = observed.autoscaler.meta if observed.autoscaler is not None else None
+    _delete_unwanted(case, writes, autoscaler, live_autoscaler, kinds.HORIZONTAL_POD_AUTOSCALER)
+    budget = scaling.pod_disruption_budget(resource, namespace=namespace, owner=owner)
+    if budget is not None and not case.judgement.blocked:
+        writes.apply.append(hashing.stamped(budget))
+    _delete_unwanted(case, writes, budget, observed.disruption_budget, kinds.POD_DISRUPTION_BUDGET)
 
 
 def _superseded_repositories(case: _Case, writes: _Writes, repository: str) -> None:
@@ -300,6 +337,7 @@ def desired_state(
         leave=tuple(sorted(set(writes.leave))),
         delete=tuple(sorted(set(writes.delete))),
         record=judgement.engine.record,
+        handover=writes.handover,
     )
 
 
@@ -335,7 +373,19 @@ def _serve_manifests(
         ),
         serve.service(resource, namespace=namespace, owner=owner),
         serve.network_policy(resource, namespace=namespace, owner=owner),
+        *_scaling_manifests(resource, namespace=namespace, owner=owner),
     ]
+
+
+def _scaling_manifests(
+    resource: MultimodalDeployment, *, namespace: str, owner: OwnerRef, entry: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """The autoscaler and the disruption budget, those of them the spec asks for."""
+    wanted = (
+        scaling.horizontal_pod_autoscaler(resource, namespace=namespace, owner=owner, entry=entry or ()),
+        scaling.pod_disruption_budget(resource, namespace=namespace, owner=owner),
+    )
+    return [manifest for manifest in wanted if manifest is not None]
 
 
 def manifests(
@@ -344,8 +394,8 @@ def manifests(
     """Every object a first apply of `resource` leads to, as if its engine were already built.
 
     What `mmctl render` writes to `manifests/`: the claim, the build Job, the repository ConfigMap, the
-    Deployment, the Service and the NetworkPolicy if the spec asks for one, exactly as the operator
-    applies them.
+    Deployment, the Service, and the NetworkPolicy, HorizontalPodAutoscaler and PodDisruptionBudget if
+    the spec asks for them, exactly as the operator applies them.
     """
     owner_uid = str(resource.metadata.get("uid", "")) or "<uid of the MultimodalDeployment>"
     resource = resource.model_copy(
@@ -376,6 +426,8 @@ def manifests(
     policy = network.network_policy(resource, namespace=namespace, owner=owner)
     if policy is not None:
         objects.append(policy)
+    entry = scaling.entry_models(plan.repository.configs)
+    objects += _scaling_manifests(resource, namespace=namespace, owner=owner, entry=entry)
     return [hashing.stamped(manifest) for manifest in objects]
 
 

@@ -219,7 +219,7 @@ def deployment(
         "kind": "Deployment",
         "metadata": serving.serving_metadata(instance, namespace, owner),
         "spec": {
-            "replicas": spec.serving.replicas,
+            **serving.deployment_replicas(resource),
             "selector": {"matchLabels": labels.serving_selector(instance)},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "progressDeadlineSeconds": spec.serving.probes.startup_timeout_seconds

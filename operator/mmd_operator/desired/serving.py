@@ -102,6 +102,12 @@ def assembly_script(plan: ResourcePlan, code_dir: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def deployment_replicas(resource: MultimodalDeployment) -> dict[str, int]:
+    """`replicas` of the Deployment's spec: the spec's, or nothing while an autoscaler sets it (`scaling`)."""
+    serving = resource.spec.serving
+    return {} if serving.autoscaling is not None else {"replicas": serving.replicas}
+
+
 def serving_metadata(instance: str, namespace: str, owner: OwnerRef) -> dict[str, Any]:
     """Metadata of the Deployment and the Service, which share a name and belong to `instance` alone."""
     return {
@@ -200,7 +206,7 @@ def deployment(
         "kind": "Deployment",
         "metadata": serving_metadata(instance, namespace, owner),
         "spec": {
-            "replicas": serving.replicas,
+            **deployment_replicas(resource),
             "selector": {"matchLabels": labels.serving_selector(instance)},
             # Never more pods than replicas: a rollout must not wait for GPUs the cluster lacks.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},

@@ -41,6 +41,8 @@ class GpuDemand:
     role: Literal["build", "serving"]
     pods: int
     gpus_per_pod: int
+    # The spec field that says how many pods (the autoscaler's maximum, with autoscaling).
+    pods_field: str = "spec.serving.replicas"
 
     @property
     def pod_field(self) -> str:
@@ -63,7 +65,7 @@ class GpuDemand:
             size = self.gpus_per_pod
             return f"spec.engine.tensorParallelSize {size} = {size} {GPU_RESOURCE} for one build pod"
         return (
-            f"spec.serving.replicas {self.pods} x spec.engine.tensorParallelSize {self.gpus_per_pod} = "
+            f"{self.pods_field} {self.pods} x spec.engine.tensorParallelSize {self.gpus_per_pod} = "
             f"{self.total} {GPU_RESOURCE}"
         )
 
@@ -74,7 +76,11 @@ def build_demand(spec: MultimodalDeploymentSpec) -> GpuDemand:
 
 
 def serving_demand(spec: MultimodalDeploymentSpec) -> GpuDemand:
-    """The serving pods of `spec`."""
+    """The serving pods of `spec`: with autoscaling, as many as the autoscaler may ask for."""
+    autoscaling = spec.serving.autoscaling
+    if autoscaling is not None:
+        field = "spec.serving.autoscaling.maxReplicas"
+        return GpuDemand("serving", autoscaling.max_replicas, spec.engine.tensor_parallel_size, field)
     return GpuDemand("serving", spec.serving.replicas, spec.engine.tensor_parallel_size)
 
 
@@ -284,9 +290,9 @@ def obstacle(found: NodeMatch, demand: GpuDemand) -> Obstacle | None:
     if room < demand.pods:
         return Obstacle(
             ObstacleKind.TOO_FEW,
-            "spec.serving.replicas",
+            demand.pods_field,
             f"{nodes_offered(found)}: room for {room} of the {demand.pods} pods",
-            "lower spec.serving.replicas, or add GPU nodes",
+            f"lower {demand.pods_field}, or add GPU nodes",
         )
     return None
 
@@ -327,9 +333,7 @@ def unschedulable(pod: PodFacts, demand: GpuDemand, nodes: Nodes | None) -> Unpl
     if nodes is None:
         message = f"{who} cannot be scheduled: {demand.arithmetic()}"
         if reason == INSUFFICIENT_GPUS:
-            lower = "spec.engine.tensorParallelSize" + (
-                " or spec.serving.replicas" if demand.pods > 1 else ""
-            )
+            lower = "spec.engine.tensorParallelSize" + (f" or {demand.pods_field}" if demand.pods > 1 else "")
             summary = (
                 f"{demand.arithmetic()} and the scheduler finds too few free for {who}: free or add GPUs, "
                 f"or lower {lower} {quoted}."

@@ -79,7 +79,20 @@ CONFIGMAPS = CachedKind(kinds.CONFIGMAP, _configmap)
 SERVICES = CachedKind(kinds.SERVICE, object_facts.meta)
 CLAIMS = CachedKind(kinds.CLAIM, object_facts.claim)
 NETWORK_POLICIES = CachedKind(kinds.NETWORK_POLICY, object_facts.meta)
-KINDS = (RESOURCES, JOBS, PODS, DEPLOYMENTS, CONFIGMAPS, SERVICES, CLAIMS, NETWORK_POLICIES)
+AUTOSCALERS = CachedKind(kinds.HORIZONTAL_POD_AUTOSCALER, object_facts.autoscaler)
+DISRUPTION_BUDGETS = CachedKind(kinds.POD_DISRUPTION_BUDGET, object_facts.meta)
+KINDS = (
+    RESOURCES,
+    JOBS,
+    PODS,
+    DEPLOYMENTS,
+    CONFIGMAPS,
+    SERVICES,
+    CLAIMS,
+    NETWORK_POLICIES,
+    AUTOSCALERS,
+    DISRUPTION_BUDGETS,
+)
 
 
 def _labels_of(value: Any) -> Mapping[str, str]:
@@ -214,9 +227,11 @@ class Cache:
 
 
 __all__ = [
+    "AUTOSCALERS",
     "CLAIMS",
     "CONFIGMAPS",
     "DEPLOYMENTS",
+    "DISRUPTION_BUDGETS",
     "JOBS",
     "KINDS",
     "NETWORK_POLICIES",

@@ -3,9 +3,10 @@
 A thin layer over the kubernetes client's REST transport (its authentication, TLS and connection pool)
 that speaks plain dicts, so what the pure layers build is sent as it is and what comes back is stored as
 it is. Every request carries the operator's user agent (with the process's identity, so the audit log
-tells two replicas apart) and every write its one field manager. A client may be given a guard that
-refuses every write while it is false: leader election closes it the moment the lease may be lost, so
-a leader cut off from the API server writes nothing more even while its process is still exiting.
+tells two replicas apart) and every write its one field manager (a second only hands a Deployment's
+`replicas` over to its autoscaler). A client may be given a guard that refuses every write while it is
+false: leader election closes it the moment the lease may be lost, so a leader cut off from the API
+server writes nothing more even while its process is still exiting.
 Imports the kubernetes client.
 """
 
@@ -229,14 +230,20 @@ class KubeClient:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def apply(self, manifest: Mapping[str, Any], *, subresource: str = "") -> dict[str, Any]:
-        """Server-side apply `manifest` under the field manager, taking over conflicting fields."""
+    def apply(
+        self, manifest: Mapping[str, Any], *, subresource: str = "", field_manager: str | None = None
+    ) -> dict[str, Any]:
+        """Server-side apply `manifest` under the field manager, taking over conflicting fields.
+
+        `field_manager` names another manager for this one apply: only the hand-over of a Deployment's
+        `replicas` to its autoscaler needs one (`desired.scaling`).
+        """
         metadata = manifest["metadata"]
         target = path(manifest["apiVersion"], manifest["kind"], metadata.get("namespace"), metadata["name"])
         return self.request(
             "PATCH",
             target + (f"/{subresource}" if subresource else ""),
-            query={"fieldManager": self.field_manager, "force": "true"},
+            query={"fieldManager": field_manager or self.field_manager, "force": "true"},
             body=dict(manifest),
             content_type="application/apply-patch+yaml",
         )

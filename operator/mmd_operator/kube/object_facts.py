@@ -14,6 +14,8 @@ from typing import Any
 
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND
 from mmd_operator.facts import (
+    AutoscalerCondition,
+    AutoscalerFacts,
     ClaimFacts,
     DeploymentFacts,
     JobFacts,
@@ -257,6 +259,38 @@ def deployment(obj: Mapping[str, Any]) -> DeploymentFacts:
         available_replicas=int(status.get("availableReplicas", 0)),
         progress_failure=progress_failure,
         repository=(template.get("annotations") or {}).get(labels.REPOSITORY),
+        replicas_managers=replicas_managers(obj),
+    )
+
+
+def replicas_managers(obj: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The (field manager, operation) pairs that own an object's spec.replicas (its managedFields)."""
+    owners = []
+    for entry in (obj.get("metadata") or {}).get("managedFields") or []:
+        fields = entry.get("fieldsV1") or {}
+        if "f:replicas" in (fields.get("f:spec") or {}):
+            owners.append((str(entry.get("manager", "")), str(entry.get("operation", ""))))
+    return tuple(sorted(set(owners)))
+
+
+def autoscaler(obj: Mapping[str, Any]) -> AutoscalerFacts:
+    """The serving Deployment's HorizontalPodAutoscaler (autoscaling/v2)."""
+    status = obj.get("status") or {}
+    desired, current = status.get("desiredReplicas"), status.get("currentReplicas")
+    return AutoscalerFacts(
+        meta=meta(obj),
+        desired_replicas=int(desired) if desired is not None else None,
+        current_replicas=int(current) if current is not None else None,
+        last_scale_time=timestamp(status.get("lastScaleTime")),
+        conditions=tuple(
+            AutoscalerCondition(
+                type=str(c.get("type", "")),
+                status=str(c.get("status", "")),
+                reason=str(c.get("reason") or ""),
+                message=str(c.get("message") or ""),
+            )
+            for c in status.get("conditions") or []
+        ),
     )
 
 

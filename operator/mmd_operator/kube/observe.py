@@ -148,5 +148,7 @@ def observe(
         stale_jobs=stale_jobs,
         stale_claims=stale_claims,
         network_policy=store.get(cached.NETWORK_POLICIES, namespace, names.serving(instance)),
+        autoscaler=store.get(cached.AUTOSCALERS, namespace, names.serving(instance)),
+        disruption_budget=store.get(cached.DISRUPTION_BUDGETS, namespace, names.serving(instance)),
         nodes=listed,
     )

@@ -72,8 +72,17 @@ class Writer:
         join: Iterable[ObjectKey],
         leave: Iterable[ObjectKey],
         delete: Iterable[ObjectKey],
+        handover: Mapping[str, Any] | None = None,
+        handover_manager: str = "",
     ) -> None:
-        """Apply, join, leave and delete what a decision says, in that order."""
+        """Hand `replicas` over, then apply, join, leave and delete what a decision says, in that order.
+
+        `handover` is applied under `handover_manager` before the Deployment's apply drops the field.
+        """
+        if handover is not None:
+            live = self.client.apply(handover, field_manager=handover_manager)
+            self.store.put(cached.DEPLOYMENTS, live)
+            count.applied.append(f"{handover['kind']}/{handover['metadata']['name']} replicas handover")
         for manifest in apply:
             self.apply(manifest, count)
         for key in join:

@@ -2,7 +2,8 @@
 
 `assessment.assess` gathers what one reconcile found after its writes; `report` turns it (the spec's
 problems or its plan, the engine, the repository, the serving pods, the spec's warnings) into the status
-subresource and the Kubernetes Events of any phase change, new failure or new warnings. Warnings are a
+subresource and the Kubernetes Events of any phase change, new failure, new warnings or change of the
+number of pods the autoscaler wants. Warnings are a
 note in `status.warnings` and never hold Ready back. Ready is True only when every condition is, for
 this generation, with the rollout finished; while it is not, its message is one sentence a person acts
 on (what is wrong, and what to do or where to look), and the condition it comes from keeps the
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 from mmd_operator.api.v1alpha1 import (
     MAX_WARNINGS,
     WARNING_MAX_LENGTH,
+    AutoscalingStatus,
     Condition,
     ConditionStatus,
     DerivedLimits,
@@ -33,6 +35,7 @@ from mmd_operator.api.v1alpha1 import (
     WeightsStatus,
 )
 from mmd_operator.api.validation import Problem
+from mmd_operator.judgement.autoscaling import AUTOSCALING, AutoscalingState
 from mmd_operator.judgement.availability import ServingState
 from mmd_operator.judgement.engine import ENGINE_READY, EngineState
 from mmd_operator.judgement.weights import WEIGHTS_READY
@@ -104,6 +107,8 @@ class Findings:
     # The trtllm-serve runtime: `engine` is then the weights' state, and `weights` what status shows of them.
     serve: bool = False
     weights: WeightsStatus | None = None
+    # The autoscaler, with serving.autoscaling.
+    autoscaling: AutoscalingState | None = None
 
     @property
     def artifact_condition(self) -> str:
@@ -183,6 +188,9 @@ def _conditions(findings: Findings) -> list[Condition]:
         )
     conditions.append(repo)
     conditions.append(_condition(AVAILABLE, serving.available, serving.reason, serving.message, generation))
+    scaling = findings.autoscaling
+    if scaling is not None:
+        conditions.append(_condition(AUTOSCALING, scaling.ok, scaling.reason, scaling.message, generation))
     ready_checks = [
         (engine.ready, engine.reason, engine.summary or engine.message),
         (repo.status is ConditionStatus.TRUE, repo.reason, repository_summary),
@@ -259,10 +267,30 @@ def _warning_event(
     return (Event("Warning", SPEC_WARNINGS, _clip(message)),)
 
 
+def _scaled_event(
+    status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
+) -> tuple[Event, ...]:
+    """A Normal event when the autoscaler changes the number of serving pods it wants."""
+    now = status.autoscaling
+    before = previous.autoscaling if previous is not None else None
+    if now is None or before is None or now.desired_replicas is None or before.desired_replicas is None:
+        return ()
+    if now.desired_replicas == before.desired_replicas:
+        return ()
+    verb = "up" if now.desired_replicas > before.desired_replicas else "down"
+    message = (
+        f"the HorizontalPodAutoscaler {now.horizontal_pod_autoscaler} scaled the serving pods {verb} from "
+        f"{before.desired_replicas} to {now.desired_replicas} on {now.metric}"
+    )
+    return (Event("Normal", "Autoscaled", message),)
+
+
 def _events(
     status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
 ) -> tuple[Event, ...]:
-    return _phase_events(status, previous) + _warning_event(status, previous)
+    return (
+        _phase_events(status, previous) + _warning_event(status, previous) + _scaled_event(status, previous)
+    )
 
 
 def _phase_events(
@@ -295,6 +323,19 @@ def previous_status(resource: Mapping[str, Any]) -> MultimodalDeploymentStatus |
         return None
 
 
+def _autoscaling_status(state: AutoscalingState | None) -> AutoscalingStatus | None:
+    if state is None:
+        return None
+    scaled = state.last_scale_time
+    return AutoscalingStatus(
+        horizontal_pod_autoscaler=state.autoscaler,
+        metric=state.metric or None,
+        desired_replicas=state.desired_replicas,
+        current_replicas=state.current_replicas,
+        last_scale_time=scaled.strftime("%Y-%m-%dT%H:%M:%SZ") if scaled is not None else None,
+    )
+
+
 def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, now: datetime) -> Report:
     """The status and events of `findings`; `previous` is the status the resource shows now."""
     conditions = _conditions(findings)
@@ -325,6 +366,7 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
         updated_replicas=serving.updated_replicas if serving is not None else None,
         ready_replicas=serving.ready_replicas if serving is not None else None,
         selector=findings.selector,
+        autoscaling=_autoscaling_status(findings.autoscaling),
         warnings=[_clip(w, WARNING_MAX_LENGTH) for w in findings.warnings[:MAX_WARNINGS]] or None,
     )
     if findings.problems and previous is not None:
@@ -340,6 +382,7 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
                 "updated_replicas": previous.updated_replicas,
                 "ready_replicas": previous.ready_replicas,
                 "selector": previous.selector,
+                "autoscaling": previous.autoscaling,
             }
         )
     recheck = serving.recheck_after if serving is not None else None

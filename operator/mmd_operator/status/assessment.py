@@ -1,8 +1,9 @@
 """What one reconcile found, assembled for `report` after the writes: the assess step.
 
 From the world observed after the writes, the judgement of it and what the decision rendered: whether
-the repository ConfigMap and the Deployment carry what was decided, how serving is doing, and the
-Service's endpoints; the spec's warnings are carried through. Decides nothing to write. Pure: imports
+the repository ConfigMap and the Deployment carry what was decided, how serving is doing (with
+autoscaling: against the pods the autoscaler set, and what the autoscaler reports), and the Service's
+endpoints; the spec's warnings are carried through. Decides nothing to write. Pure: imports
 the api models, the plan, the facts, the judgement and the vocabulary.
 """
 
@@ -14,6 +15,7 @@ from engine_builder.weights_format import DownloadSucceeded
 from mmd_operator.api.v1alpha1 import Endpoints, MultimodalDeployment, WeightsSource, WeightsStatus
 from mmd_operator.facts import Meta, Observed
 from mmd_operator.judgement import Judgement, Rendered, snapshot_key
+from mmd_operator.judgement.autoscaling import autoscaling_state
 from mmd_operator.judgement.availability import serving_state
 from mmd_operator.judgement.placement import serving_demand
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
@@ -104,10 +106,19 @@ def assess(
     )
     live_deployment = observed.deployment
     serve = isinstance(plan, ServePlan)
+    autoscaling_spec = resource.spec.serving.autoscaling
+    autoscaling = None
+    desired = resource.spec.serving.replicas
+    if autoscaling_spec is not None:
+        # The autoscaler sets the Deployment's replicas; before there is one, it starts at minReplicas.
+        desired = live_deployment.replicas if live_deployment is not None else autoscaling_spec.min_replicas
+        autoscaling = autoscaling_state(
+            autoscaling_spec, resource.spec.serving_runtime, names.serving(instance), observed.autoscaler
+        )
     serving = serving_state(
         live_deployment,
         observed.serving_pods,
-        desired=resource.spec.serving.replicas,
+        desired=desired,
         applied=live_deployment is not None and _carries(live_deployment.meta, rendered.deployment_digest),
         engine_ready=engine.ready,
         now=observed.now,
@@ -127,6 +138,7 @@ def assess(
             endpoints=serve_endpoints(instance, namespace),
             selector=selector_string(instance),
             warnings=warnings,
+            autoscaling=autoscaling,
         )
     job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
     return Findings(
@@ -141,4 +153,5 @@ def assess(
         endpoints=endpoints(instance, namespace),
         selector=selector_string(instance),
         warnings=warnings,
+        autoscaling=autoscaling,
     )

@@ -41,6 +41,8 @@ EVENT = ApiKind("v1", "Event", "events")
 JOB = ApiKind("batch/v1", "Job", "jobs")
 DEPLOYMENT = ApiKind("apps/v1", "Deployment", "deployments")
 NETWORK_POLICY = ApiKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies")
+HORIZONTAL_POD_AUTOSCALER = ApiKind("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers")
+POD_DISRUPTION_BUDGET = ApiKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
 # The one Lease of leader election (`kube.lease`).
 LEASE = ApiKind("coordination.k8s.io/v1", "Lease", "leases")
 # Cluster-scoped, and only read: nodes (for scheduling messages and `mmctl validate --cluster`),
@@ -60,6 +62,8 @@ ALL = (
     JOB,
     DEPLOYMENT,
     NETWORK_POLICY,
+    HORIZONTAL_POD_AUTOSCALER,
+    POD_DISRUPTION_BUDGET,
     LEASE,
     NODE,
     STORAGE_CLASS,

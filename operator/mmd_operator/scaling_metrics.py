@@ -1,0 +1,183 @@
+"""The metrics `spec.serving.autoscaling` scales on, in one table, and the prometheus-adapter rules for them.
+
+A spec names a metric (`ScalingMetric`); each runtime that can serve it has a `MetricSource` here: the
+Prometheus series its pods expose, the query that turns them into one value per pod, and the name of the
+custom metric (custom.metrics.k8s.io) the adapter serves that value under, which the operator's
+HorizontalPodAutoscaler asks for. A runtime that cannot serve a metric has the reason instead, which the
+CRD's rule quotes when it refuses the combination. `adapter_rules()` renders the table as the rules a
+prometheus-adapter must be configured with (`adapter_config_yaml()` as its config file): the one place
+where the custom-metric names are spelled, for the operator, the docs and the local cluster's adapter.
+
+Both queries give 0, not nothing, for a pod that served no request in the window: an absent value would
+keep the autoscaler from scaling an idle Deployment down. Pure: imports the knowledge table's runtimes and
+PyYAML; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from mmd_operator.knowledge import Runtime
+
+
+class ScalingMetric(StrEnum):
+    """What the autoscaler compares with the spec's target, per serving pod."""
+
+    # Average time a request waited in the server's queue before it ran, over the last window.
+    QUEUE_TIME_PER_REQUEST = "QueueTimePerRequest"
+    # Requests the server holds that have not started (a gauge, read as it is).
+    PENDING_REQUESTS = "PendingRequests"
+
+
+# Triton's entry points that clients call (their queue time includes the models they call); the HPA
+# selects these by the `model` label. Those a rendered repository has are the resource's entry models.
+TRITON_ENTRY_MODELS = ("ensemble", "tensorrt_llm_bls", "whisper_bls")
+# The window the rates are taken over: at least two scrapes must fall in it (scrape every 15 s or less).
+RATE_WINDOW = "1m"
+# The labels a Prometheus scrape of pods puts on every series (a PodMonitor or the usual relabelling);
+# the adapter maps them to the pod and its namespace.
+POD_LABELS = {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}
+
+
+@dataclass(frozen=True)
+class MetricSource:
+    """How one runtime's pods expose a scaling metric, and what the adapter calls it."""
+
+    # The name HorizontalPodAutoscalers ask custom.metrics.k8s.io for.
+    custom_metric: str
+    # The series the adapter discovers the metric by.
+    series: str
+    # The adapter's metricsQuery: one value per pod (`<<.GroupBy>>`), on the pods asked for
+    # (`<<.LabelMatchers>>`, which carry the HPA's metric selector too). `{window}` is the rate window.
+    query: str
+    # The label that names the model in the series, when only the entry models count.
+    model_label: str | None = None
+
+
+@dataclass(frozen=True)
+class ScalingMetricFacts:
+    """One metric: what it measures, its target's unit, and where each runtime has it."""
+
+    metric: ScalingMetric
+    what: str
+    # The unit of `metric.target` in the spec.
+    target_unit: str
+    # The custom metric's unit: the target is written as an HPA quantity in it.
+    quantity_suffix: str
+    sources: Mapping[Runtime, MetricSource]
+    # Runtimes without the metric, and why (the CRD's refusal says it).
+    unavailable: Mapping[Runtime, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def average_value(self, target: int) -> str:
+        """`target` (in `target_unit`) as the HPA's averageValue quantity in the custom metric's unit."""
+        return f"{target}{self.quantity_suffix}"
+
+
+def _ratio(numerator: str, denominator: str, scale: str = "") -> str:
+    """rate(numerator) / rate(denominator) per pod, and 0 where the denominator did not move."""
+    top = f"sum by (<<.GroupBy>>) (rate({numerator}{{<<.LabelMatchers>>}}[{{window}}]))"
+    bottom = f"sum by (<<.GroupBy>>) (rate({denominator}{{<<.LabelMatchers>>}}[{{window}}]))"
+    return f"({top} / ({bottom} > 0){scale}) or ({bottom} * 0)"
+
+
+SCALING_METRICS: Mapping[ScalingMetric, ScalingMetricFacts] = MappingProxyType(
+    {
+        ScalingMetric.QUEUE_TIME_PER_REQUEST: ScalingMetricFacts(
+            metric=ScalingMetric.QUEUE_TIME_PER_REQUEST,
+            what="queue time per request",
+            target_unit="ms",
+            # Milliseconds of a metric in seconds: `200` is `200m`.
+            quantity_suffix="m",
+            sources=MappingProxyType(
+                {
+                    # Cumulative microseconds in the queue over successful requests, of the entry models.
+                    Runtime.TRITON_TRTLLM_ENGINE: MetricSource(
+                        custom_metric="mmd_triton_queue_time_per_request_seconds",
+                        series="nv_inference_queue_duration_us",
+                        query=_ratio(
+                            "nv_inference_queue_duration_us", "nv_inference_request_success", " / 1e6"
+                        ),
+                        model_label="model",
+                    ),
+                    # The request queue-time histogram (TensorRT-LLM 1.2.1, return_perf_metrics).
+                    Runtime.TRTLLM_SERVE: MetricSource(
+                        custom_metric="mmd_trtllm_serve_queue_time_per_request_seconds",
+                        series="trtllm_request_queue_time_seconds_count",
+                        query=_ratio(
+                            "trtllm_request_queue_time_seconds_sum", "trtllm_request_queue_time_seconds_count"
+                        ),
+                    ),
+                }
+            ),
+        ),
+        ScalingMetric.PENDING_REQUESTS: ScalingMetricFacts(
+            metric=ScalingMetric.PENDING_REQUESTS,
+            what="pending requests",
+            target_unit="requests",
+            quantity_suffix="",
+            sources=MappingProxyType(
+                {
+                    Runtime.TRITON_TRTLLM_ENGINE: MetricSource(
+                        custom_metric="mmd_triton_pending_requests",
+                        series="nv_inference_pending_request_count",
+                        query=(
+                            "sum by (<<.GroupBy>>) (nv_inference_pending_request_count{<<.LabelMatchers>>})"
+                        ),
+                        model_label="model",
+                    )
+                }
+            ),
+            unavailable=MappingProxyType(
+                {
+                    Runtime.TRTLLM_SERVE: (
+                        "TensorRT-LLM 1.2.1's /prometheus/metrics has no gauge of waiting requests (only "
+                        "request counters and latency histograms; trtllm_num_requests_waiting came with the "
+                        "1.3 line)"
+                    )
+                }
+            ),
+        ),
+    }
+)
+
+
+def source(metric: ScalingMetric, runtime: Runtime) -> MetricSource | None:
+    """Where `runtime`'s pods have `metric`; None when they do not."""
+    return SCALING_METRICS[metric].sources.get(runtime)
+
+
+def adapter_rules(window: str = RATE_WINDOW) -> list[dict[str, Any]]:
+    """prometheus-adapter's `rules` for every custom metric of the table, rates over `window`.
+
+    Each exposes one metric per pod, named as the HPAs the operator creates ask for it; the series must
+    carry `namespace` and `pod` labels (a PodMonitor's scrape does).
+    """
+    rules = []
+    for facts in SCALING_METRICS.values():
+        for metric_source in facts.sources.values():
+            rules.append(
+                {
+                    "seriesQuery": f'{metric_source.series}{{namespace!="",pod!=""}}',
+                    "resources": {"overrides": POD_LABELS},
+                    "name": {"matches": f"^{metric_source.series}$", "as": metric_source.custom_metric},
+                    "metricsQuery": metric_source.query.replace("{window}", window),
+                }
+            )
+    return rules
+
+
+def adapter_config_yaml(window: str = RATE_WINDOW) -> str:
+    """The rules as prometheus-adapter's config file (`--config`).
+
+    prometheus-adapter's Helm chart takes the same list as the value `rules.custom`.
+    """
+    header = (
+        "# prometheus-adapter rules for MultimodalDeployment autoscaling (mmd_operator.scaling_metrics)\n"
+    )
+    return header + yaml.safe_dump({"rules": adapter_rules(window)}, sort_keys=False, width=1000)
