@@ -11,6 +11,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from mmd_operator import scaling_metrics
 from mmd_operator.cli.localcluster import monitoring
 from mmd_operator.cli.localcluster.layout import Layout, MetricsVersions
 from mmd_operator.cli.localcluster.pki import FRONT_PROXY_CLIENT, generate_credentials, issue_certificate
@@ -66,7 +67,7 @@ def test_prometheus_scrapes_tritons_metrics_port_and_trtllm_serves_prometheus_pa
 
 
 def test_the_adapter_rules_map_series_to_pods_and_fill_in_the_hpas_selector() -> None:
-    rules = yaml.safe_load(monitoring.adapter_config_yaml())["rules"]
+    rules = yaml.safe_load(scaling_metrics.adapter_config_yaml())["rules"]
     names = {rule["name"]["as"] for rule in rules}
     assert {"mmd_triton_queue_time_per_request_seconds", "mmd_triton_pending_requests"} <= names
     for rule in rules:

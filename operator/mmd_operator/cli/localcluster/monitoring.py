@@ -11,8 +11,9 @@ HorizontalPodAutoscaler can scale serving pods on Triton's own metrics:
   which the adapter's rules map to pods. Its ServiceAccount may only get, list and watch pods.
 - **prometheus-adapter**, registered through the aggregation layer as `v1beta1.custom.metrics.k8s.io`
   (an APIService whose serving certificate the API server verifies against the cluster CA), with the
-  rules the operator's HPAs ask for (the table in `adapter_config_yaml`): the controller manager's real
-  HPA controller reads the metric through the API server, as on any cluster.
+  rules the operator's HPAs ask for (`scaling_metrics.adapter_config_yaml`, the rules docs/autoscaling.md
+  tells users to add): the controller manager's real HPA controller reads the metric through the API
+  server, as on any cluster.
 
 Why prometheus-adapter and not KEDA: the operator owns its HorizontalPodAutoscaler (an `autoscaling/v2`
 object applied with the Deployment), and KEDA would create and own an HPA of its own from a ScaledObject,
@@ -23,7 +24,7 @@ does not apply: a GPU server takes minutes to load, so the operator keeps at lea
 Both images are one layer each, written from the binaries `metricsbinaries` builds; nothing is pulled.
 
 Imports: the standard library, PyYAML, the kubernetes client, this package's `addons`, `metricsbinaries`,
-`nodes`, `pki`, `realnodes`, and the operator's vocabulary (labels, ports, container names).
+`nodes`, `pki`, and the operator's scaling-metric table and vocabulary (labels, ports, container names).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from mmd_operator import scaling_metrics
 from mmd_operator.cli.localcluster.addons import binary_image
 from mmd_operator.cli.localcluster.metricsbinaries import MetricsBinaries
 from mmd_operator.cli.localcluster.nodes import NODE_KIND_LABEL, REAL
@@ -133,43 +135,6 @@ def prometheus_config() -> dict[str, Any]:
             ),
         ],
     }
-
-
-def _ratio(numerator: str, denominator: str, window: str, scale: str = "") -> str:
-    """rate(numerator) / rate(denominator) per pod, and 0 where the denominator did not move."""
-    top = f"sum by (<<.GroupBy>>) (rate({numerator}{{<<.LabelMatchers>>}}[{window}]))"
-    bottom = f"sum by (<<.GroupBy>>) (rate({denominator}{{<<.LabelMatchers>>}}[{window}]))"
-    return f"({top} / ({bottom} > 0){scale}) or ({bottom} * 0)"
-
-
-# Stand-in for the operator's table of scaling metrics (spec.serving.autoscaling), which is to render
-# these rules itself: (custom metric, series, metricsQuery over a rate window).
-_RULES = (
-    (
-        "mmd_triton_queue_time_per_request_seconds",
-        "nv_inference_queue_duration_us",
-        _ratio("nv_inference_queue_duration_us", "nv_inference_request_success", "1m", " / 1e6"),
-    ),
-    (
-        "mmd_triton_pending_requests",
-        "nv_inference_pending_request_count",
-        "sum by (<<.GroupBy>>) (nv_inference_pending_request_count{<<.LabelMatchers>>})",
-    ),
-)
-
-
-def adapter_config_yaml() -> str:
-    """prometheus-adapter's `--config`: one rule per custom metric the operator's HPAs ask for."""
-    rules = [
-        {
-            "seriesQuery": f'{series}{{namespace!="",pod!=""}}',
-            "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
-            "name": {"matches": f"^{series}$", "as": metric},
-            "metricsQuery": query,
-        }
-        for metric, series, query in _RULES
-    ]
-    return yaml.safe_dump({"rules": rules}, sort_keys=False, width=1000)
 
 
 # -- manifests ----------------------------------------------------------------------------------------
@@ -351,7 +316,7 @@ def adapter_objects(image: str, serving: tuple[bytes, bytes], ca_bundle: bytes) 
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": ADAPTER, "namespace": NAMESPACE},
-            "data": {"config.yaml": adapter_config_yaml()},
+            "data": {"config.yaml": scaling_metrics.adapter_config_yaml()},
         },
         _deployment(
             ADAPTER,
