@@ -415,9 +415,12 @@ def kill_cgroup_processes(node: RealNode, timeout: float = 10.0) -> int:
         for hierarchy in _hierarchies():
             root = hierarchy / node.cgroup_root.lstrip("/")
             if root.is_dir():
-                for procs in root.rglob("cgroup.procs"):
-                    with contextlib.suppress(OSError):
-                        pids.update(int(line) for line in procs.read_text().split())
+                # os.walk, not Path.rglob: a pod's cgroup removed while we look is skipped, not an error.
+                for directory, _, files in os.walk(root):
+                    if "cgroup.procs" in files:
+                        with contextlib.suppress(OSError):
+                            text = (Path(directory) / "cgroup.procs").read_text()
+                            pids.update(int(line) for line in text.split())
         if not pids:
             return len(killed)
         for pid in pids:
