@@ -57,6 +57,13 @@ generate: venv
 demo: venv triton-server node-deps
 	scripts/demo.sh $(ARGS)
 
+# A real scale-up and scale-down on real nodes (docs/autoscaling-proof.md): the local cluster with its metrics
+# path (Prometheus, prometheus-adapter), the operator from its chart, a bounded load on llava's Service; prints
+# the timeline and writes out/autoscale/timeline.{md,png,json}. ARGS=--keep-cluster leaves the cluster running.
+.PHONY: autoscale-demo
+autoscale-demo: venv node-deps
+	$(BIN)/python -m benchmarks.autoscale_proof $(ARGS)
+
 clean:
 	rm -rf $(VENV) $(RUNTIME_VENV) .mypy_cache .pytest_cache .ruff_cache
 

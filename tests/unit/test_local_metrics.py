@@ -15,18 +15,7 @@ from mmd_operator import scaling_metrics
 from mmd_operator.cli.localcluster import monitoring
 from mmd_operator.cli.localcluster.layout import Layout, MetricsVersions
 from mmd_operator.cli.localcluster.pki import FRONT_PROXY_CLIENT, generate_credentials, issue_certificate
-from mmd_operator.config import OperatorConfig
-from mmd_operator.desired.decision import manifest_files
-from tests.support.examples import EXAMPLES_DIR, plan_any_example
-
-
-def _serving_deployment(example: str) -> dict[str, Any]:
-    resource, plan = plan_any_example(EXAMPLES_DIR / f"{example}.yaml")
-    manifests = manifest_files(resource, plan, config=OperatorConfig())
-    (deployment,) = (
-        yaml.safe_load(text) for name, text in manifests.items() if name.startswith("deployment-")
-    )
-    return deployment  # type: ignore[no-any-return]
+from tests.support.examples import serving_deployment
 
 
 def _targets(job: dict[str, Any], deployment: dict[str, Any]) -> list[tuple[str, int]]:
@@ -53,7 +42,7 @@ def _targets(job: dict[str, Any], deployment: dict[str, Any]) -> list[tuple[str,
 
 def test_prometheus_scrapes_tritons_metrics_port_and_trtllm_serves_prometheus_path() -> None:
     jobs = {job["job_name"]: job for job in monitoring.prometheus_config()["scrape_configs"]}
-    llava, qwen = _serving_deployment("llava"), _serving_deployment("qwen2_5_vl")
+    llava, qwen = serving_deployment("llava"), serving_deployment("qwen2_5_vl")
     # Exactly one target per serving pod: the metrics port of tritonserver, trtllm-serve's own port.
     assert _targets(jobs["triton"], llava) == [("tritonserver", 8002)]
     assert _targets(jobs["triton"], qwen) == []
