@@ -15,6 +15,7 @@ PyYAML; no I/O.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -164,7 +165,8 @@ def adapter_rules(window: str = RATE_WINDOW) -> list[dict[str, Any]]:
             rules.append(
                 {
                     "seriesQuery": f'{metric_source.series}{{namespace!="",pod!=""}}',
-                    "resources": {"overrides": POD_LABELS},
+                    # A copy each: shared dicts would be written as YAML anchors and aliases.
+                    "resources": {"overrides": copy.deepcopy(POD_LABELS)},
                     "name": {"matches": f"^{metric_source.series}$", "as": metric_source.custom_metric},
                     "metricsQuery": metric_source.query.replace("{window}", window),
                 }

@@ -71,6 +71,14 @@ def problems_of(document: dict[str, Any]) -> list[str]:
     return []
 
 
+# A valid `serving.autoscaling`, which the autoscaling cases break one way each.
+AUTOSCALING: dict[str, Any] = {
+    "minReplicas": 1,
+    "maxReplicas": 4,
+    "metric": {"name": "QueueTimePerRequest", "target": 200},
+}
+
+
 class InvalidSpec(NamedTuple):
     """A resource (`base` with `patch` merged in) that must be refused at `path`."""
 
@@ -674,5 +682,65 @@ CASES: list[InvalidSpec] = [
         "spec.engine.kvCacheDtype",
         "kvCacheDtype fp8 is supported on trtllm-serve only for model types",
         values=("gemma3",),
+    ),
+    # -- serving.autoscaling --
+    InvalidSpec(
+        "autoscaling-min-above-max",
+        "llava",
+        {"spec": {"serving": {"autoscaling": {**AUTOSCALING, "minReplicas": 5}}}},
+        "spec.serving.autoscaling.minReplicas",
+        "must not exceed maxReplicas",
+        values=("5", "4"),
+    ),
+    InvalidSpec(
+        "autoscaling-to-zero",
+        "llava",
+        {"spec": {"serving": {"autoscaling": {**AUTOSCALING, "minReplicas": 0}}}},
+        "spec.serving.autoscaling.minReplicas",
+        "must be at least 1: there is no scale-to-zero",
+        values=("0",),
+    ),
+    InvalidSpec(
+        "autoscaling-with-replicas",
+        "llava",
+        {"spec": {"serving": {"replicas": 3, "autoscaling": AUTOSCALING}}},
+        "spec.serving.replicas",
+        "cannot be set together with serving.autoscaling",
+        values=("(3)", "minReplicas (1)", "maxReplicas (4)"),
+    ),
+    InvalidSpec(
+        "autoscaling-over-gpu-budget",
+        "llava",
+        {
+            "spec": {
+                "engine": {"tensorParallelSize": 2},
+                "serving": {"autoscaling": {**AUTOSCALING, "maxGpus": 6}},
+            }
+        },
+        "spec.serving.autoscaling.maxReplicas",
+        "need more GPUs than serving.autoscaling.maxGpus",
+        values=("(4)", "(2)", "(6)", "4 x 2 = 8 GPUs", "at most 3"),
+    ),
+    InvalidSpec(
+        "autoscaling-pending-on-serve",
+        "qwen2_5_vl",
+        {
+            "spec": {
+                "serving": {
+                    "autoscaling": {**AUTOSCALING, "metric": {"name": "PendingRequests", "target": 4}}
+                }
+            }
+        },
+        "spec.serving.autoscaling.metric.name",
+        "PendingRequests is not available on runtime trtllm-serve",
+        values=("QueueTimePerRequest",),
+    ),
+    InvalidSpec(
+        "autoscaling-on-cpu",
+        "llava",
+        {"spec": {"serving": {"autoscaling": {**AUTOSCALING, "metric": {"name": "CPU", "target": 80}}}}},
+        "spec.serving.autoscaling.metric.name",
+        "must be 'QueueTimePerRequest' or 'PendingRequests'",
+        values=('"CPU"',),
     ),
 ]

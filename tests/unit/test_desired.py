@@ -20,6 +20,7 @@ from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import engine_build
 from mmd_operator.desired.decision import Desired, desired_state, manifests
 from mmd_operator.facts import (
+    AutoscalerFacts,
     ClaimFacts,
     DeploymentFacts,
     JobFacts,
@@ -53,6 +54,8 @@ MODELS = {
     "ConfigMap": k8s.V1ConfigMap,
     "Deployment": k8s.V1Deployment,
     "Service": k8s.V1Service,
+    "HorizontalPodAutoscaler": k8s.V2HorizontalPodAutoscaler,
+    "PodDisruptionBudget": k8s.V1PodDisruptionBudget,
 }
 
 
@@ -130,12 +133,14 @@ def condition(status: Any, kind: str) -> Any:
 def test_every_manifest_parses_into_the_kubernetes_clients_model_and_back_unchanged(path: Any) -> None:
     resource, plan = plan_example(path)
     built = manifests(resource, plan, config=CONFIG)
+    scaled = ["HorizontalPodAutoscaler", "PodDisruptionBudget"] if resource.spec.serving.autoscaling else []
     assert [m["kind"] for m in built] == [
         "PersistentVolumeClaim",
         "Job",
         "ConfigMap",
         "Deployment",
         "Service",
+        *scaled,
     ]
     api = k8s.ApiClient()
     for manifest in built:
@@ -864,3 +869,111 @@ def test_every_reason_short_of_ready_is_one_sentence_that_says_what_to_do() -> N
             if c.reason == reason and c.type not in ("Ready", "Reconciling", "Stalled")
         ]
         assert detailed and all(c.message != message for c in detailed), (label, detailed)
+
+
+# -- serving.autoscaling: the autoscaler, the disruption budget, and who owns replicas ----------------------
+
+AUTOSCALING = {"minReplicas": 1, "maxReplicas": 4, "metric": {"name": "QueueTimePerRequest", "target": 200}}
+
+
+def test_with_autoscaling_the_deployment_has_no_replicas_and_an_autoscaler_and_a_budget_come_with_it() -> (
+    None
+):
+    resource, plan = example(serving__autoscaling=AUTOSCALING)
+    decision = decide(resource, plan, engine=summary(plan.cache_key))
+    assert kinds(decision) == [
+        "ConfigMap",
+        "Deployment",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "Service",
+    ]
+    deployment = decision.manifest("Deployment")
+    assert deployment is not None and "replicas" not in deployment["spec"]
+    # Nothing to hand over: the Deployment does not exist yet.
+    assert decision.handover is None
+
+
+def test_replicas_are_handed_over_at_their_live_value_before_the_first_apply_without_them() -> None:
+    fixed, fixed_plan = example(serving__replicas=2)
+    owned_by_the_operator = dataclasses.replace(
+        live_deployment(fixed, fixed_plan, replicas=2), replicas_managers=(("mmd-operator", "Apply"),)
+    )
+    resource, plan = example(serving__autoscaling=AUTOSCALING)
+    decision = decide(resource, plan, **served(resource, plan), deployment=owned_by_the_operator)
+    assert decision.handover == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "llava", "namespace": "ml"},
+        "spec": {"replicas": 2},
+    }
+    # Once the autoscaler has written the field, the operator neither hands over nor sets it.
+    scaled = dataclasses.replace(
+        owned_by_the_operator, replicas_managers=(("kube-controller-manager", "Update"),)
+    )
+    decision = decide(resource, plan, **served(resource, plan), deployment=scaled)
+    assert decision.handover is None
+    deployment = decision.manifest("Deployment")
+    assert deployment is not None and "replicas" not in deployment["spec"]
+
+
+def test_the_status_counts_the_pods_the_autoscaler_set_not_the_specs_default() -> None:
+    resource, plan = example(serving__autoscaling=AUTOSCALING)
+    deployment = dataclasses.replace(
+        live_deployment(*example(serving__autoscaling=AUTOSCALING), replicas=3, ready=3),
+        generation=1,
+    )
+    status = status_of(decide(resource, plan, **served(resource, plan), deployment=deployment))
+    assert status.replicas == 3 and status.ready_replicas == 3
+    assert status.phase is Phase.READY
+    # No autoscaler observed yet: the condition says it is coming, and never holds Ready back.
+    autoscaling = condition(status, "Autoscaling")
+    assert (autoscaling.status, autoscaling.reason) == ("Unknown", "AutoscalerPending")
+    assert status.autoscaling is not None and status.autoscaling.horizontal_pod_autoscaler == "llava"
+    assert status.autoscaling.metric == "mmd_triton_queue_time_per_request_seconds"
+
+
+def test_without_autoscaling_the_operators_autoscaler_and_an_unneeded_budget_are_deleted() -> None:
+    resource, plan = example()
+    autoscaler = AutoscalerFacts(meta=meta("llava", owners=(ME,)))
+    budget = meta("llava", owners=(ME,))
+    decision = decide(
+        resource,
+        plan,
+        **served(resource, plan),
+        deployment=live_deployment(resource, plan),
+        autoscaler=autoscaler,
+        disruption_budget=budget,
+    )
+    assert ObjectKey("autoscaling/v2", "HorizontalPodAutoscaler", "llava") in decision.delete
+    assert ObjectKey("policy/v1", "PodDisruptionBudget", "llava") in decision.delete
+    deployment = decision.manifest("Deployment")
+    assert deployment is not None and deployment["spec"]["replicas"] == 1
+    # Someone else's objects of the same name are left alone.
+    foreign = decide(
+        resource,
+        plan,
+        **served(resource, plan),
+        deployment=live_deployment(resource, plan),
+        autoscaler=AutoscalerFacts(meta=meta("llava")),
+        disruption_budget=meta("llava"),
+    )
+    assert not {key.kind for key in foreign.delete} & {"HorizontalPodAutoscaler", "PodDisruptionBudget"}
+
+
+@pytest.mark.parametrize(
+    ("spec_changes", "budget"),
+    [
+        ({}, False),
+        ({"serving__replicas": 2}, True),
+        ({"serving__autoscaling": {**AUTOSCALING, "maxReplicas": 1}}, False),
+        ({"serving__autoscaling": AUTOSCALING}, True),
+    ],
+    ids=["one-replica", "two-replicas", "autoscaler-up-to-1", "autoscaler-up-to-4"],
+)
+def test_a_disruption_budget_exists_only_when_more_than_one_serving_pod_can_run(
+    spec_changes: dict[str, Any], budget: bool
+) -> None:
+    resource, plan = example(**spec_changes)
+    decision = decide(resource, plan, engine=summary(plan.cache_key))
+    assert (decision.manifest("PodDisruptionBudget") is not None) is budget

@@ -26,6 +26,9 @@ renew_deadline_seconds
 retry_period_seconds
 tensorrt_llm_assumed
 
+# Fields of the CRD only its CEL rules read (at admission, and offline in `mmctl validate`).
+max_gpus
+
 # Facts about each model type kept in the knowledge table beside the ones the planner reads: the
 # reference checkpoint the entry was checked against, and two reference-workflow properties.
 reference_checkpoint

@@ -63,6 +63,9 @@ def autoscaling_state(
     metric = metric_source.custom_metric if metric_source is not None else ""
     what = f"{facts.what} ({metric})"
 
+    # 0 until the autoscaler has decided anything (or while the Deployment is scaled to 0 by hand).
+    wanted = autoscaler.desired_replicas or None if autoscaler is not None else None
+
     def state(ok: bool | None, reason: str, message: str) -> AutoscalingState:
         return AutoscalingState(
             ok=ok,
@@ -70,7 +73,7 @@ def autoscaling_state(
             message=message,
             autoscaler=name,
             metric=metric,
-            desired_replicas=autoscaler.desired_replicas if autoscaler is not None else None,
+            desired_replicas=wanted,
             current_replicas=autoscaler.current_replicas if autoscaler is not None else None,
             last_scale_time=autoscaler.last_scale_time if autoscaler is not None else None,
         )
@@ -111,7 +114,6 @@ def autoscaling_state(
             f"{able.message}"
         )
         return state(False, able.reason, message)
-    wanted = autoscaler.desired_replicas
     pods = f"{wanted} serving pod{'s' if wanted != 1 else ''} wanted" if wanted is not None else "scaling"
     message = (
         f"{pods}, between minReplicas {spec.min_replicas} and maxReplicas {spec.max_replicas}, on {what} "

@@ -270,17 +270,16 @@ def _warning_event(
 def _scaled_event(
     status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
 ) -> tuple[Event, ...]:
-    """A Normal event when the autoscaler changes the number of serving pods it wants."""
+    """A Normal event when, under autoscaling, the number of serving pods wanted changes."""
     now = status.autoscaling
-    before = previous.autoscaling if previous is not None else None
-    if now is None or before is None or now.desired_replicas is None or before.desired_replicas is None:
+    if now is None or previous is None or previous.autoscaling is None:
         return ()
-    if now.desired_replicas == before.desired_replicas:
+    before, after = previous.replicas, status.replicas
+    if before is None or after is None or before == after:
         return ()
-    verb = "up" if now.desired_replicas > before.desired_replicas else "down"
     message = (
-        f"the HorizontalPodAutoscaler {now.horizontal_pod_autoscaler} scaled the serving pods {verb} from "
-        f"{before.desired_replicas} to {now.desired_replicas} on {now.metric}"
+        f"scaled the serving pods {'up' if after > before else 'down'} from {before} to {after} "
+        f"(HorizontalPodAutoscaler {now.horizontal_pod_autoscaler} on {now.metric})"
     )
     return (Event("Normal", "Autoscaled", message),)
 
