@@ -18,26 +18,23 @@ tritonserver reports, scraped and served as on any cluster.
   and the resource's status; afterwards the HPA's and the operator's events.
 - `Timeline`: the milestones (load start, metric above target, the HPA's decision, each new pod Ready,
   load stop, metric below target, the decision to scale down, back to one pod) as a table, and a plot.
-- `run_proof`: the whole sequence; `main` is `make autoscale-demo`.
+- `run_proof`: the whole sequence, which tests/pods/test_autoscaling_under_load.py runs (short in
+  `make test`, longer as `make autoscale-demo`).
 
-Imports: the standard library, the kubernetes client, matplotlib (the plot), and this project's CLI pieces
-(local cluster, triton client, request builder) and scaling-metric table.
+Imports: the standard library, the kubernetes client, matplotlib (the plot), Pillow (the request's
+picture), and this project's triton client, request builder, knowledge and scaling-metric tables.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import ipaddress
 import json
-import os
-import subprocess
-import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -53,9 +50,8 @@ from mmd_operator.cli.triton.requests import Tensor, TextRequest, text_request
 from mmd_operator.knowledge import ModelType, Runtime, knowledge_of
 from mmd_operator.scaling_metrics import SCALING_METRICS, ScalingMetric, source
 
-GROUP, VERSION, PLURAL = "serving.multimodal.dev", "v1alpha1", "multimodaldeployments"
+GROUP, VERSION = "serving.multimodal.dev", "v1alpha1"
 CUSTOM_METRICS = "/apis/custom.metrics.k8s.io/v1beta1"
-ROOT = Path(__file__).resolve().parents[1]
 Printer = Callable[[str], None]
 
 
@@ -405,7 +401,8 @@ class Timeline:
             if self.metric in curves:
                 axis.axhline(self.target, color="red", linestyle="--", label=f"HPA target {self.target:g}")
             axis.set_ylabel(label)
-            axis.legend(loc="upper right", fontsize=7)
+            if axis.get_legend_handles_labels()[0]:
+                axis.legend(loc="upper right", fontsize=7)
         pods = axes[2]
         pods.step(times, [s.desired for s in self.samples], where="post", label="HPA desired")
         pods.step(times, [s.ready for s in self.samples], where="post", label="pods Ready")
@@ -557,7 +554,7 @@ def run_proof(
     )
     first_pods = set(recorder.pods)
     knowledge = knowledge_of(ModelType.LLAVA)
-    picture = ROOT / "out" / "autoscale" / "red.png"
+    picture = Path(tempfile.mkdtemp(prefix="mmd-autoscale-")) / "red.png"
     _write_picture(picture)
     tensors = text_request(
         knowledge, TextRequest("What is in this picture?", images=[str(picture)], max_tokens=8)
@@ -628,13 +625,14 @@ def _write_picture(path: Path) -> None:
     Image.new("RGB", (32, 32), (200, 10, 10)).save(path)
 
 
-def weights_on_a_claim(core: k8s.CoreV1Api, namespace: str, knobs: dict[str, float]) -> dict[str, Any]:
-    """A claim holding a (fake) LLaVA checkpoint whose config carries the doubles' `knobs`; the source.
+def weights_on_a_claim(
+    core: k8s.CoreV1Api, namespace: str, knobs: dict[str, float], write_checkpoint: Callable[[Path], None]
+) -> dict[str, Any]:
+    """A claim holding a (fake) checkpoint whose config carries the doubles' `knobs`; the model source.
 
-    The checkpoint is written from this host into the claim's local-path volume.
+    `write_checkpoint` writes the checkpoint into a directory; it goes into the claim's local-path
+    volume from this host, then its `config.json` gets the knobs.
     """
-    from tests.engine_builder.doubles.trtllm_tools import KNOBS, write_model_repo
-
     claim = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}
     core.create_namespaced_persistent_volume_claim(
         namespace, {"metadata": {"name": "weights"}, "spec": claim}
@@ -645,161 +643,9 @@ def weights_on_a_claim(core: k8s.CoreV1Api, namespace: str, knobs: dict[str, flo
         return str(found.spec.volume_name) if found.status.phase == "Bound" else None
 
     volume = wait_for("the weights claim to bind", bound_volume, 60, 0.5)
-    model = Path(core.read_persistent_volume(volume).spec.host_path.path) / "llava-1.5-7b"
-    write_model_repo(model, "pvc/llava-1.5-7b")
+    persistent: Any = core.read_persistent_volume(volume)
+    model = Path(persistent.spec.host_path.path) / "llava-1.5-7b"
+    write_checkpoint(model)
     config = json.loads((model / "config.json").read_text())
-    (model / "config.json").write_text(json.dumps({**config, KNOBS: knobs}))
+    (model / "config.json").write_text(json.dumps({**config, "mmd_double": knobs}))
     return {"source": {"pvc": {"claimName": "weights", "path": "llava-1.5-7b"}}}
-
-
-# -- make autoscale-demo --------------------------------------------------------------------------------
-
-OPERATOR_NAMESPACE = "mmd-system"
-RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
-DEMO_NAMESPACE = "mmd-autoscale-demo"
-
-
-def _say(text: str = "") -> None:
-    print(text, flush=True)
-
-
-@contextmanager
-def _step(title: str) -> Iterator[None]:
-    started = time.monotonic()
-    _say(f"\n\033[1m==> {title}\033[0m")
-    yield
-    _say(f"    ({time.monotonic() - started:.0f} s)")
-
-
-def _helm_install(helm: Path, kubeconfig: Path, core: k8s.CoreV1Api, references: dict[str, str]) -> None:
-    from mmd_operator.cli.localcluster import images
-
-    try:
-        core.create_namespace({"metadata": {"name": OPERATOR_NAMESPACE, "labels": RESTRICTED}})
-    except ApiException as error:
-        if error.status != 409:
-            raise
-    values = [argument for value in images.chart_values(references) for argument in ("--set", value)]
-    command = [
-        str(helm), "upgrade", "--install", "mmd-operator", str(ROOT / "charts" / "mmd-operator"),
-        "-n", OPERATOR_NAMESPACE, *values, "--set", "retrySeconds=3", "--wait", "--timeout", "180s",
-    ]  # fmt: skip
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise SystemExit(f"autoscale-demo: helm failed:\n{result.stdout}{result.stderr}")
-
-
-def _fresh_namespace(core: k8s.CoreV1Api) -> None:
-    try:
-        core.delete_namespace(DEMO_NAMESPACE)
-        _say(f"  deleting {DEMO_NAMESPACE} of an earlier run")
-        wait_for(f"{DEMO_NAMESPACE} to go", lambda: not _exists(core, DEMO_NAMESPACE), 180)
-    except ApiException as error:
-        if error.status != 404:
-            raise
-    core.create_namespace({"metadata": {"name": DEMO_NAMESPACE, "labels": RESTRICTED}})
-    wait_for("the default ServiceAccount", lambda: _exists(core, DEMO_NAMESPACE, "default"), 60, 0.25)
-
-
-def _exists(core: k8s.CoreV1Api, namespace: str, account: str | None = None) -> bool:
-    try:
-        if account is None:
-            core.read_namespace(namespace)
-        else:
-            core.read_namespaced_service_account(account, namespace)
-        return True
-    except ApiException as error:
-        if error.status == 404:
-            return False
-        raise
-
-
-def _kubectl(kubectl: Path, kubeconfig: Path, *args: str) -> None:
-    _say(f"$ kubectl {' '.join(args)}")
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    result = subprocess.run([str(kubectl), *args], env=env, capture_output=True, text=True, check=False)
-    _say((result.stdout + result.stderr).rstrip())
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`make autoscale-demo`: a real scale-up and scale-down on the local cluster, with the timeline."""
-    from mmd_operator.cli.localcluster import images
-    from mmd_operator.cli.localcluster.cluster import REAL_NODE_PREFIX, LocalCluster
-    from mmd_operator.cli.localcluster.layout import Layout, default_state_dir
-    from mmd_operator.cli.localcluster.objects import NodePool
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--keep-cluster", action="store_true", help="leave the cluster running")
-    parser.add_argument("--out", type=Path, default=ROOT / "out" / "autoscale", help="table, plot, data")
-    parser.add_argument("--metric", choices=[m.value for m in ScalingMetric], default=None)
-    parser.add_argument("--target", type=int, default=None, help="in the metric's spec unit")
-    args = parser.parse_args(argv)
-    settings = ProofSettings(
-        metric=ScalingMetric.QUEUE_TIME_PER_REQUEST, target=500, max_replicas=3, clients=8,
-        seconds_per_request=0.5, scale_down_stabilization_seconds=30, max_load_seconds=240, hold_seconds=30,
-        down_timeout=240,
-    )  # fmt: skip
-    if args.metric:
-        settings = dataclasses.replace(settings, metric=ScalingMetric(args.metric))
-    if args.target is not None:
-        settings = dataclasses.replace(settings, target=args.target)
-    _say(
-        "Real: the control plane, two real nodes, the operator's pod, build and serving pods (tritonserver),"
-    )
-    _say("  Prometheus scraping them, prometheus-adapter behind the API server's aggregation layer, the")
-    _say("  controller manager's HorizontalPodAutoscaler controller. Simulated: the GPUs, and the model's")
-    _say(f"  work: the LLM double takes {settings.seconds_per_request} s per request, one at a time.")
-    layout = Layout.discover()
-    cluster = LocalCluster(default_state_dir(ROOT), layout, say=_say)
-    was_running = cluster.load_state() is not None
-    with _step("The local cluster with two real nodes and its metrics path"):
-        state = cluster.up(
-            NodePool(count=0), real_nodes=NodePool(count=2, name_prefix=REAL_NODE_PREFIX), metrics=True
-        )
-    bin_dir = Path(state.binaries) / "bin"
-    with _step("The project's images, loaded into the nodes"):
-        built = images.build_local(layout, _say)
-        cluster.load_images([image.archive for image in built.values()])
-    with cluster.api_client() as api:
-        core = k8s.CoreV1Api(api)
-        custom = k8s.CustomObjectsApi(api)
-        with _step("The operator, from its chart"):
-            _helm_install(bin_dir / "helm", cluster.kubeconfig, core, {t: i.name for t, i in built.items()})
-        with _step(f"llava with serving.autoscaling {json.dumps(settings.autoscaling())}"):
-            _fresh_namespace(core)
-            source = weights_on_a_claim(
-                core, DEMO_NAMESPACE, {"seconds_per_request": settings.seconds_per_request}
-            )
-            document = resource_document("llava", DEMO_NAMESPACE, source, settings)
-            custom.create_namespaced_custom_object(GROUP, VERSION, DEMO_NAMESPACE, PLURAL, document)
-
-            def is_ready() -> bool:
-                body = custom.get_namespaced_custom_object(GROUP, VERSION, DEMO_NAMESPACE, PLURAL, "llava")
-                return (body.get("status") or {}).get("phase") == "Ready"
-
-            wait_for("llava to be Ready", is_ready, 600, 2)
-            _kubectl(bin_dir / "kubectl", cluster.kubeconfig, "get", "mmd,hpa,pdb,pods", "-n", DEMO_NAMESPACE)
-        with _step("Load on llava's Service until the autoscaler has its pods, then none"):
-            service = core.read_namespaced_service("llava", DEMO_NAMESPACE)
-            assert state.network is not None
-            timeline = run_proof(
-                api, DEMO_NAMESPACE, "llava", f"grpc://{service.spec.cluster_ip}:8001",
-                state.network.supernet, settings, _say,
-            )  # fmt: skip
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "timeline.md").write_text(timeline.table() + "\n")
-        (args.out / "timeline.json").write_text(timeline.to_json())
-        plot = timeline.plot(args.out / "timeline.png")
-        _say("\n" + timeline.table())
-        _say(f"\n  peak: {timeline.peak_pods()} pods Ready; plot {plot}; data {args.out / 'timeline.json'}")
-        _kubectl(bin_dir / "kubectl", cluster.kubeconfig, "describe", "hpa", "llava", "-n", DEMO_NAMESPACE)
-        _kubectl(bin_dir / "kubectl", cluster.kubeconfig, "get", "mmd", "llava", "-n", DEMO_NAMESPACE)
-    if not (args.keep_cluster or was_running):
-        cluster.down()
-        _say("\nThe cluster this demo started is stopped (ARGS=--keep-cluster keeps it).")
-    return 0 if timeline.peak_pods() > 1 else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
