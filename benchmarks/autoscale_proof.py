@@ -266,8 +266,8 @@ class Recorder:
             for condition in pod.status.conditions or []:
                 if condition.type == "Ready" and condition.status == "True":
                     ready += 1
-                    if life.ready is None:
-                        life.ready = _timestamp(condition.last_transition_time) or now
+                    # When first seen, like `started` (the condition's time has whole seconds only).
+                    life.ready = life.ready or now
         for name, life in self.pods.items():
             if name not in seen and life.gone is None:
                 life.gone = now
