@@ -363,7 +363,8 @@ class Timeline:
         for when, kind, reason, message in self.events:
             if when >= self.load.started - 1:
                 found.append((self._at(when), f"event {kind} {reason}: {message}"))
-        return sorted(found)
+        # By time alone: what happened in the same look keeps its order (created, started, Ready).
+        return sorted(found, key=lambda item: item[0])
 
     def _load_text(self) -> str:
         rate = self.load.answered / max(self.load.seconds, 1e-9)
