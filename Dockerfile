@@ -6,15 +6,17 @@
 #   operator             the operator (python -m mmd_operator), FROM PYTHON_IMAGE
 #   engine-builder       the build Job's image: the NGC TensorRT-LLM image, the examples, VILA, this package
 #   serving              the serving pods' image: the NGC image plus tensorrtllm_backend's model code
-#   engine-builder-cpu   CPU stand-ins of the two above for the local cluster's real pods (no GPU): the same
-#   serving-cpu          paths, a CPU tritonserver, doubles of the GPU parts (docs/real-pods.md)
+#   trtllm-serve         the trtllm-serve runtime's serving image: TensorRT-LLM's release image, as it is
+#   engine-builder-cpu   CPU stand-ins of the three above for the local cluster's real pods (no GPU): the
+#   serving-cpu          same paths, a CPU tritonserver, doubles of the GPU parts, the trtllm-serve double
+#   trtllm-serve-cpu     (docs/real-pods.md)
 #
-#   mmctl images build --registry registry.example.com/ml --push          # the three real images
+#   mmctl images build --registry registry.example.com/ml --push          # the four real images
 #   mmctl images build --local                                            # operator and the CPU stand-ins
 #
 # TRITON_TAG and TRTLLM_VERSION must match engine_builder/engine_builder/versions.py (SERVING_IMAGE,
-# TRTLLM_VERSION); tests/engine_builder/test_dockerfile.py checks the defaults, the engine-builder stage
-# checks the base image's TensorRT-LLM.
+# TRTLLM_VERSION), SERVE_TRTLLM_VERSION its SERVE_TRTLLM_VERSION; tests/engine_builder/test_dockerfile.py
+# checks the defaults, the engine-builder and trtllm-serve stages check their base image's TensorRT-LLM.
 
 ARG PYTHON_IMAGE=python:3.11-slim
 ARG TRITON_TAG=25.05
@@ -24,6 +26,9 @@ ARG SERVING_BASE=nvcr.io/nvidia/tritonserver:${TRITON_TAG}-trtllm-python-py3
 # Debian root made by mmdebstrap; python:3.11-slim works too, the stage installs Open MPI where missing).
 ARG SERVING_CPU_BASE=python:3.11-slim
 ARG MODEL_CODE_DIR=/opt/mmd-operator/all_models
+# The trtllm-serve runtime: TensorRT-LLM's own release image (its `trtllm-serve` is the server).
+ARG SERVE_TRTLLM_VERSION=1.2.1
+ARG SERVE_BASE=nvcr.io/nvidia/tensorrt-llm/release:${SERVE_TRTLLM_VERSION}
 
 # This repository's wheel and its dependencies, resolved on the build host (mounted, never copied).
 FROM scratch AS wheelhouse
@@ -60,6 +65,23 @@ ADD https://raw.githubusercontent.com/Howe-Young/tensorrtllm_backend/${XCOMPOSER
 # no home directory, hence HOME for caches).
 ENV HOME=/tmp
 USER 1000:1000
+
+# The trtllm-serve runtime's serving image: the pinned release image with nothing of ours, only the image
+# contract checked and met (docs/trtllm-serve-runtime.md#the-image-contract): its TensorRT-LLM is the
+# pinned one and `trtllm-serve` is on PATH (the build fails otherwise), uid and gid 1000 exist (Ubuntu
+# 24.04 bases have `ubuntu` there; a user is added where none is) with a writable $HOME, port 8000.
+FROM ${SERVE_BASE} AS trtllm-serve
+ARG SERVE_TRTLLM_VERSION
+RUN python3 -c "import importlib.metadata as m, sys; v = m.version('tensorrt_llm'); \
+sys.exit(None if v == '${SERVE_TRTLLM_VERSION}' else f'base image has tensorrt_llm {v}, not ${SERVE_TRTLLM_VERSION}')" \
+    && command -v trtllm-serve
+RUN (getent group 1000 >/dev/null || groupadd --gid 1000 trtllm-serve) \
+    && (getent passwd 1000 >/dev/null || useradd --uid 1000 --gid 1000 --no-create-home \
+        --home-dir /home/trtllm-serve --shell /usr/sbin/nologin trtllm-serve) \
+    && install -d -o 1000 -g 1000 -m 0755 /home/trtllm-serve
+ENV HOME=/home/trtllm-serve
+USER 1000:1000
+EXPOSE 8000
 
 # The build Job's image: the serving image itself (engines load only with the TensorRT-LLM they were built
 # with), TensorRT-LLM's example scripts of the same tag, VILA's code, and this package.
@@ -122,8 +144,10 @@ USER 1000:1000
 FROM ${PYTHON_IMAGE} AS engine-builder-cpu
 ARG TRTLLM_VERSION
 ENV PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONUNBUFFERED=1
+# huggingface_hub: the weights download of the trtllm-serve runtime is the real one (against the local
+# cluster's Hub double, which runs from this image too: /opt/doubles/tools/hub.py).
 RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
-    pip install --no-cache-dir --no-index --find-links /wheelhouse pydantic "numpy<2" \
+    pip install --no-cache-dir --no-index --find-links /wheelhouse pydantic "numpy<2" "huggingface_hub<1.0" \
     && pip install --no-cache-dir --no-index --find-links /wheelhouse --no-deps mmd-operator
 COPY tests/engine_builder/doubles/ /opt/doubles/tools/
 RUN chmod 0755 /opt/doubles/tools/*.py && python3 /opt/doubles/tools/toolbox.py --bin /usr/local/bin \
@@ -134,3 +158,20 @@ ENV PYTHONPATH=/opt/doubles/site ENGINE_BUILDER_ASSUME_TRTLLM_VERSION=${TRTLLM_V
 ENV HOME=/tmp
 USER 1000:1000
 ENTRYPOINT ["python3", "-m", "engine_builder"]
+
+# CPU stand-in of `trtllm-serve`: the trtllm-serve double (docs/trtllm-serve-double.md) behind a two-line
+# `trtllm-serve` on PATH, under the same contract: the operator's argv unchanged, uid and gid 1000, a
+# writable $HOME at /home/trtllm-serve, port 8000. It serves a snapshot's config.json, not a model.
+FROM ${PYTHON_IMAGE} AS trtllm-serve-cpu
+ENV PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONUNBUFFERED=1
+RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
+    pip install --no-cache-dir --no-index --find-links /wheelhouse \
+        pydantic pyyaml prometheus-client click pillow soundfile "numpy<2" \
+    && pip install --no-cache-dir --no-index --find-links /wheelhouse --no-deps mmd-operator \
+    && printf '#!/bin/sh\nexec python3 -m mmd_operator.cli.trtllm_serve "$@"\n' >/usr/local/bin/trtllm-serve \
+    && chmod 0755 /usr/local/bin/trtllm-serve \
+    && install -d -o 1000 -g 1000 -m 0755 /home/trtllm-serve
+ENV HOME=/home/trtllm-serve
+USER 1000:1000
+EXPOSE 8000
+ENTRYPOINT ["trtllm-serve"]

@@ -33,9 +33,14 @@ lint: venv
 unit: venv
 	$(BIN)/pytest tests/unit
 
+# pytest-xdist workers; each runs whole groups (tests/conftest.py), longest first.
+TEST_WORKERS ?= 3
+
 test: lint runtime-deps triton-server node-deps
-	@echo "==> pytest"
-	$(BIN)/pytest
+	@echo "==> test prerequisites (control plane and node binaries, GitOps checker, local images)"
+	$(BIN)/python -m tests.support.prepare
+	@echo "==> pytest ($(TEST_WORKERS) workers)"
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The operator's runtime with the base dependencies alone (what the operator image installs).
 RUNTIME_VENV := .venv-runtime

@@ -2,11 +2,14 @@
 
 Starts (or reuses) the local cluster with two real nodes (kubelet, containerd, runc, CNI, kube-proxy,
 kube-router, CoreDNS, local-path-provisioner), builds the project's images from its Dockerfile and loads
-them into the nodes, installs the operator with its Helm chart (it runs as a pod under Pod Security
-`restricted`, on its ServiceAccount token), then applies three examples whose build pods run the engine
-builder and whose serving pods run tritonserver. It shows a cache hit, a failed build with the builder's
-own error, a serving-only change rolling real pods, and ends with an answer from llava's serving pod
-through its Service. Run by scripts/demo.py, which falls back to the kwok demo where real nodes cannot run.
+them into the nodes, starts the Hub double (the stand-in for huggingface.co), installs the operator with
+its Helm chart (it runs as a pod under Pod Security `restricted`, on its ServiceAccount token), then
+applies three examples whose build pods run the engine builder and whose serving pods run tritonserver,
+and one of the trtllm-serve runtime whose download pod fetches the snapshot from the Hub double and whose
+serving pod runs trtllm-serve. It shows a cache hit, a failed build with the builder's own error, a
+serving-only change rolling real pods, and ends with an answer from llava's serving pod and an OpenAI chat
+answer from qwen2-5-vl's, each through its Service. Run by scripts/demo.py, which falls back to the kwok
+demo where real nodes cannot run.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 from demo import NAMESPACE, ROOT, Demo, example, leave_cluster, ready, say, step
 from kubernetes.client.exceptions import ApiException
 
-from mmd_operator.cli.localcluster import images
+from mmd_operator.cli.localcluster import hub, images
 from mmd_operator.cli.localcluster.cluster import REAL_NODE_PREFIX, LocalCluster
 from mmd_operator.cli.localcluster.layout import Layout, default_state_dir
 from mmd_operator.cli.localcluster.objects import NodePool
@@ -41,7 +44,9 @@ def helm_install(demo: Demo, helm: Path, references: dict[str, str]) -> None:
     except ApiException as error:
         if error.status != 409:
             raise
-    values = [argument for value in images.chart_values(references) for argument in ("--set", value)]
+    values = [
+        argument for value in images.chart_values(references, hub.ENDPOINT) for argument in ("--set", value)
+    ]
     command = [
         str(helm), "upgrade", "--install", "mmd-operator", str(ROOT / "charts" / "mmd-operator"),
         "-n", OPERATOR_NAMESPACE, *values, "--set", "retrySeconds=3", "--wait", "--timeout", "180s",
@@ -78,6 +83,30 @@ def operator_figures(demo: Demo) -> str:
     return f"{reconciles:.0f} reconciles, {requests:.0f} API requests ({per_reconcile:.2f} per reconcile)"
 
 
+def chat(demo: Demo) -> None:
+    """One OpenAI chat request with an image to qwen2-5-vl's trtllm-serve pod, through its Service."""
+    step("An OpenAI chat answer from qwen2-5-vl (trtllm-serve), through its Service")
+    weights = demo.get("qwen2-5-vl")["status"]["weights"]
+    say(
+        f"  weights: {weights['repo']}@{weights['revision']} = commit {weights['commit']} "
+        f"({weights['source']})"
+    )
+    address = demo.core.read_namespaced_service("qwen2-5-vl", NAMESPACE).spec.cluster_ip
+    with tempfile.TemporaryDirectory(prefix="mmd-demo-") as work:
+        picture = media.image(Path(work) / "cat.jpg")
+        say(f"$ mmctl chat --url http://{address}:8000 --image cat.jpg --text 'What is in this picture?'")
+        answer = subprocess.run(
+            [str(Path(sys.executable).parent / "mmctl"), "chat", "--url", f"http://{address}:8000",
+             "--image", str(picture), "--text", "What is in this picture?"],
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+    say(answer.stdout.rstrip())
+    say(answer.stderr.rstrip())
+    if answer.returncode != 0:
+        raise SystemExit("demo: mmctl chat failed")
+    say("  (the answer is the trtllm-serve double's description of what it received, not a real caption)")
+
+
 def real_demo(keep_cluster: bool) -> int:
     """The demo on real nodes; returns the exit code."""
     say("What is real and what is simulated here:")
@@ -85,11 +114,17 @@ def real_demo(keep_cluster: bool) -> int:
     say(
         "  CoreDNS, a volume provisioner, the images built from the Dockerfile, the operator's pod, the build"
     )
-    say("  pods running the engine builder on a real volume, the serving pods running tritonserver, Services")
+    say(
+        "  pods running the engine builder on a real volume, the serving pods running tritonserver, Services,"
+    )
+    say("  a weights download pod running huggingface_hub, NetworkPolicies enforced by kube-router")
     say(
         "  simulated: the GPUs (nodes advertise nvidia.com/gpu, no container gets a device), the GPU tools in"
     )
-    say("  the CPU builder image and the GPU models in the CPU serving image (doubles of the same contract)")
+    say(
+        "  the CPU builder image and the GPU models in the CPU serving images (doubles of the same contract),"
+    )
+    say("  and huggingface.co (a double of its API in a pod, serving small synthetic snapshots)")
 
     step("Local cluster with two real nodes (the first run builds it from the Go module proxy, ~20 minutes)")
     layout = Layout.discover()
@@ -103,6 +138,8 @@ def real_demo(keep_cluster: bool) -> int:
     started = time.monotonic()
     cluster.load_images([image.archive for image in built.values()])
     say(f"  imported into both nodes' containerd in {time.monotonic() - started:.0f} s")
+    with cluster.api_client() as api:
+        hub.deploy(api, built["engine-builder-cpu"].name, say)
 
     with cluster.api_client() as api:
         demo = Demo(cluster, api, bin_dir / "kubectl", ROOT / "out" / "demo")
@@ -120,8 +157,11 @@ def real_demo(keep_cluster: bool) -> int:
         restricted_namespace(demo)
         say(f"  namespace {NAMESPACE} ready")
 
-        step("Applying llava, llava-tp2-fp8 and whisper: real build pods, then real serving pods")
-        documents = [example("llava"), example("llava-tp2-fp8"), example("whisper")]
+        step(
+            "Applying llava, llava-tp2-fp8 and whisper (build pods, then tritonserver pods) and qwen2-5-vl "
+            "(runtime trtllm-serve: a download pod, then a trtllm-serve pod)"
+        )
+        documents = [example("llava"), example("llava-tp2-fp8"), example("whisper"), example("qwen2_5_vl")]
         for document in documents:
             demo.apply(document)
         names = [d["metadata"]["name"] for d in documents]
@@ -182,5 +222,6 @@ def real_demo(keep_cluster: bool) -> int:
         if answer.returncode != 0:
             raise SystemExit("demo: mmctl infer failed")
         say("  (the answer is the doubles' trace of what reached each model, not a real caption)")
+        chat(demo)
     leave_cluster(cluster, keep=keep_cluster or was_running, what="cluster")
     return 0

@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
 
 from mmd_operator.cli.localcluster.cluster import LocalCluster
-from tests.support.kube import Kube, Resources, Tools
+from tests.support.kube import Kube, Resources, Tools, read_or_none
 
 from .conftest import operator_writes_at_rest
 
@@ -67,14 +66,7 @@ def _document(**serving: Any) -> dict[str, Any]:
 
 
 def _read(read: Any, namespace: str) -> dict[str, Any] | None:
-    try:
-        found = read(NAME, namespace)
-    except ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-    result: dict[str, Any] = k8s.ApiClient().sanitize_for_serialization(found)
-    return result
+    return read_or_none(read, NAME, namespace)
 
 
 def _deployment(kube: Kube, namespace: str) -> dict[str, Any]:

@@ -388,9 +388,29 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
         changed = copy.deepcopy(document)
         changed["spec"]["serving"]["streaming"] = True
         del changed["spec"]["serving"]["networkPolicy"]  # the operator deletes the policy
+        # ... and creates an autoscaler and a disruption budget, handing the Deployment's replicas over.
+        changed["spec"]["serving"]["autoscaling"] = {
+            "minReplicas": 1,
+            "maxReplicas": 2,
+            "metric": {"name": "PendingRequests", "target": 4},
+        }
         resources.apply(changed)
         second = resources.wait_phase("llava", "Ready")["status"]
         assert second["modelRepository"] != first["modelRepository"]
+        autoscaling = k8s.AutoscalingV2Api(kube.apps.api_client)
+        policy = k8s.PolicyV1Api(kube.apps.api_client)
+        kube.wait_for(
+            "the HorizontalPodAutoscaler and the PodDisruptionBudget",
+            lambda: (
+                [
+                    h.metadata.name
+                    for h in autoscaling.list_namespaced_horizontal_pod_autoscaler(namespace).items
+                ]
+                == ["llava"]
+                and [b.metadata.name for b in policy.list_namespaced_pod_disruption_budget(namespace).items]
+                == ["llava"]
+            ),
+        )
         kube.wait_for(
             "the NetworkPolicy to be deleted",
             lambda: not networking.list_namespaced_network_policy(namespace).items,
@@ -405,6 +425,8 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
             lambda: (
                 not kube.apps.list_namespaced_deployment(namespace).items
                 and not kube.core.list_namespaced_service(namespace).items
+                and not autoscaling.list_namespaced_horizontal_pod_autoscaler(namespace).items
+                and not policy.list_namespaced_pod_disruption_budget(namespace).items
                 and not kube.core.list_namespaced_config_map(
                     namespace, label_selector="app.kubernetes.io/instance=llava"
                 ).items

@@ -18,10 +18,9 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
 
 from mmd_operator.cli.localcluster.cluster import LocalCluster
-from tests.support.kube import Kube, Resources
+from tests.support.kube import Kube, Resources, read_or_none
 
 from .conftest import operator_writes_at_rest
 
@@ -102,14 +101,7 @@ def _document(policy: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _policy(networking: Any, namespace: str) -> dict[str, Any] | None:
-    try:
-        found = networking.read_namespaced_network_policy(NAME, namespace)
-    except ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-    result: dict[str, Any] = k8s.ApiClient().sanitize_for_serialization(found)
-    return result
+    return read_or_none(networking.read_namespaced_network_policy, NAME, namespace)
 
 
 def _admits_every_namespace(networking: Any, namespace: str) -> bool:

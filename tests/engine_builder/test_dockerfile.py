@@ -175,3 +175,51 @@ def test_the_gpu_images_run_as_the_user_the_pods_require(stage: str) -> None:
     assert users[-1] == f"{pods.IMAGE_UID}:{pods.IMAGE_UID}"
     assert ("ENV", "HOME=/tmp") in named[stage]
     assert pods.pod_security_context()["runAsUser"] == pods.IMAGE_UID
+
+
+def test_the_trtllm_serve_image_is_the_pinned_release_image_checked_against_the_contract() -> None:
+    defaults, named = stages()
+    assert defaults["SERVE_TRTLLM_VERSION"] == versions.SERVE_TRTLLM_VERSION
+    serve = named["trtllm-serve"]
+    assert (
+        expand(serve[0][1], defaults)
+        == versions.SERVE_BASE_IMAGE
+        == "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"
+    )
+    assert versions.TRTLLM_SERVE_IMAGE.endswith(f"-trtllm{versions.SERVE_TRTLLM_VERSION}")
+    run = " ".join(args for instruction, args in serve if instruction == "RUN")
+    # The build fails unless the base image ships the pinned TensorRT-LLM and its trtllm-serve.
+    assert "m.version('tensorrt_llm')" in run and "${SERVE_TRTLLM_VERSION}" in run
+    assert "command -v trtllm-serve" in run
+    # Nothing of ours is installed: the release image's own server runs.
+    assert "wheelhouse" not in run and not [i for i, _ in serve if i in ("COPY", "ADD")]
+
+
+@pytest.mark.parametrize("stage", ["trtllm-serve", "trtllm-serve-cpu"])
+def test_the_trtllm_serve_images_meet_the_image_contract(stage: str) -> None:
+    from mmd_operator.desired.serve import HOME
+    from mmd_operator.plan.launch import HTTP_PORT
+
+    _, named = stages()
+    instructions_of = named[stage]
+    assert [args for instruction, args in instructions_of if instruction == "USER"][-1] == (
+        f"{pods.IMAGE_UID}:{pods.IMAGE_UID}"
+    )
+    assert ("ENV", f"HOME={HOME}") in instructions_of
+    assert ("EXPOSE", str(HTTP_PORT)) in instructions_of
+    run = " ".join(args for instruction, args in instructions_of if instruction == "RUN")
+    assert f"install -d -o {pods.IMAGE_UID} -g {pods.IMAGE_UID} -m 0755 {HOME}" in run
+
+
+def test_the_cpu_trtllm_serve_runs_the_double_as_trtllm_serve_on_the_path() -> None:
+    _, named = stages()
+    serve = named["trtllm-serve-cpu"]
+    run = " ".join(args for instruction, args in serve if instruction == "RUN")
+    shim = "printf '#!/bin/sh\\nexec python3 -m mmd_operator.cli.trtllm_serve \"$@\"\\n' "
+    shim += ">/usr/local/bin/trtllm-serve"
+    assert shim in run and "chmod 0755 /usr/local/bin/trtllm-serve" in run
+    assert importlib.util.find_spec("mmd_operator.cli.trtllm_serve.__main__") is not None
+    # The double's own imports, from the wheelhouse (the package itself is installed without dependencies).
+    for package in ("pydantic", "pyyaml", "prometheus-client", "click", "pillow", "soundfile"):
+        assert f" {package} " in run
+    assert serve[-1] == ("ENTRYPOINT", json.dumps(["trtllm-serve"]))

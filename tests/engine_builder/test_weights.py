@@ -67,8 +67,12 @@ def plan(repo: str, revision: str) -> str:
     return DownloadPlan(key=weights_key(repo, revision), repo=repo, revision=revision).model_dump_json()
 
 
-def start(hub: HubServer, tmp_path: Path, repo: str, revision: str, *extra: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf-home")}
+def start(
+    hub: HubServer | str, tmp_path: Path, repo: str, revision: str, *extra: str
+) -> subprocess.Popen[str]:
+    """The download as its Job runs it, against `hub` (a double here, or the endpoint of one elsewhere)."""
+    endpoint = hub if isinstance(hub, str) else hub.endpoint
+    env = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf-home")}
     env.pop("HF_TOKEN", None)
     return subprocess.Popen(
         [
@@ -86,7 +90,9 @@ def start(hub: HubServer, tmp_path: Path, repo: str, revision: str, *extra: str)
     )  # fmt: skip
 
 
-def run(hub: HubServer, tmp_path: Path, repo: str, revision: str, *extra: str) -> tuple[int, str, object]:
+def run(
+    hub: HubServer | str, tmp_path: Path, repo: str, revision: str, *extra: str
+) -> tuple[int, str, object]:
     process = start(hub, tmp_path, repo, revision, *extra)
     output, _ = process.communicate(timeout=120)
     result = parse_termination_message((tmp_path / "termination-log").read_text())
@@ -232,3 +238,39 @@ def test_a_plan_whose_key_is_not_its_revisions_is_refused(tmp_path: Path) -> Non
     assert process.returncode == 1
     result = parse_termination_message((tmp_path / "log").read_text())
     assert isinstance(result, DownloadFailed) and "is not the key of" in result.reason
+
+
+def test_the_hub_program_serves_a_directory_as_a_repository_whose_main_downloads(tmp_path: Path) -> None:
+    """`hub.py --repository REPO=DIR`, as the local cluster's Hub pod runs it from a mounted ConfigMap."""
+    from mmd_operator.cli.localcluster import hub as local_hub
+    from mmd_operator.knowledge import ModelType
+    from tests.trtllm_serve.double import free_port
+
+    snapshot = tmp_path / "configmap"
+    snapshot.mkdir()
+    expected = local_hub.synthetic_snapshot(REPO, ModelType.QWEN2_5_VL)
+    for name, content in expected.items():
+        (snapshot / name).write_bytes(content)
+    (snapshot / "..data").mkdir()  # a ConfigMap volume's own entry: not a file of the repository
+    port = free_port()
+    program = Path(__file__).parent / "doubles" / "hub.py"
+    server = subprocess.Popen(
+        [sys.executable, str(program), "--port", str(port), "--repository", f"{REPO}={snapshot}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        lines = [server.stdout.readline(), server.stdout.readline()]
+        assert lines[1].startswith(f"hub: serving on 127.0.0.1:{port}"), lines
+        code, output, result = run(f"http://127.0.0.1:{port}", tmp_path, REPO, "main")
+        assert code == 0, output
+        assert isinstance(result, DownloadSucceeded) and f"main = {result.commit}:" in lines[0]
+        directory = tmp_path / "cache" / result.snapshot_key / snapshot_directory(REPO)
+        assert {path.name: path.read_bytes() for path in directory.iterdir()} == expected
+    finally:
+        server.terminate()
+        output, _ = server.communicate(timeout=10)
+    # One line per request, with the client's address: the pod log shows who fetched what.
+    assert f'"GET /{REPO}/resolve/{result.commit}/config.json HTTP/1.1" 200' in output, output

@@ -3,11 +3,13 @@
 Right after collection, if any test of this tier was selected (outside the per-test timeout, with live
 progress): the host is checked (a missing prerequisite fails the tier with the reason, never a skip), the
 control plane and node binaries are built or found in the cache, and the Dockerfile's `operator`,
-`engine-builder-cpu` and `serving-cpu` images are built. The session then starts one cluster with two
-real nodes (kubelet, containerd, runc, CNI, kube-proxy, kube-router, CoreDNS, local-path-provisioner) and
-no kwok node, imports the images into both nodes, and installs the chart into `mmd-system` under Pod
-Security `restricted`, pointed at the local images: the operator runs as a real pod on its ServiceAccount
-token alone. Each test gets a fresh `restricted` namespace.
+`engine-builder-cpu`, `serving-cpu` and `trtllm-serve-cpu` images are built. The session then starts one
+cluster with two real nodes (kubelet, containerd, runc, CNI, kube-proxy, kube-router, CoreDNS,
+local-path-provisioner) and no kwok node, imports the images into both nodes, starts the Hub double
+(`localcluster.hub`: synthetic snapshots of the trtllm-serve examples' repositories, served from a pod of
+the builder image), and installs the chart into `mmd-system` under Pod Security `restricted`, pointed at
+the local images and at that Hub: the operator runs as a real pod on its ServiceAccount token alone.
+Each test gets a fresh `restricted` namespace.
 
 Nothing here reaches beyond this machine: pods and Services live on the cluster's private /16, which the
 host reaches over its bridge (a Service through the first node's kube-proxy).
@@ -22,7 +24,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from mmd_operator.cli.localcluster import images, realnodes
+from mmd_operator.cli.localcluster import hub, images, realnodes
 from mmd_operator.cli.localcluster.binaries import ensure_binaries
 from mmd_operator.cli.localcluster.cluster import REAL_NODE_PREFIX, LocalCluster
 from mmd_operator.cli.localcluster.layout import Layout
@@ -64,7 +66,7 @@ def say(pytestconfig: pytest.Config) -> Callable[[str], None]:
 
 @pytest.fixture(scope="session")
 def built_images() -> dict[str, images.BuiltImage]:
-    """The local images of this session (operator, engine-builder-cpu, serving-cpu)."""
+    """The local images of this session (operator and the CPU stand-ins)."""
     if not _BUILT:
         _BUILT.update(images.build_local(Layout.discover(), print))
     return _BUILT
@@ -84,6 +86,8 @@ def real_cluster(
         )
         say(f"--> importing {len(built_images)} images into {REAL_NODES} nodes")
         cluster.load_images([image.archive for image in built_images.values()])
+        with cluster.api_client() as api_client:
+            hub.deploy(api_client, built_images["engine-builder-cpu"].name, say)
         yield cluster
     finally:
         cluster.down()
@@ -111,10 +115,12 @@ def tools(real_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) 
 def operator_release(
     kube: Kube, tools: Tools, api_client: k8s.ApiClient, built_images: dict[str, images.BuiltImage]
 ) -> dict[str, Any]:
-    """The chart installed as a user would (`helm install --wait`), pointed at the local images."""
+    """The chart installed as a user would (`helm install --wait`), pointed at the local images and Hub."""
     kube.core.create_namespace({"metadata": {"name": OPERATOR_NAMESPACE, "labels": POD_SECURITY}})
     references = {target: image.name for target, image in built_images.items()}
-    values = [argument for value in images.chart_values(references) for argument in ("--set", value)]
+    values = [
+        argument for value in images.chart_values(references, hub.ENDPOINT) for argument in ("--set", value)
+    ]
     tools.run(
         "helm", "install", "mmd-operator", str(CHART), "-n", OPERATOR_NAMESPACE, *values,
         # Tests fix and create things within seconds; look again that soon.

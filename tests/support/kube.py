@@ -211,6 +211,18 @@ class Resources:
         return found
 
 
+def read_or_none(read: Callable[[str, str], Any], name: str, namespace: str) -> dict[str, Any] | None:
+    """`read(name, namespace)` (a client's read_namespaced_*) as plain JSON, or None when there is none."""
+    try:
+        found = read(name, namespace)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    result: dict[str, Any] = k8s.ApiClient().sanitize_for_serialization(found)
+    return result
+
+
 def new_namespace(kube: Kube, stem: str) -> str:
     """A fresh namespace enforcing Pod Security `restricted`, with its default ServiceAccount."""
     stem = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")[:40].strip("-")

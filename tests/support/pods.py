@@ -79,6 +79,17 @@ def mmctl_infer(url: str, *args: str, timeout: float = 30) -> subprocess.Complet
     )
 
 
+def mmctl_chat(url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`mmctl chat --url URL ...` as a user runs it (one OpenAI chat request)."""
+    return subprocess.run(
+        [str(MMCTL), "chat", "--url", url, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def client_pod(
     kube: Kube, namespace: str, name: str, image: str, *, labels: dict[str, str] | None = None
 ) -> dict[str, Any]:

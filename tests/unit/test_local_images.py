@@ -54,36 +54,48 @@ def test_registry_images_are_tagged_as_the_pinned_defaults_name_them() -> None:
         "operator": "ghcr.io/mmd-operator/operator:0.1.0",
         "engine-builder": versions.BUILDER_IMAGE,
         "serving": versions.SERVING_IMAGE,
+        "trtllm-serve": versions.TRTLLM_SERVE_IMAGE,
     }
     values = yaml.safe_load(CHART_VALUES.read_text())
     assert values["images"] == {
         "engineBuilder": versions.BUILDER_IMAGE,
         "serving": versions.SERVING_IMAGE,
-        # Not built here: TensorRT-LLM's release image is the base of the trtllm-serve runtime's.
         "trtllmServe": versions.TRTLLM_SERVE_IMAGE,
     }
+    assert values["hfEndpoint"] == ""
     assert values["image"]["repository"] == "ghcr.io/mmd-operator/operator"
 
 
-def test_the_chart_values_point_at_the_built_images() -> None:
+def test_the_chart_values_point_at_the_built_images_and_the_local_hub() -> None:
     local = {
         "operator": "localhost/mmd-operator/operator:local-1",
         "engine-builder-cpu": "localhost/mmd-operator/engine-builder:local-1",
         "serving-cpu": "localhost/mmd-operator/serving:local-1",
+        "trtllm-serve-cpu": "localhost/mmd-operator/trtllm-serve:local-1",
     }
-    assert images.chart_values(local) == [
+    assert list(local) == list(images.LOCAL_TARGETS)
+    assert images.chart_values(local, "http://hub.mmd-hub.svc.cluster.local") == [
         "image.repository=localhost/mmd-operator/operator",
         "image.tag=local-1",
         "images.engineBuilder=localhost/mmd-operator/engine-builder:local-1",
         "images.serving=localhost/mmd-operator/serving:local-1",
+        "images.trtllmServe=localhost/mmd-operator/trtllm-serve:local-1",
+        "hfEndpoint=http://hub.mmd-hub.svc.cluster.local",
     ]
-    assert images.chart_values_document(local) == {
+    document = images.chart_values_document(local, "http://hub.mmd-hub.svc.cluster.local")
+    assert document == {
         "image": {"repository": "localhost/mmd-operator/operator", "tag": "local-1"},
         "images": {
             "engineBuilder": "localhost/mmd-operator/engine-builder:local-1",
             "serving": "localhost/mmd-operator/serving:local-1",
+            "trtllmServe": "localhost/mmd-operator/trtllm-serve:local-1",
         },
+        "hfEndpoint": "http://hub.mmd-hub.svc.cluster.local",
     }
+    # Every key is one the chart has (its schema refuses others).
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    assert set(document["images"]) <= set(values["images"]) and "hfEndpoint" in values
+    assert "hfEndpoint" not in images.chart_values_document(local)
 
 
 @pytest.mark.parametrize("tool", ["docker", "buildah"])
@@ -95,6 +107,7 @@ def test_the_registry_build_runs_one_build_per_target_and_pushes_when_asked(tool
         "operator",
         "engine-builder",
         "serving",
+        "trtllm-serve",
     ]
     assert all(str(Layout.discover().repo_root) == command[-1] for command in built)
     if tool == "docker":
@@ -115,4 +128,8 @@ def test_mmctl_images_build_dry_run_prints_the_commands_and_the_helm_install(
         in out
     )
     assert "--set images.engineBuilder=registry.example.com/ml/engine-builder:0.1.0-trtllm0.19.0" in out
+    # The trtllm-serve runtime's image, FROM TensorRT-LLM's release image, tagged with its version.
+    serve = "registry.example.com/ml/trtllm-serve:0.1.0-trtllm1.2.1"
+    assert f"docker buildx build --target trtllm-serve -t {serve} --push" in out
+    assert "--set images.trtllmServe=registry.example.com/ml/trtllm-serve:0.1.0-trtllm1.2.1" in out
     assert "helm install mmd-operator charts/mmd-operator" in out

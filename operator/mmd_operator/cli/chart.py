@@ -237,6 +237,9 @@ class Values(_Values):
     """Engine cache defaults."""
     images: Images = Field(default_factory=Images)
     """Default images of build and serving pods."""
+    hf_endpoint: str = _DEFAULTS.hf_endpoint
+    """The Hugging Face Hub the trtllm-serve runtime's weights download Jobs talk to (their
+    `HF_ENDPOINT`): a mirror, or the local cluster's Hub double. Empty: the public Hub."""
     logging: Logging = Field(default_factory=Logging)
     """Logging."""
     metrics: Metrics = Field(default_factory=Metrics)
@@ -396,8 +399,6 @@ DEPLOYMENT_TEMPLATE = f"{CHART_DIR}/templates/deployment.yaml"
 _UNCHARTED_SETTINGS = {
     "field_manager": "Server-side apply field manager, and the user agent of every request the operator "
     "makes.",
-    "hf_endpoint": "The Hugging Face Hub the trtllm-serve runtime's weights download Jobs talk to "
-    "(`HF_ENDPOINT`, e.g. a mirror); empty: the public Hub.",
     "model_code_path": "Where the serving image keeps the Triton Python model code (a tensorrtllm_backend "
     "`all_models` tree), which the serving pods' init container copies into the model repository.",
     "pod_name": "The operator's pod, the stem of its identity in the leader election (a random suffix "

@@ -2,8 +2,12 @@
 
 A thin shell over `mmd_operator.cli.localcluster.images` (docs/real-pods.md):
 
-    mmctl images build --registry registry.example.com/ml --push     # operator, engine-builder, serving
+    mmctl images build --registry registry.example.com/ml --push     # operator, engine-builder, serving,
+                                                                     # trtllm-serve
     mmctl images build --local [--load]                              # operator and the CPU stand-ins
+
+`--load` also (re)starts the local cluster's Hub double with the loaded builder image (`localcluster.hub`),
+and the chart values then point the weights downloads at it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from mmd_operator.cli.localcluster import images
+from mmd_operator.cli.localcluster import hub, images
 from mmd_operator.cli.localcluster.cluster import ClusterError, LocalCluster
 from mmd_operator.cli.localcluster.layout import Layout, LayoutError, default_state_dir
 from mmd_operator.cli.localcluster.ocilayout import ImageLoadError
@@ -27,7 +31,7 @@ def register(subparsers: Any) -> None:
     """Add the `images` sub-command to `subparsers`."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "images",
-        help="build the operator, engine-builder and serving images from the Dockerfile",
+        help="build the operator, engine-builder, serving and trtllm-serve images from the Dockerfile",
         description="Build the project's images for a registry (NGC-based) or for the local cluster (CPU).",
     )
     actions = parser.add_subparsers(dest="images_command", required=True, metavar="ACTION")
@@ -48,7 +52,9 @@ def register(subparsers: Any) -> None:
     )
     build.add_argument("--dry-run", action="store_true", help="print the build commands; build nothing")
     build.add_argument(
-        "--load", action="store_true", help="with --local: import into the local cluster's nodes"
+        "--load",
+        action="store_true",
+        help="with --local: import into the local cluster's nodes and start its Hub double with them",
     )
     build.add_argument("--dir", type=Path, help="with --load: the local cluster's directory")
     build.add_argument(
@@ -70,7 +76,7 @@ def _build(args: argparse.Namespace) -> int:
         if args.local:
             return _local(args, layout)
         return _registry(args, layout)
-    except (images.ImageBuildError, LayoutError, ClusterError, ImageLoadError) as error:
+    except (images.ImageBuildError, LayoutError, ClusterError, ImageLoadError, TimeoutError) as error:
         print(f"mmctl images build: {error}", file=sys.stderr)
         return 1
 
@@ -78,11 +84,15 @@ def _build(args: argparse.Namespace) -> int:
 def _local(args: argparse.Namespace, layout: Layout) -> int:
     built = images.build_local(layout, _say)
     references = {target: image.name for target, image in built.items()}
+    endpoint = None
     if args.load:
         cluster = LocalCluster(args.dir or default_state_dir(layout.repo_root), layout, say=_say)
         cluster.load_images([image.archive for image in built.values()])
         _say(f"==> loaded into every real node of {cluster.state_dir}")
-    _print_values(references, args.values)
+        with cluster.api_client() as api_client:
+            hub.deploy(api_client, references["engine-builder-cpu"], _say)
+        endpoint = hub.ENDPOINT
+    _print_values(references, args.values, endpoint)
     return 0
 
 
@@ -103,12 +113,15 @@ def _registry(args: argparse.Namespace, layout: Layout) -> int:
     return 0
 
 
-def _print_values(references: dict[str, str], values_file: Path | None) -> None:
+def _print_values(
+    references: dict[str, str], values_file: Path | None, hf_endpoint: str | None = None
+) -> None:
     if values_file is not None:
-        values_file.write_text(yaml.safe_dump(images.chart_values_document(references), sort_keys=False))
+        document = images.chart_values_document(references, hf_endpoint)
+        values_file.write_text(yaml.safe_dump(document, sort_keys=False))
         _say(f"==> wrote the chart values to {values_file}: helm install ... -f {values_file}")
     _say("==> install the chart with these images:")
     _say("    helm install mmd-operator charts/mmd-operator -n mmd-system --create-namespace \\")
-    values = images.chart_values(references)
+    values = images.chart_values(references, hf_endpoint)
     for index, value in enumerate(values):
         _say(f"      --set {value}" + (" \\" if index < len(values) - 1 else ""))

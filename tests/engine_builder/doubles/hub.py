@@ -8,16 +8,28 @@ of the same URL. Refusals carry the Hub's `X-Error-Code` header, which huggingfa
 (404 RevisionNotFound). Files are served in chunks with an optional pause, so a test can kill a download
 in the middle. Every request is recorded (method, path, Authorization) so tests can count downloads and
 check the token.
+
+Run as a program it serves directories as repositories, one commit each (made up from their content) that
+`main` names, and logs each request on stdout: the local cluster's stand-in for the Hub
+(`mmd_operator.cli.localcluster.hub` runs it in a pod of the CPU builder image, where it is at
+/opt/doubles/tools/hub.py):
+
+    python3 hub.py --host 0.0.0.0 --port 8080 --repository Qwen/Qwen2.5-VL-3B-Instruct=/snapshots/qwen
+
+Only the standard library.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -49,6 +61,8 @@ class Hub:
         self.requests: list[Request] = []
         # Seconds to wait after each chunk of a file (a slow download to kill).
         self.chunk_delay = 0.0
+        # Print one line per request (the program's pod log); tests keep the double quiet.
+        self.log_requests = False
         # Bytes of file content sent, by request path.
         self.sent: dict[str, int] = {}
         self.lock = threading.Lock()
@@ -74,8 +88,10 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
-            return
+        def log_message(self, format: str, *args: Any) -> None:
+            if hub.log_requests:
+                with hub.lock:  # one whole line at a time: requests are answered by several threads
+                    print(f"hub: {self.address_string()} {format % args}", flush=True)
 
         def _refuse(self, status: int, code: str, message: str) -> None:
             body = json.dumps({"error": message}).encode()
@@ -188,11 +204,11 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
 
 
 class HubServer:
-    """The double, serving on a free 127.0.0.1 port until stopped."""
+    """The double, serving on a free 127.0.0.1 port (or `host`:`port`) until stopped."""
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: Hub, host: str = "127.0.0.1", port: int = 0) -> None:
         self.hub = hub
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
+        self.server = ThreadingHTTPServer((host, port), _handler(hub))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -208,3 +224,45 @@ class HubServer:
     def __exit__(self, *_: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def repository_of(directory: Path) -> Repository:
+    """The files directly in `directory` (a mounted ConfigMap's keys) as one commit that `main` names.
+
+    Names starting with a dot are left out: a ConfigMap volume keeps its own `..data` links there.
+    """
+    files = {
+        path.name: path.read_bytes() for path in sorted(directory.iterdir()) if not path.name.startswith(".")
+    }
+    commit = commit_of(
+        json.dumps({name: hashlib.sha256(content).hexdigest() for name, content in files.items()})
+    )
+    return Repository(commits={commit: files}, refs={"main": commit})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve `--repository REPO=DIR` ... until killed."""
+    parser = argparse.ArgumentParser(description="A double of the Hugging Face Hub's HTTP API.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--repository", action="append", default=[], metavar="REPO=DIR", required=True)
+    args = parser.parse_args(argv)
+    hub = Hub()
+    hub.log_requests = True
+    for assignment in args.repository:
+        repo, _, directory = assignment.partition("=")
+        hub.repositories[repo] = repository_of(Path(directory))
+        (commit,) = hub.repositories[repo].commits
+        files = hub.repositories[repo].commits[commit]
+        print(
+            f"hub: {repo} main = {commit}: {len(files)} files, {sum(map(len, files.values()))} bytes",
+            flush=True,
+        )
+    server = HubServer(hub, args.host, args.port)
+    print(f"hub: serving on {args.host}:{args.port}", flush=True)
+    server.server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -55,6 +55,9 @@ def install(bin_dir: Path, examples: Path, pythonpath: Path, xcomposer2: Path | 
     """Link the tools and scripts, and write the `tensorrt` and `whisper` packages."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     for tool in TOOLS_ON_PATH:
+        # The doubles take the real tools' places: huggingface_hub, which the CPU builder image installs for
+        # the weights download, puts its own `huggingface-cli` there (it would fetch from a Hub).
+        (bin_dir / tool).unlink(missing_ok=True)
         (bin_dir / tool).symlink_to(TOOL)
     for script in EXAMPLE_SCRIPTS:
         (examples / script).parent.mkdir(parents=True, exist_ok=True)

@@ -1,16 +1,17 @@
 """Build the project's images from its Dockerfile without a registry or a Docker daemon, or for one.
 
 Local images (`mmctl images build --local`, the real-pod tier, `make demo`): the Dockerfile's `operator`,
-`engine-builder-cpu` and `serving-cpu` targets, built by `buildah bud` (chroot isolation, overlay storage, no
-daemon) FROM base images made here, and written as OCI archives that the local cluster imports into each
-real node's containerd. The bases are Debian bookworm roots made by mmdebstrap from the Debian mirror,
-cached by recipe: `python` (python3 and pip, standing in for python:3.11-slim) and `serving` (the same with
-libpython and Open MPI). Before any build, `wheelhouse/` receives this repository's wheel and every Python
-package the stages install (from PyPI through pip's cache), so no stage reaches a package index.
+`engine-builder-cpu`, `serving-cpu` and `trtllm-serve-cpu` targets, built by `buildah bud` (chroot
+isolation, overlay storage, no daemon) FROM base images made here, and written as OCI archives that the
+local cluster imports into each real node's containerd. The bases are Debian bookworm roots made by
+mmdebstrap from the Debian mirror, cached by recipe: `python` (python3 and pip, standing in for
+python:3.11-slim) and `serving` (the same with libpython and Open MPI). Before any build, `wheelhouse/`
+receives this repository's wheel and every Python package the stages install (from PyPI through pip's
+cache), so no stage reaches a package index.
 
 Registry images (`mmctl images build --registry R [--push]`): the `operator`, `engine-builder` and
-`serving` targets FROM the NGC image, with docker buildx (or buildah), tagged for R; the command prints
-the chart values that point at them.
+`serving` targets FROM the NGC Triton image and `trtllm-serve` FROM TensorRT-LLM's release image, with
+docker buildx (or buildah), tagged for R; the command prints the chart values that point at them.
 
 Every build prints its steps, seconds and sizes; `images.json` beside the archives records them.
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine_builder.versions import TRTLLM_VERSION
+from engine_builder.versions import SERVE_TRTLLM_VERSION, TRTLLM_VERSION
 from mmd_operator.cli.localcluster.layout import Layout
 from mmd_operator.cli.localcluster.processes import exclusive_lock
 
@@ -47,19 +48,30 @@ DEBIAN_SOURCES = (
 _PYTHON = ("python3", "python3-pip", "python-is-python3", "libstdc++6")
 BASE_PACKAGES = {"python": _PYTHON, "serving": (*_PYTHON, "libpython3.11", "openmpi-bin")}
 BASE_RECIPE_VERSION = "1"
-LOCAL_TARGETS = ("operator", "engine-builder-cpu", "serving-cpu")
-REGISTRY_TARGETS = ("operator", "engine-builder", "serving")
+LOCAL_TARGETS = ("operator", "engine-builder-cpu", "serving-cpu", "trtllm-serve-cpu")
+REGISTRY_TARGETS = ("operator", "engine-builder", "serving", "trtllm-serve")
 # Repository names under a registry (and under localhost/mmd-operator for local images).
 REPOSITORIES = {
     "operator": "operator",
     "engine-builder": "engine-builder",
     "serving": "serving",
+    "trtllm-serve": "trtllm-serve",
     "engine-builder-cpu": "engine-builder",
     "serving-cpu": "serving",
+    "trtllm-serve-cpu": "trtllm-serve",
+}
+# The chart value of each image (the operator's image is `image.repository` and `image.tag`).
+CHART_IMAGE_VALUES = {
+    "engine-builder": "images.engineBuilder",
+    "serving": "images.serving",
+    "trtllm-serve": "images.trtllmServe",
 }
 PYTRITON_VERSION = "0.7.0"
-# What the CPU stages install besides our wheel and its dependencies (see the Dockerfile).
-CPU_STAGE_PACKAGES = ("numpy<2", "pillow", f"nvidia-pytriton=={PYTRITON_VERSION}")
+# What the CPU stages install besides our wheel and its dependencies (see the Dockerfile): the serving
+# stand-in's numpy and Pillow, the trtllm-serve double's click and soundfile, the builder's huggingface_hub
+# (the `builder` extra's pin), and the CPU tritonserver (without its dependencies, which it does not use).
+CPU_STAGE_PACKAGES = ("numpy<2", "pillow", "click", "soundfile", "huggingface_hub>=0.23,<1.0")
+PYTRITON = f"nvidia-pytriton=={PYTRITON_VERSION}"
 LOCAL_REGISTRY = "localhost/mmd-operator"
 # The users the images run as, which Debian's essential root lacks: the NGC images' triton-server (uid
 # 1000; builder and serving pods) and the operator's non-root uid.
@@ -189,12 +201,12 @@ def fill_wheelhouse(layout: Layout, *, cpu: bool, say: Printer) -> Path:
                 str(wheelhouse),
                 "--only-binary=:all:",
                 "--no-deps",
-                CPU_STAGE_PACKAGES[2],
+                PYTRITON,
             ],
             "pip download of nvidia-pytriton",
         )
         _run(
-            [*pip, "download", "--dest", str(wheelhouse), "--only-binary=:all:", *CPU_STAGE_PACKAGES[:2]],
+            [*pip, "download", "--dest", str(wheelhouse), "--only-binary=:all:", *CPU_STAGE_PACKAGES],
             "pip download",
         )
     wheels = sorted(wheelhouse.glob("*.whl"))
@@ -242,13 +254,20 @@ def build_local(
         raise ImageBuildError(
             "buildah is missing: `make node-deps` (scripts/install-node-deps.sh) installs it"
         )
+    out = layout.repo_root / ".local" / "images"
+    out.mkdir(parents=True, exist_ok=True)
+    # The wheelhouse and the archives live in the repository, shared by every caller in it (parallel
+    # test workers included): one build at a time, and a second caller then finds the archives.
+    with exclusive_lock(out / ".lock"):
+        return _build_local(layout, say, targets, out)
+
+
+def _build_local(layout: Layout, say: Printer, targets: Sequence[str], out: Path) -> dict[str, BuiltImage]:
     started = time.monotonic()
     say("==> building the local images from the Dockerfile (buildah, no registry)")
     bases = {name: ensure_base(layout, name, say) for name in BASE_PACKAGES}
     wheelhouse = fill_wheelhouse(layout, cpu=True, say=say)
     tag = "local-" + _inputs_digest(layout, wheelhouse, bases)
-    out = layout.repo_root / ".local" / "images"
-    out.mkdir(parents=True, exist_ok=True)
     buildah = Buildah(images_cache(layout) / "buildah")
     built: dict[str, BuiltImage] = {}
     with exclusive_lock(images_cache(layout) / "buildah.lock"):
@@ -301,7 +320,8 @@ def build_local(
 def registry_images(registry: str, version: str) -> dict[str, str]:
     """The real images' references under `registry` (target -> name:tag), tagged as the chart's defaults."""
     gpu_tag = f"{version}-trtllm{TRTLLM_VERSION}"
-    tags = {"operator": version, "engine-builder": gpu_tag, "serving": gpu_tag}
+    serve_tag = f"{version}-trtllm{SERVE_TRTLLM_VERSION}"
+    tags = {"operator": version, "engine-builder": gpu_tag, "serving": gpu_tag, "trtllm-serve": serve_tag}
     return {
         target: f"{registry.rstrip('/')}/{REPOSITORIES[target]}:{tags[target]}" for target in REGISTRY_TARGETS
     }
@@ -335,23 +355,27 @@ def registry_commands(
     return commands
 
 
-def chart_values(images: dict[str, str]) -> list[str]:
-    """The `helm install --set` arguments that point the chart at `images` (target -> reference)."""
+def chart_values(images: dict[str, str], hf_endpoint: str | None = None) -> list[str]:
+    """The `helm install --set` arguments that point the chart at `images` (target -> reference).
+
+    A CPU stand-in counts as the image it stands in for. `hf_endpoint` is the Hub the weights downloads
+    talk to (the local cluster's Hub double for the local images), when given.
+    """
     repository, _, tag = images["operator"].rpartition(":")
-    builder = images.get("engine-builder") or images["engine-builder-cpu"]
-    serving = images.get("serving") or images["serving-cpu"]
-    return [
-        f"image.repository={repository}",
-        f"image.tag={tag}",
-        f"images.engineBuilder={builder}",
-        f"images.serving={serving}",
-    ]
+    values = [f"image.repository={repository}", f"image.tag={tag}"]
+    for target, reference in images.items():
+        value = CHART_IMAGE_VALUES.get(target.removesuffix("-cpu"))
+        if value is not None:
+            values.append(f"{value}={reference}")
+    if hf_endpoint is not None:
+        values.append(f"hfEndpoint={hf_endpoint}")
+    return values
 
 
-def chart_values_document(images: dict[str, str]) -> dict[str, Any]:
+def chart_values_document(images: dict[str, str], hf_endpoint: str | None = None) -> dict[str, Any]:
     """The same values as `chart_values`, as the nested mapping of a Helm values file."""
     document: dict[str, Any] = {}
-    for assignment in chart_values(images):
+    for assignment in chart_values(images, hf_endpoint):
         path, _, value = assignment.partition("=")
         *parents, leaf = path.split(".")
         node = document

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -142,6 +143,18 @@ def _networks_in_use() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     return used
 
 
+def _is_alive(pid: object) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _registration(index: int) -> Path:
     return REGISTRY / f"{index}.json"
 
@@ -149,12 +162,14 @@ def _registration(index: int) -> Path:
 def allocate(state_dir: Path, is_stale: Callable[[Path], bool]) -> ClusterNetwork:
     """Pick a free index for the cluster in `state_dir`, register it and create its host bridge.
 
-    Registrations whose cluster `is_stale` (no live process) are torn down first.
+    Registrations whose cluster `is_stale` (no live process) are torn down first, unless the process that
+    registered one still lives: a cluster starting up has no process of its own yet.
     """
     with exclusive_lock(REGISTRY / ".lock"):
         for path in sorted(REGISTRY.glob("*.json")):
-            owner = Path(json.loads(path.read_text())["state_dir"])
-            if owner == state_dir or is_stale(owner):
+            registration = json.loads(path.read_text())
+            owner = Path(registration["state_dir"])
+            if owner == state_dir or (not _is_alive(registration.get("pid")) and is_stale(owner)):
                 teardown(ClusterNetwork(int(path.stem)))
         used = _networks_in_use()
         registered = {int(path.stem) for path in REGISTRY.glob("*.json")}
@@ -163,7 +178,8 @@ def allocate(state_dir: Path, is_stale: Callable[[Path], bool]) -> ClusterNetwor
             supernet = ipaddress.ip_network(network.supernet)
             if index in registered or any(supernet.overlaps(prefix) for prefix in used):
                 continue
-            _registration(index).write_text(json.dumps({"state_dir": str(state_dir)}) + "\n")
+            registration = {"state_dir": str(state_dir), "pid": os.getpid()}
+            _registration(index).write_text(json.dumps(registration) + "\n")
             _create_bridge(network)
             return network
     raise NetworkError(

@@ -414,13 +414,14 @@ def kill_cgroup_processes(node: RealNode, timeout: float = 10.0) -> int:
         pids: set[int] = set()
         for hierarchy in _hierarchies():
             root = hierarchy / node.cgroup_root.lstrip("/")
-            if root.is_dir():
-                # os.walk, not Path.rglob: a pod's cgroup removed while we look is skipped, not an error.
-                for directory, _, files in os.walk(root):
-                    if "cgroup.procs" in files:
-                        with contextlib.suppress(OSError):
-                            text = (Path(directory) / "cgroup.procs").read_text()
-                            pids.update(int(line) for line in text.split())
+            # os.walk, not rglob: a cgroup removed while the tree is walked (a container just killed) is
+            # skipped, where rglob raised FileNotFoundError and failed `down`.
+            for directory, _, names in os.walk(root):
+                if "cgroup.procs" in names:
+                    with contextlib.suppress(OSError):
+                        pids.update(
+                            int(line) for line in (Path(directory) / "cgroup.procs").read_text().split()
+                        )
         if not pids:
             return len(killed)
         for pid in pids:

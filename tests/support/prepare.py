@@ -1,0 +1,33 @@
+"""Build (or find in the caches) everything the test tiers need before pytest starts its workers.
+
+`make test` runs this first so that a cold build prints its progress here: pytest-xdist workers collect
+in the background, where the tiers' own collection hooks (which call the same functions, each under its
+cache's lock) would build silently. Imports the local cluster's build helpers.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from mmd_operator.cli.localcluster import images, realnodes
+from mmd_operator.cli.localcluster.binaries import ensure_binaries
+from mmd_operator.cli.localcluster.gitops_check import ensure_gitops_check
+from mmd_operator.cli.localcluster.layout import Layout
+from mmd_operator.cli.localcluster.nodebinaries import ensure_node_binaries
+
+
+def main() -> int:
+    layout = Layout.discover()
+    ensure_binaries(layout, say=print)
+    ensure_gitops_check(layout, say=print)
+    problems = realnodes.preflight()
+    if problems:
+        print("the real-pod tier cannot run here: " + "; ".join(problems), file=sys.stderr)
+        return 1
+    ensure_node_binaries(layout, say=print)
+    images.build_local(layout, print)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The local cluster's Hub double: the synthetic snapshots it serves, and its objects (built, not applied)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from pathlib import Path
+
+import yaml
+
+from mmd_operator.cli.localcluster import hub
+from mmd_operator.cli.trtllm_serve.models import load_model
+from mmd_operator.desired import pods
+from mmd_operator.knowledge import ModelType, checkpoint_heads
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO_ROOT / "examples"
+
+
+def test_it_serves_the_repository_of_every_trtllm_serve_example() -> None:
+    served = {}
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        spec = yaml.safe_load(path.read_text())["spec"]
+        source = spec["model"]["source"].get("huggingface")
+        if spec.get("runtime") == "trtllm-serve" and source is not None:
+            served[source["repo"]] = ModelType(spec["model"]["type"])
+    assert served == hub.REPOSITORIES
+
+
+def test_a_synthetic_snapshot_is_what_the_trtllm_serve_double_loads(tmp_path: Path) -> None:
+    for repo, model_type in hub.REPOSITORIES.items():
+        directory = tmp_path / repo.split("/")[1]
+        directory.mkdir()
+        files = hub.synthetic_snapshot(repo, model_type)
+        for name, content in files.items():
+            (directory / name).write_bytes(content)
+        model = load_model(str(directory))
+        config = json.loads(files["config.json"])
+        assert model.model_id == repo.split("/")[1] and model.architecture.name == config["architectures"][0]
+        heads = checkpoint_heads()[repo]
+        assert (config["num_attention_heads"], config["num_key_value_heads"]) == (
+            heads.attention,
+            heads.key_value,
+        )
+        assert "chat_template" in json.loads(files["tokenizer_config.json"])
+        # A valid safetensors file: its header's length, the header, then exactly the tensor's bytes.
+        weights = files["model.safetensors"]
+        (length,) = struct.unpack("<Q", weights[:8])
+        header = json.loads(weights[8 : 8 + length])
+        start, end = header["weight"]["data_offsets"]
+        assert len(weights) == 8 + length + end - start and length % 8 == 0
+        assert sum(map(len, files.values())) < 100_000
+
+
+def test_its_objects_run_the_double_under_pod_security_restricted() -> None:
+    objects = {(body["kind"], body["metadata"]["name"]): body for body in hub.manifests("builder:1")}
+    namespace = objects[("Namespace", hub.NAMESPACE)]
+    assert namespace["metadata"]["labels"] == {"pod-security.kubernetes.io/enforce": "restricted"}
+    deployment = objects[("Deployment", hub.NAME)]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"] == pods.pod_security_context()
+    (container,) = pod["containers"]
+    assert container["securityContext"] == pods.container_security_context()
+    assert container["image"] == "builder:1" and container["imagePullPolicy"] == "Never"
+    # The program the builder image carries (the Dockerfile copies tests/engine_builder/doubles there).
+    assert container["command"][:2] == ["python3", hub.PROGRAM]
+    assert (REPO_ROOT / "tests/engine_builder/doubles" / Path(hub.PROGRAM).name).is_file()
+    repositories = [arg.split("=", 1) for arg in container["command"] if "=" in arg]
+    mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+    configmaps = {volume["name"]: volume["configMap"]["name"] for volume in pod["volumes"]}
+    for repo, directory in repositories:
+        data = objects[("ConfigMap", configmaps[mounts[directory]])]["binaryData"]
+        files = {name: base64.b64decode(content) for name, content in data.items()}
+        assert files == hub.synthetic_snapshot(repo, hub.REPOSITORIES[repo])
+    assert sorted(repo for repo, _ in repositories) == sorted(hub.REPOSITORIES)
+    service = objects[("Service", hub.NAME)]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert hub.ENDPOINT.startswith(f"http://{hub.NAME}.{hub.NAMESPACE}.svc.")
+    assert service["spec"]["ports"][0]["port"] == 80
