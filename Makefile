@@ -62,6 +62,14 @@ generate: venv
 demo: venv triton-server node-deps
 	scripts/demo.sh $(ARGS)
 
+# A real scale-up and scale-down on real nodes (docs/real-pods.md#autoscaling-under-load): the real-pod tier's
+# cluster with its metrics path (Prometheus, prometheus-adapter), the operator from its chart, a bounded
+# load on llava's Service; prints the timeline and writes out/autoscale/timeline.{md,png,json}. About 10
+# minutes with the images built; `make test` runs a shorter version of the same test.
+.PHONY: autoscale-demo
+autoscale-demo: venv node-deps
+	MMD_AUTOSCALE_DEMO=1 $(BIN)/pytest -s tests/pods/test_autoscaling_under_load.py $(ARGS)
+
 clean:
 	rm -rf $(VENV) $(RUNTIME_VENV) .mypy_cache .pytest_cache .ruff_cache
 

@@ -26,6 +26,7 @@ from mmd_operator import __version__
 from mmd_operator.api import crdgen
 from mmd_operator.cli import chart
 from mmd_operator.cli.localcluster.cluster import LocalCluster
+from tests.support.examples import serving_deployment
 from tests.support.kube import Kube, Resources, Tools
 
 from .conftest import OperatorProcess
@@ -126,6 +127,36 @@ def test_the_chart_lints_strictly_and_the_api_server_accepts_what_it_renders_in_
         if d["kind"] == "CustomResourceDefinition"
     )
     assert "annotations" not in kept["metadata"]
+
+
+def _scraped(monitor: dict[str, Any], deployment: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(container, port name, path) of every endpoint the PodMonitor scrapes on the Deployment's pods."""
+    template = deployment["spec"]["template"]
+    if not monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items():
+        return []
+    found = []
+    for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+        keep = [r["regex"] for r in endpoint.get("relabelings", []) if r["action"] == "keep"]
+        for container in template["spec"]["containers"]:
+            names = {port["name"] for port in container.get("ports", [])}
+            if endpoint["port"] in names and all(regex == container["name"] for regex in keep):
+                found.append((container["name"], endpoint["port"], endpoint["path"]))
+    return found
+
+
+def test_the_serving_pod_monitor_scrapes_each_runtimes_metrics_once_per_pod(tools: Tools) -> None:
+    values = ["--set", "metrics.servingPodMonitor.enabled=true"]
+    (monitor,) = [d for d in _documents(_helm_template(tools, *values)) if d["kind"] == "PodMonitor"]
+    assert monitor["spec"]["namespaceSelector"] == {"any": True}
+    # Exactly the endpoint the autoscaler's series come from, on the pods of either runtime.
+    assert _scraped(monitor, serving_deployment("llava")) == [("tritonserver", "metrics", "/metrics")]
+    assert _scraped(monitor, serving_deployment("qwen2_5_vl")) == [
+        ("trtllm-serve", "http", "/prometheus/metrics")
+    ]
+    namespaced = _helm_template(tools, *values, "--set", "watchNamespaces={team-a,team-b}")
+    (scoped,) = [d for d in _documents(namespaced) if d["kind"] == "PodMonitor"]
+    assert scoped["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+    assert "PodMonitor" not in _helm_template(tools)
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
+from mmd_operator.config import OperatorConfig
+from mmd_operator.desired.decision import manifest_files
 from mmd_operator.plan.resource_plan import AnyPlan, ResourcePlan, plan_resource
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
@@ -36,3 +39,13 @@ def plan_example(example: str | Path) -> tuple[MultimodalDeployment, ResourcePla
     resource, plan = plan_any_example(example)
     assert isinstance(plan, ResourcePlan), f"{example} is a trtllm-serve example"
     return resource, plan
+
+
+def serving_deployment(example: str) -> dict[str, Any]:
+    """The serving Deployment the operator renders for `examples/<example>.yaml` (either runtime)."""
+    resource, plan = plan_any_example(example)
+    manifests = manifest_files(resource, plan, config=OperatorConfig())
+    (deployment,) = (
+        yaml.safe_load(text) for name, text in manifests.items() if name.startswith("deployment-")
+    )
+    return deployment  # type: ignore[no-any-return]

@@ -15,6 +15,7 @@ pull_policy
 enabled
 engine_builder
 service_monitor
+serving_pod_monitor
 watch_namespaces
 crds
 service_account

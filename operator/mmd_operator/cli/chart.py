@@ -146,6 +146,23 @@ class ServiceMonitor(_Values):
     """Extra labels of the ServiceMonitor, e.g. the one your Prometheus selects ServiceMonitors by."""
 
 
+class ServingPodMonitor(_Values):
+    """A Prometheus Operator PodMonitor for the serving pods' own metrics."""
+
+    enabled: bool = False
+    """Create a PodMonitor (needs the monitoring.coreos.com CRDs) for every serving pod the operator
+    manages, in `watchNamespaces` or in every namespace: Triton's `/metrics` on the `metrics` port and
+    trtllm-serve's `/prometheus/metrics`, each series with the `namespace` and `pod` labels
+    prometheus-adapter maps to pods. `serving.autoscaling` scales on these series through the adapter,
+    whose rules you add to it (docs/autoscaling.md). With `serving.networkPolicy`, Prometheus must run
+    in a namespace its `monitoringNamespaceSelector` selects (default: `monitoring`)."""
+    interval: str = "15s"
+    """How often Prometheus scrapes the serving pods: at most a quarter of the adapter rules' one-minute
+    rate window, so that each rate holds several samples."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Extra labels of the PodMonitor, e.g. the one your Prometheus selects PodMonitors by."""
+
+
 class Metrics(_Values):
     """The operator's Prometheus metrics (/metrics)."""
 
@@ -155,6 +172,8 @@ class Metrics(_Values):
     """Create a ClusterIP Service in front of /metrics."""
     service_monitor: ServiceMonitor = Field(default_factory=ServiceMonitor)
     """Prometheus Operator scrape configuration."""
+    serving_pod_monitor: ServingPodMonitor = Field(default_factory=ServingPodMonitor)
+    """Prometheus Operator scrape configuration of the serving pods (what autoscaling reads)."""
 
 
 class LeaderElection(_Values):

@@ -13,6 +13,7 @@ from typing import Any
 from mmd_operator.cli.localcluster.binaries import BuildError, ensure_binaries
 from mmd_operator.cli.localcluster.cluster import REAL_NODE_PREFIX, ClusterError, LocalCluster
 from mmd_operator.cli.localcluster.layout import Layout, LayoutError, default_state_dir
+from mmd_operator.cli.localcluster.metricsbinaries import ensure_metrics_binaries
 from mmd_operator.cli.localcluster.network import NetworkError
 from mmd_operator.cli.localcluster.nodebinaries import ensure_node_binaries
 from mmd_operator.cli.localcluster.objects import GPU_MODELS, NodePool
@@ -54,6 +55,12 @@ def register(subparsers: Any) -> None:
         default=8,
         help="nvidia.com/gpu each real node advertises (default 8)",
     )
+    up.add_argument(
+        "--metrics",
+        action="store_true",
+        help="after the real nodes, Prometheus and prometheus-adapter (custom.metrics.k8s.io) as pods, "
+        "so HorizontalPodAutoscalers scale on the serving pods' metrics (docs/local-cluster.md)",
+    )
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for each step")
     up.set_defaults(handler=_up)
 
@@ -74,6 +81,11 @@ def register(subparsers: Any) -> None:
         "--nodes",
         action="store_true",
         help="also the real nodes' binaries (kubelet, containerd, CNI, add-ons)",
+    )
+    build.add_argument(
+        "--metrics",
+        action="store_true",
+        help="also the metrics path's binaries (Prometheus, prometheus-adapter)",
     )
     build.set_defaults(handler=_build)
 
@@ -97,7 +109,7 @@ def _up(args: argparse.Namespace) -> int:
         name_prefix=REAL_NODE_PREFIX,
     )
     try:
-        _cluster(args).up(pool, timeout=args.timeout, real_nodes=real)
+        _cluster(args).up(pool, timeout=args.timeout, real_nodes=real, metrics=args.metrics)
     except (ClusterError, BuildError, LayoutError, NodeStartError, NetworkError, ImageLoadError) as error:
         print(f"mmctl cluster up: {error}", file=sys.stderr)
         return 1
@@ -149,6 +161,8 @@ def _build(args: argparse.Namespace) -> int:
         print(binaries.bin_dir)
         if args.nodes:
             print(ensure_node_binaries(Layout.discover(), say=_say).bin_dir)
+        if args.metrics:
+            print(ensure_metrics_binaries(Layout.discover(), say=_say).bin_dir)
     except (BuildError, LayoutError) as error:
         print(f"mmctl cluster build: {error}", file=sys.stderr)
         return 1

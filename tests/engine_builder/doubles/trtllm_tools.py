@@ -19,10 +19,11 @@ Faults on demand, each naming a substring of the command line it applies to:
 Every call is appended as one JSON line to $DOUBLE_CALL_LOG when set.
 
 Knobs that travel with the (fake) weights, for the real-pod tier, where no environment reaches the build
-pod: a model's `config.json` may hold `mmd_double` {"seconds_per_tool": s, "load_seconds": s}. The
-converters copy it into the checkpoint's config (and `trtllm-build` keeps the checkpoint config in the
-engine's, as the real one does), each tool that reads such a config first sleeps `seconds_per_tool`, and
-the serving double of the engine takes `load_seconds` to load it.
+pod: a model's `config.json` may hold `mmd_double` {"seconds_per_tool": s, "load_seconds": s,
+"seconds_per_request": s}. The converters copy it into the checkpoint's config (and `trtllm-build` keeps
+the checkpoint config in the engine's, as the real one does), each tool that reads such a config first
+sleeps `seconds_per_tool`, and the serving double of the engine takes `load_seconds` to load it and
+`seconds_per_request` on each request.
 
 Standard library only: it runs under whatever `python3` is first on PATH.
 """

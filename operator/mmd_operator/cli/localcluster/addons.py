@@ -66,21 +66,28 @@ def _base_files() -> list[Entry]:
     ]
 
 
+def binary_image(archive: Path, reference: str, binary: Path, path: str) -> Path:
+    """Write (unless it exists) the one-layer image `reference` of one binary; return `archive`.
+
+    The image holds `binary` at `/path` as its entrypoint, a passwd with root and nobody, and /tmp.
+    """
+    if not archive.is_file():
+        entries = [*_base_files(), Entry(path, mode=0o755, source=binary)]
+        write_image(archive, reference, entries, ImageConfig(entrypoint=(f"/{path}",)))
+    return archive
+
+
 def write_addon_images(binaries: NodeBinaries, directory: Path) -> dict[str, Path]:
     """Write the add-on images into `directory` (kept when they already exist); return name -> archive."""
     names = image_names(binaries)
     archives: dict[str, Path] = {}
 
-    def single_binary(name: str, path: str, entrypoint: tuple[str, ...]) -> None:
-        archive = directory / f"{name}.tar"
-        if not archive.is_file():
-            entries = [*_base_files(), Entry(path, mode=0o755, source=binaries.path(name))]
-            write_image(archive, names[name], entries, ImageConfig(entrypoint=entrypoint))
-        archives[name] = archive
+    def single_binary(name: str, path: str) -> None:
+        archives[name] = binary_image(directory / f"{name}.tar", names[name], binaries.path(name), path)
 
-    single_binary("pause", "pause", ("/pause",))
-    single_binary("coredns", "coredns", ("/coredns",))
-    single_binary("local-path-provisioner", "usr/bin/local-path-provisioner", ("local-path-provisioner",))
+    single_binary("pause", "pause")
+    single_binary("coredns", "coredns")
+    single_binary("local-path-provisioner", "usr/bin/local-path-provisioner")
     archive = directory / f"busybox-{busybox_version()}.tar"
     if not archive.is_file():
         applets = subprocess.run(

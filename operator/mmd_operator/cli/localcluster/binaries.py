@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -221,6 +221,51 @@ def _is_complete(root: Path) -> bool:
     return (root / "manifest.json").is_file() and all(
         (root / "bin" / name).is_file() for name in BINARY_NAMES
     )
+
+
+def build_cache(
+    toolchain: Toolchain,
+    root: Path,
+    specs: list[BinarySpec],
+    wrapper_dir: Callable[[str], Path],
+    record: Mapping[str, object],
+    say: Printer,
+) -> dict[str, float]:
+    """Build `specs` into `root/bin` through a scratch directory renamed into place; return the seconds.
+
+    The modules of each wrapper are downloaded first (only those the packages need), then every binary is
+    built; `manifest.json` holds `record` (versions), the toolchain, the seconds and sizes of each binary.
+    The caller holds the cache's lock.
+    """
+    scratch = root.with_name(f"{root.name}.partial-{os.getpid()}")
+    shutil.rmtree(scratch, ignore_errors=True)
+    (scratch / "bin").mkdir(parents=True)
+    started = time.monotonic()
+    for wrapper in dict.fromkeys(spec.wrapper for spec in specs):
+        packages = [spec.package for spec in specs if spec.wrapper == wrapper]
+        directory = wrapper_dir(wrapper)
+        say(f"--> downloading the modules of {directory.name}")
+        # `go list -deps` fetches exactly the modules these packages need (not the whole graph).
+        listing = ["list", "-deps", "-f", "{{.ImportPath}}", *packages]
+        run_go(toolchain, listing, directory, f"downloading modules for {wrapper}", say)
+    seconds = {"download": time.monotonic() - started}
+    say(f"    modules ready in {seconds['download']:.0f} s")
+    seconds.update(go_build_all(toolchain, specs, wrapper_dir, scratch / "bin", say))
+    seconds["total"] = time.monotonic() - started
+    sizes = {spec.name: (scratch / "bin" / spec.name).stat().st_size for spec in specs}
+    manifest = {
+        **record,
+        "go": toolchain.version,
+        "jobs": build_jobs(),
+        "cpus": os.cpu_count(),
+        "seconds": {name: round(value, 1) for name, value in seconds.items()},
+        "bytes": sizes,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (scratch / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    shutil.rmtree(root, ignore_errors=True)
+    scratch.rename(root)
+    return seconds
 
 
 def module_info(toolchain: Toolchain, wrapper: Path, module: str, say: Printer) -> dict[str, object]:

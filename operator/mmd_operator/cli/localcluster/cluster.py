@@ -27,14 +27,20 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from mmd_operator.cli.localcluster import network, nodes, processes, realnodes
+from mmd_operator.cli.localcluster import monitoring, network, nodes, processes, realnodes
 from mmd_operator.cli.localcluster.audit import audit_flags, write_audit_policy
 from mmd_operator.cli.localcluster.binaries import Binaries, ensure_binaries
 from mmd_operator.cli.localcluster.layout import Layout
+from mmd_operator.cli.localcluster.metricsbinaries import MetricsBinaries, ensure_metrics_binaries
 from mmd_operator.cli.localcluster.network import ClusterNetwork
 from mmd_operator.cli.localcluster.nodebinaries import NodeBinaries, ensure_node_binaries
 from mmd_operator.cli.localcluster.objects import GPU_MODELS, NodePool, gpu_node, storage_class
-from mmd_operator.cli.localcluster.pki import Credentials, generate_credentials, write_kubeconfig
+from mmd_operator.cli.localcluster.pki import (
+    FRONT_PROXY_CLIENT,
+    Credentials,
+    generate_credentials,
+    write_kubeconfig,
+)
 from mmd_operator.cli.localcluster.processes import ProcessRecord
 from mmd_operator.cli.localcluster.stages import write_kwok_config
 
@@ -51,6 +57,7 @@ _NODE_LEASE_SECONDS = 20
 # again).
 _NODE_MONITOR_GRACE_SECONDS = 120
 _LOST_NODE_TOLERATION_SECONDS = 20
+HPA_SYNC_SECONDS = 5
 _LOG_TAIL_LINES = 30
 REAL_NODE_PREFIX = "real-node"
 
@@ -271,22 +278,79 @@ class LocalCluster:
         )
 
     def up(
-        self, pool: NodePool | None = None, timeout: float = 180.0, *, real_nodes: NodePool | None = None
+        self,
+        pool: NodePool | None = None,
+        timeout: float = 180.0,
+        *,
+        real_nodes: NodePool | None = None,
+        metrics: bool = False,
     ) -> ClusterState:
         """Start the cluster (or keep the healthy one running) and wait for Ready GPU nodes.
 
         `real_nodes` (a pool with a count) adds real nodes: kubelet, containerd, runc, CNI, kube-proxy,
         kube-router, and the DNS and volume add-ons. A cluster running with another count is restarted.
+        `metrics` then adds the metrics path (`start_metrics`).
         """
         real = real_nodes or NodePool(count=0, name_prefix=REAL_NODE_PREFIX)
+        if metrics and not real.count:
+            raise ClusterError(
+                "--metrics needs real nodes (--real-nodes N): Prometheus and prometheus-adapter run as pods "
+                "and scrape serving pods that run"
+            )
         if real.count:
             problems = realnodes.preflight(self.state_dir)
             if problems:
                 raise ClusterError("cannot start real nodes: " + "; ".join(problems))
         binaries = self.binaries()
         node_binaries = ensure_node_binaries(self.layout, self.say) if real.count else None
+        metrics_binaries = ensure_metrics_binaries(self.layout, self.say) if metrics else None
         with self._lock():
-            return self._up(binaries, pool, timeout, real, node_binaries)
+            state = self._up(binaries, pool, timeout, real, node_binaries)
+            if metrics_binaries is not None:
+                self._start_metrics(state, metrics_binaries, timeout)
+            return state
+
+    def start_metrics(self, timeout: float = 180.0) -> None:
+        """Run Prometheus and prometheus-adapter on the running cluster's real nodes (see `monitoring`).
+
+        Idempotent: applied again, the objects stay as they are. Builds the binaries the first time.
+        """
+        metrics_binaries = ensure_metrics_binaries(self.layout, self.say)
+        with self._lock():
+            state = self.load_state()
+            if state is None or state.network is None:
+                raise ClusterError(f"no cluster with real nodes is running in {self.state_dir}")
+            self._start_metrics(state, metrics_binaries, timeout)
+
+    def _start_metrics(self, state: ClusterState, binaries: MetricsBinaries, timeout: float) -> None:
+        started = time.monotonic()
+        self.say(f"--> the metrics path: {binaries.versions.describe()}, in namespace {monitoring.NAMESPACE}")
+        archives = monitoring.write_images(binaries, self.state_dir / "images")
+        self._node_runner(state, None).load_images(archives)
+        with self.api_client() as api_client:
+            realnodes.apply(
+                api_client, monitoring.objects(self.credentials, monitoring.image_names(binaries))
+            )
+            apps, core = k8s.AppsV1Api(api_client), k8s.CoreV1Api(api_client)
+            try:
+                for name in (monitoring.PROMETHEUS, monitoring.ADAPTER):
+                    realnodes.wait_available(apps, core, monitoring.NAMESPACE, name, timeout)
+                monitoring.wait_apiservice(api_client, timeout, time.sleep)
+            except (realnodes.NodeStartError, TimeoutError) as error:
+                raise ClusterError(
+                    f"the metrics path did not start: {error}; the cluster runs on without it "
+                    f"(`kubectl -n {monitoring.NAMESPACE} logs deploy/{monitoring.ADAPTER}`, "
+                    "then `mmctl cluster up --metrics` again)"
+                ) from error
+            service: Any = core.read_namespaced_service(monitoring.PROMETHEUS, monitoring.NAMESPACE)
+        self.say(f"    Prometheus and prometheus-adapter ready after {time.monotonic() - started:.1f} s")
+        self.say(
+            f"    Prometheus API (from this host): http://{service.spec.cluster_ip}:{monitoring.PROMETHEUS_PORT}"
+        )
+        self.say(
+            f"    custom metrics: kubectl get --raw /apis/{monitoring.CUSTOM_METRICS_GROUP}/"
+            f"{monitoring.CUSTOM_METRICS_VERSION}"
+        )
 
     def _up(
         self,
@@ -405,6 +469,24 @@ class LocalCluster:
             "--kubelet-preferred-address-types=InternalIP",
         ]
 
+    def _aggregation_flags(self) -> list[str]:
+        """The aggregation layer's flags, so an APIService (a metrics adapter's) can be registered.
+
+        The API server proxies to it with the front proxy's client certificate, and at its endpoints'
+        addresses: no kube-proxy runs beside the API server (a host process, not on a node).
+        """
+        pki = self.credentials
+        return [
+            f"--requestheader-client-ca-file={pki.front_proxy_ca_cert}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki.front_proxy_client_cert}",
+            f"--proxy-client-key-file={pki.front_proxy_client_key}",
+            "--enable-aggregator-routing=true",
+        ]
+
     def _real_node_controller_flags(self, state: ClusterState) -> list[str]:
         """The controller manager's node IPAM: a pod /24 per node from the cluster's pod range."""
         network = state.network
@@ -463,6 +545,7 @@ class LocalCluster:
                 f"--default-unreachable-toleration-seconds={_LOST_NODE_TOLERATION_SECONDS}",
                 f"--default-not-ready-toleration-seconds={_LOST_NODE_TOLERATION_SECONDS}",
                 "--profiling=false",
+                *self._aggregation_flags(),
                 *audit_flags(self._audit_policy, self.audit_log),
             ]
         if component == "kube-controller-manager":
@@ -475,6 +558,9 @@ class LocalCluster:
                 f"--node-monitor-grace-period={_NODE_MONITOR_GRACE_SECONDS}s",
                 "--kube-api-qps=100",
                 "--kube-api-burst=200",
+                # HorizontalPodAutoscalers read their metrics every 5 s (upstream: 15 s), so a scale-up on
+                # the metrics path (`up --metrics`) plays out within a test.
+                f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_SECONDS}s",
                 "--profiling=false",
                 *self._real_node_controller_flags(state),
             ]

@@ -51,6 +51,15 @@ _NODE_PINNED_MODULES = {
 }
 NODE_BUILD_RECIPE_VERSION = "1"
 
+# The metrics path of `cluster up --metrics` (Prometheus and prometheus-adapter), in `tools/metrics/`: a
+# cache of its own, so neither the control plane nor the nodes rebuild when it changes.
+METRICS_WRAPPER_MODULES = ("prometheus", "prometheus-adapter")
+_METRICS_PINNED_MODULES = {
+    "prometheus": ("prometheus", "github.com/prometheus/prometheus"),
+    "prometheus_adapter": ("prometheus-adapter", "sigs.k8s.io/prometheus-adapter"),
+}
+METRICS_BUILD_RECIPE_VERSION = "1"
+
 
 class LayoutError(RuntimeError):
     """The repository, the Go toolchain or a pinned version cannot be found."""
@@ -129,6 +138,28 @@ class NodeVersions:
             f"kubelet {self.kubernetes}, containerd {self.containerd}, CNI plugins {self.cni_plugins}, "
             f"CoreDNS {self.coredns}, kube-router {self.kube_router}, "
             f"local-path-provisioner {self.local_path_provisioner}"
+        )
+
+
+@dataclass(frozen=True)
+class MetricsVersions:
+    """The pinned module versions of the metrics path (Go module versions, with the leading `v`)."""
+
+    # Prometheus publishes v3.x.y as the Go module version v0.3xx.y.
+    prometheus: str
+    prometheus_adapter: str
+
+    @property
+    def prometheus_release(self) -> str:
+        """The Prometheus release of the module version: 3.16.0 for v0.316.0."""
+        _major, minor, patch = self.prometheus.lstrip("v").split(".")
+        return f"{int(minor) // 100}.{int(minor) % 100}.{patch}"
+
+    def describe(self) -> str:
+        """Return a short human-readable summary."""
+        return (
+            f"Prometheus {self.prometheus_release} (module {self.prometheus}), "
+            f"prometheus-adapter {self.prometheus_adapter}"
         )
 
 
@@ -249,3 +280,33 @@ class Layout:
             f"_{toolchain.version}_{self.node_inputs_digest()}"
         )
         return self.cache_root.parent / "nodes" / key
+
+    # -- the metrics path (Prometheus, prometheus-adapter) ------------------------------------------
+
+    def metrics_wrapper_dir(self, name: str) -> Path:
+        """Return `tools/metrics/<name>`, the wrapper module of one metrics component."""
+        return self.repo_root / "tools" / "metrics" / name
+
+    @cached_property
+    def metrics_versions(self) -> MetricsVersions:
+        """Read the metrics components' pinned versions from their wrapper go.mod files."""
+        found = {
+            component: _pinned_version(self.metrics_wrapper_dir(wrapper) / "go.mod", module)
+            for component, (wrapper, module) in _METRICS_PINNED_MODULES.items()
+        }
+        return MetricsVersions(**found)
+
+    def metrics_cache_dir(self, toolchain: Toolchain) -> Path:
+        """Return the cache directory of the metrics binaries (a sibling tree of the control plane's)."""
+        digest = hashlib.sha256(METRICS_BUILD_RECIPE_VERSION.encode())
+        for name in METRICS_WRAPPER_MODULES:
+            for path in sorted(self.metrics_wrapper_dir(name).iterdir()):
+                if path.is_file():
+                    digest.update(f"{name}/{path.name}\0".encode())
+                    digest.update(path.read_bytes())
+        v = self.metrics_versions
+        key = (
+            f"prometheus-{v.prometheus_release}_adapter-{v.prometheus_adapter}"
+            f"_{toolchain.version}_{digest.hexdigest()[:12]}"
+        )
+        return self.cache_root.parent / "metrics" / key

@@ -16,10 +16,6 @@ Imports: the standard library and `binaries`, `layout`, `processes`.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -29,11 +25,10 @@ from mmd_operator.cli.localcluster.binaries import (
     BinarySpec,
     CacheDirectory,
     Printer,
+    build_cache,
     build_jobs,
-    go_build_all,
     kubernetes_ldflags,
     module_info,
-    run_go,
 )
 from mmd_operator.cli.localcluster.layout import Layout, NodeVersions, Toolchain
 from mmd_operator.cli.localcluster.processes import exclusive_lock
@@ -151,44 +146,16 @@ def _build_into(layout: Layout, toolchain: Toolchain, root: Path, say: Printer) 
         f"with {toolchain.version}, -p {build_jobs()}"
     )
     say(f"    cache: {root}")
-    scratch = root.with_name(f"{root.name}.partial-{os.getpid()}")
-    shutil.rmtree(scratch, ignore_errors=True)
-    (scratch / "bin").mkdir(parents=True)
-    total_started = started = time.monotonic()
     info = module_info(
         toolchain, layout.node_wrapper_dir("kubernetes"), f"k8s.io/kubernetes@{versions.kubernetes}", say
     )
     origin = info.get("Origin")
     commit = str(origin.get("Hash", "unknown")) if isinstance(origin, dict) else "unknown"
     specs = node_binary_specs(versions, commit, str(info.get("Time") or "1970-01-01T00:00:00Z"))
-    for wrapper in dict.fromkeys(spec.wrapper for spec in specs):
-        packages = [spec.package for spec in specs if spec.wrapper == wrapper]
-        say(
-            f"--> downloading the modules of {layout.node_wrapper_dir(wrapper).relative_to(layout.repo_root)}"
-        )
-        listing = ["list", "-deps", "-f", "{{.ImportPath}}", *packages]
-        run_go(
-            toolchain, listing, layout.node_wrapper_dir(wrapper), f"downloading modules for {wrapper}", say
-        )
-    seconds = {"download": time.monotonic() - started}
-    say(f"    modules ready in {seconds['download']:.0f} s")
-    seconds.update(go_build_all(toolchain, specs, layout.node_wrapper_dir, scratch / "bin", say))
-    seconds["total"] = time.monotonic() - total_started
-    sizes = {name: (scratch / "bin" / name).stat().st_size for name in NODE_BINARY_NAMES}
-    manifest = {
+    record = {
         "versions": {name: getattr(versions, name) for name in versions.__dataclass_fields__},
         "kubernetes_commit": commit,
-        "go": toolchain.version,
-        "jobs": build_jobs(),
-        "cpus": os.cpu_count(),
-        "seconds": {name: round(value, 1) for name, value in seconds.items()},
-        "bytes": sizes,
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    (scratch / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    shutil.rmtree(root, ignore_errors=True)
-    scratch.rename(root)
-    say(
-        f"==> node components built in {seconds['total']:.0f} s "
-        f"({sum(sizes.values()) / 1e6:.0f} MB of binaries in {root})"
-    )
+    seconds = build_cache(toolchain, root, specs, layout.node_wrapper_dir, record, say)
+    size = sum(path.stat().st_size for path in (root / "bin").rglob("*") if path.is_file())
+    say(f"==> node components built in {seconds['total']:.0f} s ({size / 1e6:.0f} MB of binaries in {root})")

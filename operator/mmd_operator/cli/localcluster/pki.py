@@ -7,7 +7,10 @@ kwok) authenticate with one random bearer token of a `system:masters` user from 
 service-account tokens are signed with a separate RSA key. Real nodes get certificates from the same CA:
 a client certificate per kubelet (`system:node:<name>` in `system:nodes`, what the Node authorizer and
 NodeRestriction expect), one for kube-proxy and kube-router, the API server's client certificate towards
-the kubelets, and a serving certificate per kubelet. Private files are written with mode 0600.
+the kubelets, and a serving certificate per kubelet. The aggregation layer has a CA of its own (the
+front proxy's): the API server proxies requests to an extension API server (the metrics adapter) with a
+client certificate from it, which the extension server trusts through `extension-apiserver-authentication`.
+Private files are written with mode 0600.
 
 Imports: the standard library, cryptography and PyYAML.
 """
@@ -28,6 +31,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 ADMIN_USER = "mmd-admin"
 CLUSTER_NAME = "mmd-local"
+# The common name of the aggregation layer's client certificate (`--requestheader-allowed-names`).
+FRONT_PROXY_CLIENT = "front-proxy-client"
 _VALIDITY = datetime.timedelta(days=365)
 
 
@@ -68,6 +73,26 @@ class Credentials:
         return self.directory / "ca.key"
 
     @property
+    def front_proxy_ca_cert(self) -> Path:
+        """Return the front proxy's CA (the API server's `--requestheader-client-ca-file`)."""
+        return self.directory / "front-proxy-ca.crt"
+
+    @property
+    def front_proxy_ca_key(self) -> Path:
+        """Return the front proxy CA's private key."""
+        return self.directory / "front-proxy-ca.key"
+
+    @property
+    def front_proxy_client_cert(self) -> Path:
+        """Return the client certificate the API server proxies to extension API servers with."""
+        return self.directory / f"{FRONT_PROXY_CLIENT}.crt"
+
+    @property
+    def front_proxy_client_key(self) -> Path:
+        """Return the front proxy client certificate's private key."""
+        return self.directory / f"{FRONT_PROXY_CLIENT}.key"
+
+    @property
     def token_file(self) -> Path:
         """Return the API server's static token file (token,user,uid,"groups")."""
         return self.directory / "tokens.csv"
@@ -102,17 +127,12 @@ def _write_pair(
     _write_private(key_path, _pem_key(key))
 
 
-def generate_credentials(directory: Path, extra_addresses: tuple[str, ...] = ()) -> Credentials:
-    """Create a new CA, serving certificate, service-account key pair and admin token in `directory`.
-
-    The serving certificate holds 127.0.0.1 and `extra_addresses` (the API server's address for pods).
-    """
-    directory.mkdir(parents=True, exist_ok=True)
-    credentials = Credentials(directory)
-    now = datetime.datetime.now(datetime.UTC)
-
+def _new_authority(
+    common_name: str, now: datetime.datetime
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A self-signed CA certificate and its key."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{CLUSTER_NAME}-ca")])
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     ca_cert = (
         x509.CertificateBuilder()
         .subject_name(ca_name)
@@ -139,6 +159,22 @@ def generate_credentials(directory: Path, extra_addresses: tuple[str, ...] = ())
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
+    return ca_cert, ca_key
+
+
+def generate_credentials(directory: Path, extra_addresses: tuple[str, ...] = ()) -> Credentials:
+    """Create a cluster's credentials in `directory`.
+
+    That is a CA, a serving certificate, a service-account key pair, the admin token, and the front
+    proxy's CA and client certificate. The serving certificate holds 127.0.0.1 and `extra_addresses`
+    (the API server's address for pods).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    credentials = Credentials(directory)
+    now = datetime.datetime.now(datetime.UTC)
+
+    ca_cert, ca_key = _new_authority(f"{CLUSTER_NAME}-ca", now)
+    ca_name = ca_cert.subject
 
     serving_key = ec.generate_private_key(ec.SECP256R1())
     serving_cert = (
@@ -173,6 +209,16 @@ def generate_credentials(directory: Path, extra_addresses: tuple[str, ...] = ())
     )
     _write_pair(credentials.ca_cert, credentials.ca_key, ca_cert, ca_key)
     _write_pair(credentials.serving_cert, credentials.serving_key, serving_cert, serving_key)
+    front_proxy_cert, front_proxy_key = _new_authority(f"{CLUSTER_NAME}-front-proxy-ca", now)
+    _write_pair(
+        credentials.front_proxy_ca_cert, credentials.front_proxy_ca_key, front_proxy_cert, front_proxy_key
+    )
+    _issue(
+        (credentials.front_proxy_ca_cert, credentials.front_proxy_ca_key),
+        credentials.directory,
+        FRONT_PROXY_CLIENT,
+        common_name=FRONT_PROXY_CLIENT,
+    )
 
     service_account_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write_private(credentials.service_account_key, _pem_key(service_account_key))
@@ -214,14 +260,37 @@ def issue_certificate(
     common_name: str,
     organization: str | None = None,
     addresses: tuple[str, ...] = (),
+    dns_names: tuple[str, ...] = (),
 ) -> tuple[Path, Path]:
-    """Issue `<name>.crt`/`<name>.key` from the cluster CA: a client certificate, or serving for `addresses`.
+    """Issue `<name>.crt`/`<name>.key` from the cluster CA: a client or a serving certificate.
 
-    Returns the certificate and key paths.
+    With `addresses` or `dns_names` it serves them and its common name (as a DNS name). Returns the
+    certificate and key paths.
     """
-    ca_key = serialization.load_pem_private_key(credentials.ca_key.read_bytes(), password=None)
+    return _issue(
+        (credentials.ca_cert, credentials.ca_key),
+        credentials.directory,
+        name,
+        common_name=common_name,
+        organization=organization,
+        addresses=addresses,
+        dns_names=dns_names,
+    )
+
+
+def _issue(
+    authority: tuple[Path, Path],
+    directory: Path,
+    name: str,
+    *,
+    common_name: str,
+    organization: str | None = None,
+    addresses: tuple[str, ...] = (),
+    dns_names: tuple[str, ...] = (),
+) -> tuple[Path, Path]:
+    ca_key = serialization.load_pem_private_key(authority[1].read_bytes(), password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
-    ca_cert = x509.load_pem_x509_certificate(credentials.ca_cert.read_bytes())
+    ca_cert = x509.load_pem_x509_certificate(authority[0].read_bytes())
     key = ec.generate_private_key(ec.SECP256R1())
     attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
     if organization:
@@ -240,8 +309,11 @@ def issue_certificate(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
         )
     )
-    if addresses:
-        names = [x509.DNSName(common_name), *(x509.IPAddress(ipaddress.ip_address(a)) for a in addresses)]
+    if addresses or dns_names:
+        names = [
+            *(x509.DNSName(dns) for dns in dict.fromkeys((common_name, *dns_names))),
+            *(x509.IPAddress(ipaddress.ip_address(a)) for a in addresses),
+        ]
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         usage = ExtendedKeyUsageOID.SERVER_AUTH
     else:
@@ -249,8 +321,8 @@ def issue_certificate(
     certificate = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False).sign(
         ca_key, hashes.SHA256()
     )
-    cert_path = credentials.directory / f"{name}.crt"
-    key_path = credentials.directory / f"{name}.key"
+    cert_path = directory / f"{name}.crt"
+    key_path = directory / f"{name}.key"
     _write_pair(cert_path, key_path, certificate, key)
     return cert_path, key_path
 

@@ -227,7 +227,7 @@ class NodeRunner:
                 ("kube-system", "coredns"),
                 (addons.LOCAL_PATH_NAMESPACE, "local-path-provisioner"),
             ):
-                self._wait_available(apps, core, namespace, name, timeout)
+                wait_available(apps, core, namespace, name, timeout)
         say(
             "    real nodes, CoreDNS and local-path-provisioner ready "
             f"after {time.monotonic() - started:.1f} s"
@@ -303,19 +303,6 @@ class NodeRunner:
             node.name, {"status": {"capacity": {GPU_RESOURCE: str(self.pool.gpus_per_node)}}}
         )
 
-    def _wait_available(
-        self, apps: k8s.AppsV1Api, core: k8s.CoreV1Api, namespace: str, name: str, timeout: float
-    ) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            deployment: Any = apps.read_namespaced_deployment(name, namespace)
-            if (deployment.status.available_replicas or 0) >= 1:
-                return
-            time.sleep(0.3)
-        pods: list[Any] = core.list_namespaced_pod(namespace).items
-        states = "; ".join(f"{p.metadata.name}: {p.status.phase} {_waiting_reasons(p)}" for p in pods)
-        raise NodeStartError(f"{namespace}/{name} not available after {timeout:.0f} s ({states})")
-
     # -- status and stop --------------------------------------------------------------------------
 
     def components(self) -> Iterator[tuple[RealNode, str]]:
@@ -385,6 +372,21 @@ def _healthy(node: RealNode, component: str) -> bool:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
+
+
+def wait_available(
+    apps: k8s.AppsV1Api, core: k8s.CoreV1Api, namespace: str, name: str, timeout: float
+) -> None:
+    """Wait until Deployment `namespace/name` has an available replica; else fail with its pods' states."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        deployment: Any = apps.read_namespaced_deployment(name, namespace)
+        if (deployment.status.available_replicas or 0) >= 1:
+            return
+        time.sleep(0.3)
+    pods: list[Any] = core.list_namespaced_pod(namespace).items
+    states = "; ".join(f"{p.metadata.name}: {p.status.phase} {_waiting_reasons(p)}" for p in pods)
+    raise NodeStartError(f"{namespace}/{name} not available after {timeout:.0f} s ({states})")
 
 
 def _waiting_reasons(pod: Any) -> str:

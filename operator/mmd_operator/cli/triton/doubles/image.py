@@ -17,9 +17,11 @@ configs point at and the model type its `manifest.json` records, and becomes the
 would have generated for that model (`repository.double_specs`, `runtime.build`). So the serving pod runs
 the operator's rendered configs and its init container's assembly unchanged, on a real tritonserver.
 
-One knob travels with the (fake) weights, like a property of the model: a `tensorrt_llm` engine whose
-`config.json` has `pretrained_config.mmd_double.load_seconds` takes that long to load, as a large engine
-would; the build doubles carry it from the checkpoint's `config.json`.
+Two knobs travel with the (fake) weights, like properties of the model; the build doubles carry them from
+the checkpoint's `config.json` into the engine's (`pretrained_config.mmd_double`): `load_seconds`, how long
+the `tensorrt_llm` double takes to load, as a large engine would, and `seconds_per_request`, how long it
+works on each request, one at a time, as a saturated GPU would: with more requests than it finishes per
+second, they wait in Triton's queue, and the queue time and pending count Triton reports are real.
 
 `python -m mmd_operator.cli.triton.doubles.image install ...` lays these files out (the Dockerfile runs it).
 Imports: the standard library, and (inside Triton only) the doubles' runtime.
@@ -83,8 +85,8 @@ def repository_spec(repository: Path, model: str) -> dict[str, Any]:
     return double_specs(parsed, knowledge_of(model_type))[model]
 
 
-def load_seconds(spec: dict[str, Any]) -> float:
-    """How long the double engine of a `tensorrt_llm` spec takes to load (0 unless its config says)."""
+def engine_knob(spec: dict[str, Any], name: str) -> float:
+    """Knob `name` of a `tensorrt_llm` spec's double engine, in seconds (0 unless its config says)."""
     engine = spec.get("parameters", {}).get("gpt_model_path")
     if spec["role"] != "tensorrt_llm" or not engine:
         return 0.0
@@ -92,7 +94,7 @@ def load_seconds(spec: dict[str, Any]) -> float:
         config = json.loads((Path(engine) / "config.json").read_text())
     except (OSError, ValueError):
         return 0.0
-    return float(config.get("pretrained_config", {}).get("mmd_double", {}).get("load_seconds", 0))
+    return float(config.get("pretrained_config", {}).get("mmd_double", {}).get(name, 0))
 
 
 class TritonPythonModel:
@@ -103,10 +105,14 @@ class TritonPythonModel:
         from mmd_operator.cli.triton.doubles import runtime  # only importable inside Triton's stub
 
         spec = repository_spec(Path(args["model_repository"]).parent, args["model_name"])
-        seconds = load_seconds(spec)
+        seconds = engine_knob(spec, "load_seconds")
         if seconds:
             print(f"{spec['model']} double: loading the engine takes {seconds:.0f} s", flush=True)
             time.sleep(seconds)
+        per_request = engine_knob(spec, "seconds_per_request")
+        if per_request:
+            print(f"{spec['model']} double: each request takes {per_request:g} s", flush=True)
+            spec = {**spec, "seconds_per_request": per_request}
         self.delegate = runtime.build(spec)()
         self.delegate.initialize(args)
 

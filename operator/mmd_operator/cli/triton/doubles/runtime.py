@@ -729,9 +729,14 @@ class TensorrtLlm(Model):
                 )
 
     def responses(self, inputs: dict[str, Any]) -> list[list[Any]]:
-        """The output tensors of every response, in order: per batch item, per sequence, per segment."""
+        """The output tensors of every response, in order: per batch item, per sequence, per segment.
+
+        With `seconds_per_request` in the spec (the engine's knob), each request first takes that long:
+        the model instance works on one at a time, so requests beyond its pace wait in Triton's queue.
+        """
         batch = self.array(inputs["request_output_len"], "request_output_len").shape[0]
         self.check(inputs, batch)
+        time.sleep(float(self.spec.get("seconds_per_request", 0)))
         whisper = bool(self.spec["knowledge"]["whisper"])
         # (batch item, sequence_index or None, the text of every beam of every response)
         answers: list[tuple[int, int | None, list[list[str]]]] = []
