@@ -12,7 +12,7 @@ import copy
 import difflib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
@@ -222,20 +222,92 @@ def _failure(rule: Mapping[str, Any], activation: dict[str, Any]) -> str | None:
     return str(rule["message"]).strip()
 
 
+# A field path as a CEL expression reads it from a variable: `self.engine.maxBatchSize`, `has(self.a.b)`.
+# What follows the variable's name up to anything that is not `.name` (an index, an operator, `.?`).
+_READ_PATH = r"(?<![\w.]){variable}\b((?:\s*\.\s*[A-Za-z_]\w*)*)(\s*\()?"
+
+
+@cache
+def read_paths(variable: str, *expressions: str) -> tuple[tuple[str, ...], ...]:
+    """The field paths of `variable` that `expressions` read, each as far as it is written.
+
+    A rule's value depends on nothing of `variable` but these (with `variable` alone, the path is empty:
+    all of it). A path followed by `(` ends in a method (`self.name.matches(...)`), so the method is
+    dropped; a path cut short at an index or a macro only reads more than it needs. Text inside string
+    literals can only add paths, never lose one.
+    """
+    pattern = re.compile(_READ_PATH.format(variable=re.escape(variable)))
+    paths: set[tuple[str, ...]] = set()
+    for expression in expressions:
+        for match in pattern.finditer(expression):
+            names = tuple(part.strip() for part in match[1].split(".")[1:])
+            paths.add(names[:-1] if match[2] else names)
+    return tuple(sorted(paths))
+
+
+def projection(value: Any, paths: Iterable[tuple[str, ...]]) -> str:
+    """What of `value` an expression reading `paths` can see, as text: equal texts, equal results.
+
+    Each path's value as JSON (in its own key order: a macro over a map sees that order), or where the
+    path ends early, how: the key missing from a map, or the JSON of what is not a map.
+    """
+    seen = []
+    for names in paths:
+        current = value
+        for depth, name in enumerate(names):
+            if not isinstance(current, Mapping):
+                seen.append(["not a map", depth, current])
+                break
+            if name not in current:
+                seen.append(["missing", depth])
+                break
+            current = current[name]
+        else:
+            seen.append(["value", current])
+    return json.dumps(seen, default=str)
+
+
+# Messages of rules already evaluated, by rule and what the rule read of its value (`projection`). Specs
+# that differ in a field or two (an engine's batch size) break or keep the same rules, and CEL in
+# cel-python takes about a millisecond a rule: half of the time planning a new spec took.
+_FAILURES: dict[tuple[str, str, str, str], str | None] = {}
+_FAILURES_HELD = 4096
+
+
+def _remembered_failure(
+    rule: Mapping[str, Any], value: Any, activation: Callable[[], dict[str, Any]]
+) -> str | None:
+    expression, message_expression = str(rule["rule"]), str(rule.get("messageExpression", ""))
+    paths = read_paths("self", expression, message_expression)
+    key = (expression, message_expression, str(rule.get("message", "")), projection(value, paths))
+    if key in _FAILURES:
+        return _FAILURES[key]
+    found = _failure(rule, activation())
+    if len(_FAILURES) >= _FAILURES_HELD:
+        _FAILURES.clear()  # a bound, not a policy: the rules of the specs in use come back in one plan
+    _FAILURES[key] = found
+    return found
+
+
 def _cel_problems(value: Any, schema: Mapping[str, Any], path: str, old: Any = _NO_OLD) -> list[Problem]:
     """Problems of `value` under the CEL rules of `schema`; transition rules (`oldSelf`) only with `old`."""
     problems = []
     rules = schema.get("x-kubernetes-validations", ())
-    # Converted once for all the rules of this node: converting the whole spec again for each rule at
-    # its root was a quarter of the time planning a new spec took.
-    current = {"self": json_to_cel(value)} if rules else {}
-    both = {**current, "oldSelf": json_to_cel(old)} if rules and old is not _NO_OLD else {}
+    converted: dict[str, Any] = {}
+
+    def current() -> dict[str, Any]:
+        # Converted once for all the rules of this node, and only when one is evaluated: converting the
+        # whole spec again for each rule at its root was a quarter of the time planning a spec took.
+        if "self" not in converted:
+            converted["self"] = json_to_cel(value)
+        return converted
+
     for rule in rules:
         target = (path + rule.get("fieldPath", "")).lstrip(".")
         if "oldSelf" not in rule["rule"]:
-            message = _failure(rule, current)
+            message = _remembered_failure(rule, value, current)
         elif old is not _NO_OLD:
-            message = _failure(rule, both)
+            message = _failure(rule, {**current(), "oldSelf": json_to_cel(old)})
         else:
             continue  # a transition rule: only an update can break it
         if message is not None:
