@@ -70,6 +70,7 @@ from tqdm import tqdm
 from engine_builder.result_format import BuildSucceeded
 from mmd_operator.api import crdgen
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND, EngineSource, MultimodalDeployment
+from mmd_operator.api.validation import InvalidSpecError
 from mmd_operator.cli.localcluster import audit
 from mmd_operator.cli.localcluster.cluster import LocalCluster
 from mmd_operator.cli.localcluster.objects import NodePool
@@ -81,7 +82,8 @@ from mmd_operator.judgement.availability import ServingState
 from mmd_operator.judgement.engine import EngineState, pod_result
 from mmd_operator.kube import engine_index, object_facts
 from mmd_operator.kube.client import KubeClient
-from mmd_operator.plan.resource_plan import AnyPlan, ResourcePlan, plan_resource
+from mmd_operator.plan.resource_plan import AnyPlan, ResourcePlan
+from mmd_operator.plan_memory import PlanMemory
 from mmd_operator.status import Findings, RepositoryState, report
 from mmd_operator.status.assessment import endpoints, selector_string
 from mmd_operator.vocabulary import labels, names
@@ -405,11 +407,12 @@ class MinimalOperator:
         self.client = KubeClient(api, field_manager="mmd-floor")  # the operator's own request path
         self.custom = k8s.CustomObjectsApi(api)
         config = OperatorConfig()
+        plans = PlanMemory(config)  # the operator's own: one plan per distinct spec
         self.resources: dict[str, _FloorResource] = {}
         for document in resources:  # the operator plans too, but that is CPU, not the API server's work
-            resource, plan = plan_resource(
-                {**document, "metadata": {**document["metadata"], "namespace": namespace}}
-            )
+            planned = plans.plan({**document, "metadata": {**document["metadata"], "namespace": namespace}})
+            assert not isinstance(planned, InvalidSpecError), planned
+            resource, plan = planned[0], planned[1].plan
             objects = decision.manifests(resource, plan, config=config)[:5]
             self.resources[str(resource.metadata["name"])] = _FloorResource(
                 document, plan.cache_key, objects, ready_status(resource, plan, objects)
