@@ -47,7 +47,7 @@ def test_a_projection_tells_a_missing_key_from_a_missing_map_and_from_a_value() 
 
 
 def test_specs_that_differ_in_what_a_rule_reads_get_their_own_verdicts() -> None:
-    validation._FAILURES.clear()
+    validation._REMEMBERED.clear()
     valid = copy.deepcopy(LLAVA)
     broken = copy.deepcopy(LLAVA)
     broken["engine"] = {**broken.get("engine", {}), "kvCacheDtype": "fp8", "weightOnlyPrecision": "int8"}
@@ -57,20 +57,20 @@ def test_specs_that_differ_in_what_a_rule_reads_get_their_own_verdicts() -> None
         assert check_spec(valid)[1] == [] and check_spec(other_batch)[1] == []
         problems = [problem.path for problem in check_spec(broken)[1]]
         assert problems == ["spec.engine.weightOnlyPrecision"]
-    remembered = len(validation._FAILURES)
+    remembered = len(validation._REMEMBERED)
     check_spec(other_batch)
-    assert len(validation._FAILURES) == remembered  # nothing evaluated again
+    assert len(validation._REMEMBERED) == remembered  # nothing evaluated again
 
 
 def test_remembered_verdicts_are_those_cel_gives(monkeypatch: pytest.MonkeyPatch) -> None:
     specs = [copy.deepcopy(LLAVA) for _ in range(3)]
     specs[1]["engine"] = {**specs[1].get("engine", {}), "maxSeqLen": 10, "maxInputLen": 20}
     specs[2]["serving"] = {**specs[2].get("serving", {}), "zeroPad": True}
-    validation._FAILURES.clear()
+    validation._REMEMBERED.clear()
     warm = [check_spec(spec)[1] for spec in specs + specs]
-    monkeypatch.setattr(validation, "_FAILURES_HELD", 0)  # every rule evaluated afresh
+    monkeypatch.setattr(validation, "_REMEMBERED_HELD", 0)  # every rule evaluated afresh
     cold = []
     for spec in specs + specs:
-        validation._FAILURES.clear()
+        validation._REMEMBERED.clear()
         cold.append(check_spec(spec)[1])
     assert warm == cold and warm[1] and warm[2]

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import celpy
 from celpy import celtypes
@@ -190,6 +190,7 @@ def stored_spec(document: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _NO_OLD = object()
+_T = TypeVar("_T")
 
 
 def rule_failure(rule: Mapping[str, Any], value: Any, old: Any = _NO_OLD) -> str | None:
@@ -267,11 +268,22 @@ def projection(value: Any, paths: Iterable[tuple[str, ...]]) -> str:
     return json.dumps(seen, default=str)
 
 
-# Messages of rules already evaluated, by rule and what the rule read of its value (`projection`). Specs
-# that differ in a field or two (an engine's batch size) break or keep the same rules, and CEL in
-# cel-python takes about a millisecond a rule: half of the time planning a new spec took.
-_FAILURES: dict[tuple[str, str, str, str], str | None] = {}
-_FAILURES_HELD = 4096
+# Verdicts of CEL rules already evaluated, by rule and by what the rule read of its value (`projection`).
+# Specs that differ in a field or two (an engine's batch size) break or keep the same rules, and a rule
+# takes cel-python about a millisecond: most of the time planning a new spec took.
+_REMEMBERED: dict[tuple[str, ...], Any] = {}
+_REMEMBERED_HELD = 4096
+
+
+def remembered(key: tuple[str, ...], evaluate: Callable[[], _T]) -> _T:
+    """The value `evaluate` gave for `key` before (a rule and what it reads), else evaluated now."""
+    if key in _REMEMBERED:
+        return cast(_T, _REMEMBERED[key])
+    found = evaluate()
+    if len(_REMEMBERED) >= _REMEMBERED_HELD:
+        _REMEMBERED.clear()  # a bound, not a policy: the rules of the specs in use come back in one plan
+    _REMEMBERED[key] = found
+    return found
 
 
 def _remembered_failure(
@@ -280,13 +292,7 @@ def _remembered_failure(
     expression, message_expression = str(rule["rule"]), str(rule.get("messageExpression", ""))
     paths = read_paths("self", expression, message_expression)
     key = (expression, message_expression, str(rule.get("message", "")), projection(value, paths))
-    if key in _FAILURES:
-        return _FAILURES[key]
-    found = _failure(rule, activation())
-    if len(_FAILURES) >= _FAILURES_HELD:
-        _FAILURES.clear()  # a bound, not a policy: the rules of the specs in use come back in one plan
-    _FAILURES[key] = found
-    return found
+    return remembered(key, lambda: _failure(rule, activation()))
 
 
 def _cel_problems(value: Any, schema: Mapping[str, Any], path: str, old: Any = _NO_OLD) -> list[Problem]:
