@@ -22,28 +22,39 @@ LLAVA = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "llav
 @pytest.mark.parametrize(
     ("expression", "paths"),
     [
-        ("self.maxSeqLen > self.maxInputLen", [("maxInputLen",), ("maxSeqLen",)]),
-        ("has(self.e.v) && self.e.v.n > 1", [("e", "v"), ("e", "v", "n")]),
-        ("!self.path.contains('..')", [("path",)]),  # a method is not a field
-        ("self.models.all(m, m.x > 0)", [("models",)]),  # a macro reads the whole list
-        ("isQuantity(string(self))", [()]),  # all of it
-        ("self.a[0].b == oldSelf.a", [("a",)]),  # an index: all of `a`; `oldSelf` is not `self`
-        ("self . a . b == 1", [("a", "b")]),
+        ("self.maxSeqLen > self.maxInputLen", [(False, ("maxInputLen",)), (False, ("maxSeqLen",))]),
+        ("has(self.e.v) && self.e.v.n > 1", [(False, ("e", "v", "n")), (True, ("e", "v"))]),
+        ("!self.path.contains('..')", [(False, ("path",))]),  # a method is not a field
+        ("self.models.all(m, m.x > 0)", [(False, ("models",))]),  # a macro reads the whole list
+        ("isQuantity(string(self))", [(False, ())]),  # all of it
+        ("self.a[0].b == oldSelf.a", [(False, ("a",))]),  # an index: all of `a`; `oldSelf` is not `self`
+        ("self . a . b == 1", [(False, ("a", "b"))]),
+        ("has(self.a.b.c) || has(self.a)", [(True, ("a",)), (True, ("a", "b", "c"))]),
     ],
-)  # fmt: skip
-def test_the_paths_a_rule_reads_are_found_in_its_text(expression: str, paths: list[tuple[str, ...]]) -> None:
+)
+def test_the_paths_a_rule_reads_are_found_in_its_text(
+    expression: str, paths: list[tuple[bool, tuple[str, ...]]]
+) -> None:
     assert list(read_paths("self", expression)) == paths
 
 
 def test_a_projection_tells_a_missing_key_from_a_missing_map_and_from_a_value() -> None:
-    paths = (("engine", "vision"),)
+    paths = ((False, ("engine", "vision")),)
     assert projection({"engine": {}}, paths) != projection({}, paths)  # `has()` of one, an error of the other
     assert projection({"engine": "x"}, paths) != projection({"engine": {}}, paths)
     assert projection({"engine": {"vision": None}}, paths) != projection({"engine": {}}, paths)
     assert projection({"engine": {"vision": 1}, "other": 1}, paths) == projection(
         {"engine": {"vision": 1}}, paths
     )
-    assert projection({"a": 1}, [("a",)]) != projection({"a": 1.0}, [("a",)])  # int and double differ in CEL
+    assert projection({"a": 1}, [(False, ("a",))]) != projection({"a": 1.0}, [(False, ("a",))])  # int, double
+
+
+def test_a_has_reads_only_whether_the_field_is_there() -> None:
+    present = [(True, ("spec", "engine"))]
+    assert projection({"spec": {"engine": {"a": 1}}}, present) == projection({"spec": {"engine": 2}}, present)
+    assert projection({"spec": {"engine": 1}}, present) != projection({"spec": {}}, present)
+    assert projection({"spec": {}}, present) != projection({}, present)  # an error, not false
+    assert projection({"spec": "x"}, present) != projection({"spec": {}}, present)
 
 
 def test_specs_that_differ_in_what_a_rule_reads_get_their_own_verdicts() -> None:

@@ -228,34 +228,48 @@ def _failure(rule: Mapping[str, Any], activation: dict[str, Any]) -> str | None:
 _READ_PATH = r"(?<![\w.]){variable}\b((?:\s*\.\s*[A-Za-z_]\w*)*)(\s*\()?"
 
 
+ReadPath = tuple[bool, tuple[str, ...]]  # whether only the presence of the last name is read; the names
+
+
 @cache
-def read_paths(variable: str, *expressions: str) -> tuple[tuple[str, ...], ...]:
+def read_paths(variable: str, *expressions: str) -> tuple[ReadPath, ...]:
     """The field paths of `variable` that `expressions` read, each as far as it is written.
 
     A rule's value depends on nothing of `variable` but these (with `variable` alone, the path is empty:
     all of it). A path followed by `(` ends in a method (`self.name.matches(...)`), so the method is
-    dropped; a path cut short at an index or a macro only reads more than it needs. Text inside string
-    literals can only add paths, never lose one.
+    dropped; a path cut short at an index or a macro only reads more than it needs; a path that is all
+    of `has(...)` reads only whether its last field is there. Text inside string literals can only add
+    paths, never lose one.
     """
     pattern = re.compile(_READ_PATH.format(variable=re.escape(variable)))
-    paths: set[tuple[str, ...]] = set()
+    paths: set[ReadPath] = set()
     for expression in expressions:
         for match in pattern.finditer(expression):
             names = tuple(part.strip() for part in match[1].split(".")[1:])
-            paths.add(names[:-1] if match[2] else names)
+            if match[2]:
+                paths.add((False, names[:-1]))
+                continue
+            presence = (
+                bool(names)
+                and expression[: match.start()].rstrip().endswith("has(")
+                and expression[match.end() :].lstrip().startswith(")")
+            )
+            paths.add((presence, names))
     return tuple(sorted(paths))
 
 
-def projection(value: Any, paths: Iterable[tuple[str, ...]]) -> str:
+def projection(value: Any, paths: Iterable[ReadPath]) -> str:
     """What of `value` an expression reading `paths` can see, as text: equal texts, equal results.
 
-    Each path's value as JSON (in its own key order: a macro over a map sees that order), or where the
-    path ends early, how: the key missing from a map, or the JSON of what is not a map.
+    Each path's value as JSON (in its own key order: a macro over a map sees that order), or for a
+    `has()` whether its last field is there; where the path ends early, how: the key missing from a
+    map, or the JSON of what is not a map.
     """
     seen = []
-    for names in paths:
+    for presence, names in paths:
         current = value
-        for depth, name in enumerate(names):
+        walked = names[:-1] if presence else names
+        for depth, name in enumerate(walked):
             if not isinstance(current, Mapping):
                 seen.append(["not a map", depth, current])
                 break
@@ -264,7 +278,12 @@ def projection(value: Any, paths: Iterable[tuple[str, ...]]) -> str:
                 break
             current = current[name]
         else:
-            seen.append(["value", current])
+            if not presence:
+                seen.append(["value", current])
+            elif isinstance(current, Mapping):
+                seen.append(["has", names[-1] in current])
+            else:
+                seen.append(["not a map", len(walked), current])
     return json.dumps(seen, default=str)
 
 
