@@ -859,7 +859,9 @@ def plot(report: Report, path: Path) -> None:
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    figure, axes = pyplot.subplots(1, len(report.sizes), figsize=(5 * len(report.sizes), 4), squeeze=False)
+    figure, axes = pyplot.subplots(
+        1, len(report.sizes), figsize=(max(7, 5 * len(report.sizes)), 4), squeeze=False
+    )
     for axis, row in zip(axes[0], report.sizes, strict=True):
         for key, label, style in (
             ("floor_ready", "floor (minimal operator)", "--"),
