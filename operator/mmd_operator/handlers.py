@@ -13,10 +13,13 @@ watches are narrowed server-side to the operator's label.
 from __future__ import annotations
 
 import logging
+import types
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import kopf
+import kopf._cogs.clients.api as kopf_api
+import orjson
 
 from mmd_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from mmd_operator.config import OperatorConfig
@@ -78,8 +81,21 @@ class RetryForever:
             delay = min(self.longest, delay * 2)
 
 
+def parse_watch_events_with_orjson() -> None:
+    """Have kopf's watch streams parse each event with orjson instead of the standard library's json.
+
+    Parsing watch events was the largest single cost of the operator's CPU (a pod's event is several
+    KiB); orjson takes about a third of the time for the same dicts. kopf has no setting for it: its
+    stream module's `json` (used for nothing else) is replaced; if kopf ever parses elsewhere, this
+    changes nothing and the operator still works.
+    """
+    if getattr(kopf_api, "json", None) is not None:
+        kopf_api.json = types.SimpleNamespace(loads=orjson.loads)  # type: ignore[attr-defined,assignment]
+
+
 def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     """Kopf settings for a write-free, server-side-filtered operator."""
+    parse_watch_events_with_orjson()
     settings.posting.enabled = False  # events are the operator's own, about phase changes only
     settings.persistence.diffbase_storage = _NoDiffBase()
     settings.peering.standalone = True

@@ -54,6 +54,10 @@ class PlanMemory:
         self._holders: dict[str, set[Key]] = {}
         self._spec_of: dict[Key, str] = {}
         self._uses: dict[Key, Use] = {}
+        # Who uses what, by (namespace, cacheKey) and (namespace, claim): every event of a build Job asks,
+        # and a scan of every resource's use made N resources cost N^2.
+        self._by_cache_key: dict[Key, set[str]] = {}
+        self._by_claim: dict[Key, set[str]] = {}
 
     def plan(self, body: Mapping[str, Any]) -> tuple[MultimodalDeployment, Planned] | InvalidSpecError:
         """The resource of `body` with its checked plan and warnings, or every problem of its spec."""
@@ -95,27 +99,28 @@ class PlanMemory:
         with self._lock:
             known = self._uses.get(key)
             self._uses[key] = use
+            if known != use:
+                self._unindex(key, known)
+                namespace, name = key
+                self._by_cache_key.setdefault((namespace, use.cache_key), set()).add(name)
+                self._by_claim.setdefault((namespace, use.claim), set()).add(name)
         return known is None or known.cache_key != use.cache_key
 
     def users_of_cache_key(self, namespace: str, cache_key: str) -> list[str]:
         """Resources in `namespace` whose current plan has `cache_key`."""
         with self._lock:
-            return [
-                name
-                for (ns, name), use in self._uses.items()
-                if ns == namespace and use.cache_key == cache_key
-            ]
+            return sorted(self._by_cache_key.get((namespace, cache_key), ()))
 
     def users_of_claim(self, namespace: str, claim: str) -> list[str]:
         """Resources in `namespace` that build into and serve from `claim`."""
         with self._lock:
-            return [name for (ns, name), use in self._uses.items() if ns == namespace and use.claim == claim]
+            return sorted(self._by_claim.get((namespace, claim), ()))
 
     def forget(self, key: Key) -> None:
         """`key` is gone: its plan goes with the last resource that had its spec."""
         with self._lock:
             self._release(key)
-            self._uses.pop(key, None)
+            self._unindex(key, self._uses.pop(key, None))
 
     def known(self) -> set[Key]:
         """Every resource with a plan or a use here."""
@@ -127,6 +132,17 @@ class PlanMemory:
         """How many distinct plans are held (one per spec some resource has)."""
         with self._lock:
             return len(self._plans)
+
+    def _unindex(self, key: Key, use: Use | None) -> None:
+        if use is None:
+            return
+        namespace, name = key
+        for index, value in ((self._by_cache_key, use.cache_key), (self._by_claim, use.claim)):
+            users = index.get((namespace, value))
+            if users is not None:
+                users.discard(name)
+                if not users:
+                    del index[(namespace, value)]
 
     def _release(self, key: Key) -> None:
         fingerprint = self._spec_of.pop(key, None)

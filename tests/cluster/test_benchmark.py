@@ -35,7 +35,9 @@ def test_the_short_benchmark_runs_every_phase_and_writes_its_report(tmp_path: Pa
     assert len(size["floor_ready"]) == len(size["op_ready"]) == 100
     assert size["t_floor"] > 0 and size["t_op"] > 0 and size["ratio"] == size["t_op"] / size["t_floor"]
     assert size["reconciles"] >= 100 and size["api_requests"] > 0
-    assert size["peak_rss_mib"] > 0 and size["cpu_seconds"] > 0
+    assert size["peak_rss_mib"] > 0 and size["cpu_seconds"] > size["cpu_seconds_run"] > 0
+    assert size["cpu_ms_per_resource"] == pytest.approx(1000 * size["cpu_seconds_run"] / 100)
+    assert size["floor_client_cpu_ms_per_resource"] > 0
     assert size["cpu_by_process"]["operator"]["operator"] > 0
     assert size["cpu_by_process"]["floor"]["kube-apiserver"] > 0
 
@@ -47,7 +49,7 @@ def test_the_short_benchmark_runs_every_phase_and_writes_its_report(tmp_path: Pa
         assert 0 < figures["p50_ms"] <= figures["p95_ms"] <= figures["max_ms"]
 
     targets = {target["name"]: target for target in report["targets"]}
-    assert len(targets) == 7
+    assert len(targets) == 8
     assert targets["steady-state writes per minute"]["enforced"] is True
     assert targets["steady-state writes per minute"]["met"] is True
     assert (tmp_path / "operator-scale.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

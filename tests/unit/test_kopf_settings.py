@@ -22,3 +22,15 @@ def test_a_failing_watch_request_is_retried_without_end_at_most_ten_seconds_apar
     assert max(first_hour) == 10.0 and sum(first_hour) > 3600
     # Every request starts again from the shortest delay (kopf iterates it once per request).
     assert list(itertools.islice(backoffs, 3)) == [1.0, 2.0, 4.0]
+
+
+def test_kopf_s_watch_streams_parse_events_with_orjson_into_the_same_dicts() -> None:
+    import json
+
+    import kopf._cogs.clients.api as kopf_api
+    import orjson
+
+    configure(kopf.OperatorSettings(), OperatorConfig())
+    assert kopf_api.json.loads is orjson.loads  # type: ignore[attr-defined]
+    line = '{"type":"MODIFIED","object":{"metadata":{"name":"llava-é"},"n":[1,2.5,null,true,"12"]}}'
+    assert kopf_api.json.loads(line) == json.loads(line)  # type: ignore[attr-defined]

@@ -19,6 +19,7 @@ from kubernetes import client as k8s
 from mmd_operator.config import OperatorConfig
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import KubeClient
+from mmd_operator.plan_memory import Use
 from mmd_operator.reconcile import Reconciler
 
 LLAVA = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "llava.yaml").read_text())
@@ -67,3 +68,19 @@ def test_bookkeeping_left_by_a_deletion_during_a_reconcile_goes_at_the_resync(re
     assert reconciler.plans.held == 2
     reconciler.forget_all_but([("ml", "b")])  # "a" was deleted while its reconcile ran
     assert reconciler.plans.held == 1
+
+
+def test_the_users_of_an_engine_and_a_claim_follow_each_resource_s_plan(reconciler: Reconciler) -> None:
+    plans = reconciler.plans
+    assert plans.record_use(("ml", "a"), Use("k1", "cache")) is True  # first look at an engine
+    assert plans.record_use(("ml", "b"), Use("k1", "cache")) is True
+    assert plans.record_use(("other", "a"), Use("k1", "cache")) is True
+    assert plans.record_use(("ml", "a"), Use("k1", "cache")) is False  # the same engine again
+    assert plans.users_of_cache_key("ml", "k1") == ["a", "b"]
+    assert plans.record_use(("ml", "a"), Use("k2", "other-cache")) is True  # a spec change: a new engine
+    assert plans.users_of_cache_key("ml", "k1") == ["b"]
+    assert plans.users_of_cache_key("ml", "k2") == ["a"]
+    assert (plans.users_of_claim("ml", "cache"), plans.users_of_claim("ml", "other-cache")) == (["b"], ["a"])
+    reconciler.forget("ml", "b")
+    assert plans.users_of_cache_key("ml", "k1") == [] and plans.users_of_claim("ml", "cache") == []
+    assert plans.users_of_cache_key("other", "k1") == ["a"]

@@ -75,3 +75,36 @@ def test_a_resource_is_held_compactly_and_read_back_whole_and_relabelling_it_lea
     relabelled = {**resource, "metadata": {**resource["metadata"], "resourceVersion": "8", "labels": {}}}
     store.put(cached.RESOURCES, relabelled)
     assert store.of_instance(cached.RESOURCES, "ml", "argo-app") == []
+
+
+def _job(version: str, owners: list[str], namespace: str = "ml") -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "build-k1",
+            "namespace": namespace,
+            "resourceVersion": version,
+            "ownerReferences": [
+                {"apiVersion": "serving.multimodal.dev/v1alpha1", "kind": "MultimodalDeployment",
+                 "name": uid, "uid": uid}
+                for uid in owners
+            ],
+        },
+        "spec": {},
+        "status": {},
+    }  # fmt: skip
+
+
+def test_what_each_resource_owns_follows_the_owner_lists_of_the_latest_versions() -> None:
+    store = cached.Cache()
+    store.put(cached.JOBS, _job("1", ["a", "b"]))
+    store.put(cached.JOBS, _job("1", ["a"], namespace="other"))
+    assert [job.meta.name for job in store.owned_by(cached.JOBS, "ml", "a")] == ["build-k1"]
+    assert len(store.owned_by(cached.JOBS, "ml", "b")) == 1
+    store.put(cached.JOBS, _job("2", ["a", "c"]))  # b left the shared build, c joined it
+    assert store.owned_by(cached.JOBS, "ml", "b") == []
+    assert [job.meta.resource_version for job in store.owned_by(cached.JOBS, "ml", "c")] == ["2"]
+    store.drop(cached.JOBS, "ml", "build-k1")
+    assert store.owned_by(cached.JOBS, "ml", "a") == [] and store.owned_by(cached.JOBS, "ml", "c") == []
+    assert len(store.owned_by(cached.JOBS, "other", "a")) == 1

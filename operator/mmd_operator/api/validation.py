@@ -12,10 +12,10 @@ import copy
 import difflib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
-from typing import Any
+from functools import cache, lru_cache
+from typing import Any, TypeVar, cast
 
 import celpy
 from celpy import celtypes
@@ -190,6 +190,7 @@ def stored_spec(document: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _NO_OLD = object()
+_T = TypeVar("_T")
 
 
 def rule_failure(rule: Mapping[str, Any], value: Any, old: Any = _NO_OLD) -> str | None:
@@ -202,6 +203,10 @@ def rule_failure(rule: Mapping[str, Any], value: Any, old: Any = _NO_OLD) -> str
     activation = {"self": json_to_cel(value)}
     if old is not _NO_OLD:
         activation["oldSelf"] = json_to_cel(old)
+    return _failure(rule, activation)
+
+
+def _failure(rule: Mapping[str, Any], activation: dict[str, Any]) -> str | None:
     try:
         if bool(cel_program(rule["rule"]).evaluate(activation)):
             return None
@@ -218,15 +223,116 @@ def rule_failure(rule: Mapping[str, Any], value: Any, old: Any = _NO_OLD) -> str
     return str(rule["message"]).strip()
 
 
+# A field path as a CEL expression reads it from a variable: `self.engine.maxBatchSize`, `has(self.a.b)`.
+# What follows the variable's name up to anything that is not `.name` (an index, an operator, `.?`).
+_READ_PATH = r"(?<![\w.]){variable}\b((?:\s*\.\s*[A-Za-z_]\w*)*)(\s*\()?"
+
+
+ReadPath = tuple[bool, tuple[str, ...]]  # whether only the presence of the last name is read; the names
+
+
+@cache
+def read_paths(variable: str, *expressions: str) -> tuple[ReadPath, ...]:
+    """The field paths of `variable` that `expressions` read, each as far as it is written.
+
+    A rule's value depends on nothing of `variable` but these (with `variable` alone, the path is empty:
+    all of it). A path followed by `(` ends in a method (`self.name.matches(...)`), so the method is
+    dropped; a path cut short at an index or a macro only reads more than it needs; a path that is all
+    of `has(...)` reads only whether its last field is there. Text inside string literals can only add
+    paths, never lose one.
+    """
+    pattern = re.compile(_READ_PATH.format(variable=re.escape(variable)))
+    paths: set[ReadPath] = set()
+    for expression in expressions:
+        for match in pattern.finditer(expression):
+            names = tuple(part.strip() for part in match[1].split(".")[1:])
+            if match[2]:
+                paths.add((False, names[:-1]))
+                continue
+            presence = (
+                bool(names)
+                and expression[: match.start()].rstrip().endswith("has(")
+                and expression[match.end() :].lstrip().startswith(")")
+            )
+            paths.add((presence, names))
+    return tuple(sorted(paths))
+
+
+def projection(value: Any, paths: Iterable[ReadPath]) -> str:
+    """What of `value` an expression reading `paths` can see, as text: equal texts, equal results.
+
+    Each path's value as JSON (in its own key order: a macro over a map sees that order), or for a
+    `has()` whether its last field is there; where the path ends early, how: the key missing from a
+    map, or the JSON of what is not a map.
+    """
+    seen = []
+    for presence, names in paths:
+        current = value
+        walked = names[:-1] if presence else names
+        for depth, name in enumerate(walked):
+            if not isinstance(current, Mapping):
+                seen.append(["not a map", depth, current])
+                break
+            if name not in current:
+                seen.append(["missing", depth])
+                break
+            current = current[name]
+        else:
+            if not presence:
+                seen.append(["value", current])
+            elif isinstance(current, Mapping):
+                seen.append(["has", names[-1] in current])
+            else:
+                seen.append(["not a map", len(walked), current])
+    return json.dumps(seen, default=str)
+
+
+# Verdicts of CEL rules already evaluated, by rule and by what the rule read of its value (`projection`).
+# Specs that differ in a field or two (an engine's batch size) break or keep the same rules, and a rule
+# takes cel-python about a millisecond: most of the time planning a new spec took.
+_REMEMBERED: dict[tuple[str, ...], Any] = {}
+_REMEMBERED_HELD = 4096
+
+
+def remembered(key: tuple[str, ...], evaluate: Callable[[], _T]) -> _T:
+    """The value `evaluate` gave for `key` before (a rule and what it reads), else evaluated now."""
+    if key in _REMEMBERED:
+        return cast(_T, _REMEMBERED[key])
+    found = evaluate()
+    if len(_REMEMBERED) >= _REMEMBERED_HELD:
+        _REMEMBERED.clear()  # a bound, not a policy: the rules of the specs in use come back in one plan
+    _REMEMBERED[key] = found
+    return found
+
+
+def _remembered_failure(
+    rule: Mapping[str, Any], value: Any, activation: Callable[[], dict[str, Any]]
+) -> str | None:
+    expression, message_expression = str(rule["rule"]), str(rule.get("messageExpression", ""))
+    paths = read_paths("self", expression, message_expression)
+    key = (expression, message_expression, str(rule.get("message", "")), projection(value, paths))
+    return remembered(key, lambda: _failure(rule, activation()))
+
+
 def _cel_problems(value: Any, schema: Mapping[str, Any], path: str, old: Any = _NO_OLD) -> list[Problem]:
     """Problems of `value` under the CEL rules of `schema`; transition rules (`oldSelf`) only with `old`."""
     problems = []
-    for rule in schema.get("x-kubernetes-validations", ()):
+    rules = schema.get("x-kubernetes-validations", ())
+    converted: dict[str, Any] = {}
+
+    def current() -> dict[str, Any]:
+        # Converted once for all the rules of this node, and only when one is evaluated: converting the
+        # whole spec again for each rule at its root was a quarter of the time planning a spec took.
+        if "self" not in converted:
+            converted["self"] = json_to_cel(value)
+        return converted
+
+    for rule in rules:
         target = (path + rule.get("fieldPath", "")).lstrip(".")
         if "oldSelf" not in rule["rule"]:
-            message = rule_failure(rule, value)
+            message = _remembered_failure(rule, value, current)
         elif old is not _NO_OLD:
-            message = rule_failure(rule, value, old)
+            message = _failure(rule, {**current(), "oldSelf": json_to_cel(old)})
         else:
             continue  # a transition rule: only an update can break it
         if message is not None:
@@ -316,7 +422,14 @@ def pod_metadata_problems(spec: v1alpha1.MultimodalDeploymentSpec) -> list[Probl
 
 def name_problem(name: str) -> list[Problem]:
     """The problem with a resource name, or none when it fits every object the operator derives from it."""
-    return _cel_problems({"metadata": {"name": name}}, {"x-kubernetes-validations": [crdgen.NAME_RULE]}, "")
+    return list(_name_problems(name))
+
+
+@lru_cache(maxsize=4096)
+def _name_problems(name: str) -> tuple[Problem, ...]:
+    # Every reconcile asks (a millisecond of CEL each time); names are few and never change.
+    rule = {"x-kubernetes-validations": [crdgen.NAME_RULE]}
+    return tuple(_cel_problems({"metadata": {"name": name}}, rule, ""))
 
 
 def check_spec(

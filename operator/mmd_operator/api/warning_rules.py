@@ -23,7 +23,7 @@ from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 
 from mmd_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
-from mmd_operator.api.validation import cel_program
+from mmd_operator.api.validation import cel_program, projection, read_paths, remembered
 
 COMMIT_HASH_PATTERN = "^[0-9a-f]{40}$"
 ACCESS_MODE_PATH = "spec.engineCache.accessMode"
@@ -303,21 +303,37 @@ def admission_policy_spec() -> dict[str, Any]:
     }
 
 
+def _warning(rule: WarningRule, activation: dict[str, Any]) -> SpecWarning | None:
+    # As with the admission policy (failurePolicy Ignore), a rule that cannot be evaluated warns of
+    # nothing; cel-python raises some evaluation errors and returns others.
+    try:
+        trapped = cel_program(rule.trap).evaluate(activation)
+        if isinstance(trapped, CELEvalError) or not trapped:
+            return None
+        message = cel_program(rule.message).evaluate(activation)
+    except CELEvalError:
+        return None
+    return None if isinstance(message, CELEvalError) else SpecWarning(rule.path, str(message), rule.id)
+
+
 def _evaluate(resource: Mapping[str, Any], rules: tuple[WarningRule, ...] = RULES) -> list[SpecWarning]:
-    activation = {"object": json_to_cel(dict(resource))}
+    converted: dict[str, Any] = {}
+
+    def activation() -> dict[str, Any]:
+        if "object" not in converted:  # only when some rule is not remembered
+            converted["object"] = json_to_cel(dict(resource))
+        return converted
+
     found = []
     for rule in rules:
-        # As with the admission policy (failurePolicy Ignore), a rule that cannot be evaluated warns of
-        # nothing; cel-python raises some evaluation errors and returns others.
-        try:
-            trapped = cel_program(rule.trap).evaluate(activation)
-            if isinstance(trapped, CELEvalError) or not trapped:
-                continue
-            message = cel_program(rule.message).evaluate(activation)
-        except CELEvalError:
-            continue
-        if not isinstance(message, CELEvalError):
-            found.append(SpecWarning(rule.path, str(message), rule.id))
+        seen = projection(resource, read_paths("object", rule.trap, rule.message))
+
+        def evaluate(rule: WarningRule = rule) -> SpecWarning | None:
+            return _warning(rule, activation())
+
+        warning = remembered(("warning", rule.id, rule.trap, rule.message, seen), evaluate)
+        if warning is not None:
+            found.append(warning)
     return found
 
 

@@ -9,12 +9,13 @@ safe: watch handlers run on the event loop, reconciles in worker threads. Import
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from mmd_operator.facts import ClaimFacts, DeploymentFacts, JobFacts, Meta, PodFacts
 from mmd_operator.kube import object_facts
@@ -56,11 +57,11 @@ def _slim_resource(obj: Mapping[str, Any]) -> bytes:
     back for a reconcile costs a fraction of a millisecond.
     """
     metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
-    return json.dumps({**obj, "metadata": metadata}, separators=(",", ":")).encode()
+    return orjson.dumps({**obj, "metadata": metadata})
 
 
 def _parsed(value: bytes) -> dict[str, Any]:
-    parsed: dict[str, Any] = json.loads(value)
+    parsed: dict[str, Any] = orjson.loads(value)
     return parsed
 
 
@@ -100,6 +101,11 @@ def _labels_of(value: Any) -> Mapping[str, str]:
     return dict(facts.labels) if isinstance(facts, Meta) else {}
 
 
+def _owner_uids(value: Any) -> set[str]:
+    facts = getattr(value, "meta", value)
+    return {owner.uid for owner in facts.owners} if isinstance(facts, Meta) else set()
+
+
 class Cache:
     """Facts of watched objects, by kind and (namespace, name), with secondary indexes."""
 
@@ -108,6 +114,9 @@ class Cache:
         self._objects: dict[str, dict[Key, Any]] = defaultdict(dict)
         self._by_instance: dict[tuple[str, str, str], set[str]] = defaultdict(set)
         self._by_job: dict[tuple[str, str], set[str]] = defaultdict(set)
+        # Every reconcile asks for the Jobs and claims its resource owns: a scan of all of them made
+        # reconciling N resources cost N^2 (a shared build Job has every user among its owners).
+        self._by_owner: dict[tuple[str, str, str], set[str]] = defaultdict(set)
         # resourceVersions are etcd revisions: an older one is a version the cache has seen superseded.
         self._versions: dict[str, dict[Key, str]] = defaultdict(dict)
 
@@ -135,7 +144,7 @@ class Cache:
             self._versions[kind.kind][key] = version
             self._unindex(kind.kind, key)
             self._objects[kind.kind][key] = value
-            self._index(kind.kind, key, _labels_of(value) or (metadata.get("labels") or {}))
+            self._index(kind.kind, key, _labels_of(value) or (metadata.get("labels") or {}), value)
         return True
 
     def drop(self, kind: CachedKind, namespace: str, name: str) -> None:
@@ -190,25 +199,22 @@ class Cache:
     def owned_by(self, kind: CachedKind, namespace: str, uid: str) -> list[Any]:
         """Objects of `kind` in `namespace` with `uid` among their owners."""
         with self._lock:
-            return [
-                value
-                for (ns, _), value in self._objects[kind.kind].items()
-                if ns == namespace
-                and isinstance(getattr(value, "meta", None), Meta)
-                and value.meta.owned_by(uid)
-            ]
+            names = self._by_owner.get((kind.kind, namespace, uid), set())
+            return [self._objects[kind.kind][(namespace, n)] for n in sorted(names)]
 
     def size(self) -> dict[str, int]:
         """Objects held, by kind."""
         with self._lock:
             return {kind: len(values) for kind, values in self._objects.items()}
 
-    def _index(self, kind: str, key: Key, object_labels: Mapping[str, str]) -> None:
+    def _index(self, kind: str, key: Key, object_labels: Mapping[str, str], value: Any) -> None:
         namespace, name = key
         if instance := object_labels.get(labels.INSTANCE):
             self._by_instance[(kind, namespace, instance)].add(name)
         if kind == PODS.kind and (job := object_labels.get(object_facts.JOB_NAME_LABEL)):
             self._by_job[(namespace, job)].add(name)
+        for uid in _owner_uids(value):
+            self._by_owner[(kind, namespace, uid)].add(name)
 
     def _unindex(self, kind: str, key: Key) -> None:
         old = self._objects[kind].get(key)
@@ -224,6 +230,11 @@ class Cache:
             self._by_instance[(kind, namespace, instance)].discard(name)
         if kind == PODS.kind and (job := old_labels.get(object_facts.JOB_NAME_LABEL)):
             self._by_job[(namespace, job)].discard(name)
+        for uid in _owner_uids(old):
+            owned = self._by_owner[(kind, namespace, uid)]
+            owned.discard(name)
+            if not owned:
+                del self._by_owner[(kind, namespace, uid)]
 
 
 __all__ = [

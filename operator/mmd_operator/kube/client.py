@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
+import orjson
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
@@ -203,7 +204,8 @@ class KubeClient:
         if response.status >= 400:
             raise _api_error(ApiException(http_resp=response))
         data = response.data
-        return json.loads(data) if data else {}
+        answer: dict[str, Any] = orjson.loads(data) if data else {}  # a third of json's time
+        return answer
 
     # -- reads -------------------------------------------------------------------------------
 
