@@ -72,13 +72,25 @@ def built_images() -> dict[str, images.BuiltImage]:
     return _BUILT
 
 
+def _short_cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cluster's directory, as short as the session allows: containerd refuses a socket path over 104
+    bytes, and an xdist worker's own directory (`.../pytest-N/popen-gwK/`) leaves too little of them. The
+    session's numbered directory is still pytest's, so dead sessions' mounts are found there."""
+    base = tmp_path_factory.getbasetemp()
+    if base.name.startswith("popen-"):
+        base = base.parent
+    directory = base / "real-nodes"  # one per session: the tier is one xdist group
+    directory.mkdir()
+    return directory
+
+
 @pytest.fixture(scope="session")
 def real_cluster(
     tmp_path_factory: pytest.TempPathFactory,
     say: Callable[[str], None],
     built_images: dict[str, images.BuiltImage],
 ) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(tmp_path_factory.mktemp("real-cluster"), say=say, bind_to_parent=True)
+    cluster = LocalCluster(_short_cluster_dir(tmp_path_factory), say=say, bind_to_parent=True)
     try:
         cluster.up(
             NodePool(count=0),

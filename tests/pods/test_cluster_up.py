@@ -102,7 +102,7 @@ def test_up_refuses_a_directory_too_long_for_containerd_sockets(tmp_path: Path) 
     deep = tmp_path / ("d" * 60)
     problems = realnodes.preflight(deep)
     assert len(problems) == 1 and "too long for the nodes' containerd sockets" in problems[0], problems
-    assert re.search(r"is \d+ bytes; a unix socket path has at most 107\): use a shorter --dir", problems[0])
+    assert re.search(r"is \d+ bytes; a unix socket path has at most 104\): use a shorter --dir", problems[0])
 
 
 def test_a_node_that_dies_while_starting_fails_up_and_leaves_nothing_behind(short_dir: Path) -> None:

@@ -70,8 +70,9 @@ class Host(Protocol):
         """An admin client (the caller closes it)."""
 
 
-# A unix socket path (containerd's) is limited to 107 bytes plus its terminating NUL.
-SOCKET_PATH_LIMIT = 107
+# containerd refuses a unix socket path over 104 bytes (the BSD sun_path size, applied on Linux too), and
+# the longest it makes is its ttrpc socket beside the gRPC one.
+SOCKET_PATH_LIMIT = 104
 
 
 def preflight(
@@ -80,7 +81,8 @@ def preflight(
     """What this host (or the cluster directory `state_dir`) lacks to run real nodes, one sentence each."""
     problems = []
     if state_dir is not None:
-        socket = RealNode("real-node-0", 0, state_dir.resolve(), ClusterNetwork(0)).containerd_socket
+        node = RealNode("real-node-0", 0, state_dir.resolve(), ClusterNetwork(0))
+        socket = node.containerd_socket.with_name(node.containerd_socket.name + ".ttrpc")
         if len(str(socket)) > SOCKET_PATH_LIMIT:
             problems.append(
                 f"the cluster directory {state_dir} is too long for the nodes' containerd sockets "
