@@ -451,11 +451,11 @@ class ProofSettings:
     scale_up_stabilization_seconds: int = 0
     scale_down_stabilization_seconds: int = 30
     seconds_per_request: float = 0.5
-    # The entry model the clients call. Not `ensemble`: Triton's ensemble scheduler starts a request the
-    # moment it arrives and hands it on, so its own queue time and pending count stay near zero however
-    # long its steps wait (measured: 4 us per request while tensorrt_llm's requests waited 1.2 s);
-    # tensorrt_llm_bls runs its requests one at a time, and they wait in its own queue.
-    entry_model: str = "tensorrt_llm_bls"
+    # The entry model the clients call: the ensemble, as the reference clients do. Its own queue time and
+    # pending count stay near zero (Triton's ensemble scheduler starts a request the moment it arrives;
+    # measured: 4 us per request while tensorrt_llm's requests waited 1.2 s), but the metric adds up the
+    # queues of every model, so it sees the wait in tensorrt_llm's.
+    entry_model: str = "ensemble"
     clients: int = 8
     # The load stops by itself after this long or this many requests.
     max_load_seconds: float = 150.0
@@ -496,26 +496,22 @@ def resource_document(
 
 
 def recorded_metrics(hpa: Any, runtime: Runtime = Runtime.TRITON_TRTLLM_ENGINE) -> dict[str, tuple[str, str]]:
-    """Every scaling metric of the runtime, on the models the HPA's own metric is narrowed to.
+    """Every scaling metric of the runtime as the HPA reads it, and where the requests pend.
 
-    The HPA's metric comes first, under its own name; then each metric of the `tensorrt_llm` model
-    (where requests wait for the engine) and of the `ensemble`, for comparison.
+    The HPA's metric comes first, under its own name; then the runtime's other metrics; then the pending
+    requests of the `tensorrt_llm` model (where requests wait for the engine) and of the `ensemble`, for
+    comparison: a metric selector narrows that plain sum to one model (the queue time's ratio divides by
+    the entry models' requests, so it has no value of one model).
     """
-    metric = hpa.spec.metrics[0].pods.metric
-    selector = ""
-    if metric.selector is not None and metric.selector.match_expressions:
-        (expression,) = metric.selector.match_expressions
-        selector = f"{expression.key} in ({','.join(expression.values)})"
-    found = {metric.name: (metric.name, selector)}
+    found = {hpa.spec.metrics[0].pods.metric.name: (hpa.spec.metrics[0].pods.metric.name, "")}
     for scaling in ScalingMetric:
         metric_source = source(scaling, runtime)
-        if metric_source is None:
-            continue
-        found.setdefault(metric_source.custom_metric, (metric_source.custom_metric, selector))
-        # Where the requests really wait (the LLM), and what the ensemble reports meanwhile.
+        if metric_source is not None:
+            found.setdefault(metric_source.custom_metric, (metric_source.custom_metric, ""))
+    pending = source(ScalingMetric.PENDING_REQUESTS, runtime)
+    if pending is not None:
         for model in ("tensorrt_llm", "ensemble"):
-            name = f"{metric_source.custom_metric} ({model})"
-            found[name] = (metric_source.custom_metric, f"model={model}")
+            found[f"{pending.custom_metric} ({model})"] = (pending.custom_metric, f"model={model}")
     return found
 
 

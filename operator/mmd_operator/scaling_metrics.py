@@ -8,7 +8,15 @@ CRD's rule quotes when it refuses the combination. `adapter_rules()` renders the
 prometheus-adapter must be configured with (`adapter_config_yaml()` as its config file): the one place
 where the custom-metric names are spelled, for the operator, the docs and the local cluster's adapter.
 
-Both queries give 0, not nothing, for a pod that served no request in the window: an absent value would
+On Triton the wait of a request is wherever it is: Triton's ensemble scheduler starts an ensemble request
+the moment it arrives (the `ensemble` model's queue time and pending count stay near zero) and the
+request then waits in the queues of the models it composes; a BLS entry point queues it itself, then its
+calls queue in the models it calls. So the queue time adds up every model's queue of the pod and divides
+it by the requests the entry models answered (each client request counted once), and the pending count
+adds up every model's (a request pends at one hop at a time). The entry-model filter is in the query: the
+HPA asks for the metric without a selector.
+
+Both ratios give 0, not nothing, for a pod that served no request in the window: an absent value would
 keep the autoscaler from scaling an idle Deployment down. Pure: imports the knowledge table's runtimes and
 PyYAML; no I/O.
 """
@@ -36,8 +44,7 @@ class ScalingMetric(StrEnum):
     PENDING_REQUESTS = "PendingRequests"
 
 
-# Triton's entry points that clients call (their queue time includes the models they call); the HPA
-# selects these by the `model` label. Those a rendered repository has are the resource's entry models.
+# Triton's entry points that clients call: their answered requests are the queue time's denominator.
 TRITON_ENTRY_MODELS = ("ensemble", "tensorrt_llm_bls", "whisper_bls")
 # The window the rates are taken over: at least two scrapes must fall in it (scrape every 15 s or less).
 RATE_WINDOW = "1m"
@@ -55,10 +62,8 @@ class MetricSource:
     # The series the adapter discovers the metric by.
     series: str
     # The adapter's metricsQuery: one value per pod (`<<.GroupBy>>`), on the pods asked for
-    # (`<<.LabelMatchers>>`, which carry the HPA's metric selector too). `{window}` is the rate window.
+    # (`<<.LabelMatchers>>`). `{window}` is the rate window.
     query: str
-    # The label that names the model in the series, when only the entry models count.
-    model_label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,10 +85,16 @@ class ScalingMetricFacts:
         return f"{target}{self.quantity_suffix}"
 
 
-def _ratio(numerator: str, denominator: str, scale: str = "") -> str:
-    """rate(numerator) / rate(denominator) per pod, and 0 where the denominator did not move."""
+def _ratio(numerator: str, denominator: str, scale: str = "", denominator_matchers: str = "") -> str:
+    """rate(numerator) / rate(denominator) per pod, and 0 where the denominator did not move.
+
+    `denominator_matchers` (`label=~"..."`) narrows the denominator's series beside the pods'.
+    """
     top = f"sum by (<<.GroupBy>>) (rate({numerator}{{<<.LabelMatchers>>}}[{{window}}]))"
-    bottom = f"sum by (<<.GroupBy>>) (rate({denominator}{{<<.LabelMatchers>>}}[{{window}}]))"
+    bottom_matchers = (
+        f"{denominator_matchers},<<.LabelMatchers>>" if denominator_matchers else "<<.LabelMatchers>>"
+    )
+    bottom = f"sum by (<<.GroupBy>>) (rate({denominator}{{{bottom_matchers}}}[{{window}}]))"
     return f"({top} / ({bottom} > 0){scale}) or ({bottom} * 0)"
 
 
@@ -97,14 +108,17 @@ SCALING_METRICS: Mapping[ScalingMetric, ScalingMetricFacts] = MappingProxyType(
             quantity_suffix="m",
             sources=MappingProxyType(
                 {
-                    # Cumulative microseconds in the queue over successful requests, of the entry models.
+                    # Cumulative microseconds in the queues of every model, over the successful requests
+                    # of the entry models.
                     Runtime.TRITON_TRTLLM_ENGINE: MetricSource(
                         custom_metric="mmd_triton_queue_time_per_request_seconds",
                         series="nv_inference_queue_duration_us",
                         query=_ratio(
-                            "nv_inference_queue_duration_us", "nv_inference_request_success", " / 1e6"
+                            "nv_inference_queue_duration_us",
+                            "nv_inference_request_success",
+                            " / 1e6",
+                            denominator_matchers=f'model=~"{"|".join(TRITON_ENTRY_MODELS)}"',
                         ),
-                        model_label="model",
                     ),
                     # The request queue-time histogram (TensorRT-LLM 1.2.1, return_perf_metrics).
                     Runtime.TRTLLM_SERVE: MetricSource(
@@ -127,10 +141,10 @@ SCALING_METRICS: Mapping[ScalingMetric, ScalingMetricFacts] = MappingProxyType(
                     Runtime.TRITON_TRTLLM_ENGINE: MetricSource(
                         custom_metric="mmd_triton_pending_requests",
                         series="nv_inference_pending_request_count",
+                        # Every model's: a request pends at one of them at a time.
                         query=(
                             "sum by (<<.GroupBy>>) (nv_inference_pending_request_count{<<.LabelMatchers>>})"
                         ),
-                        model_label="model",
                     )
                 }
             ),

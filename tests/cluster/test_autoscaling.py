@@ -135,14 +135,9 @@ def test_the_autoscaler_owns_replicas_while_autoscaling_is_on_and_the_operator_t
         {
             "type": "Pods",
             "pods": {
-                "metric": {
-                    "name": "mmd_triton_queue_time_per_request_seconds",
-                    "selector": {
-                        "matchExpressions": [
-                            {"key": "model", "operator": "In", "values": ["ensemble", "tensorrt_llm_bls"]}
-                        ]
-                    },
-                },
+                # No metric selector: the adapter's query picks the models (every queue, the entry
+                # models' requests).
+                "metric": {"name": "mmd_triton_queue_time_per_request_seconds"},
                 "target": {"type": "AverageValue", "averageValue": "200m"},
             },
         }

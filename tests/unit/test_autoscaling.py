@@ -52,8 +52,46 @@ def test_pending_requests_are_a_plain_count_per_pod() -> None:
     autoscaling = {"minReplicas": 1, "maxReplicas": 2, "metric": {"name": "PendingRequests", "target": 8}}
     document = resource("llava", {"spec": {"serving": {"autoscaling": autoscaling}}})
     metric = _hpa(document)["spec"]["metrics"][0]["pods"]
-    assert metric["metric"]["name"] == "mmd_triton_pending_requests"
+    assert metric["metric"] == {"name": "mmd_triton_pending_requests"}
     assert metric["target"] == {"type": "AverageValue", "averageValue": "8"}
+
+
+def test_tritons_hpa_asks_for_the_metric_without_a_model_selector() -> None:
+    # The ensemble's own queue stays empty while its requests wait in tensorrt_llm's: a selector of the
+    # entry models would hide the wait, so the adapter's query picks the models instead.
+    autoscaling = {
+        "minReplicas": 1,
+        "maxReplicas": 4,
+        "metric": {"name": "QueueTimePerRequest", "target": 200},
+    }
+    document = resource("llava", {"spec": {"serving": {"autoscaling": autoscaling}}})
+    metric = _hpa(document)["spec"]["metrics"][0]["pods"]
+    assert metric["metric"] == {"name": "mmd_triton_queue_time_per_request_seconds"}
+
+
+def _as_the_adapter_queries(metric: str) -> str:
+    """The rule's metricsQuery as prometheus-adapter sends it for two pods of namespace ml."""
+    (rule,) = [rule for rule in adapter_rules() if rule["name"]["as"] == metric]
+    query: str = rule["metricsQuery"]
+    return query.replace("<<.LabelMatchers>>", 'namespace="ml",pod=~"llava-a|llava-b"').replace(
+        "<<.GroupBy>>", "pod"
+    )
+
+
+def test_tritons_queue_time_adds_every_models_queue_over_the_entry_models_requests() -> None:
+    pods = 'namespace="ml",pod=~"llava-a|llava-b"'
+    entry = f'nv_inference_request_success{{model=~"ensemble|tensorrt_llm_bls|whisper_bls",{pods}}}'
+    assert _as_the_adapter_queries("mmd_triton_queue_time_per_request_seconds") == (
+        f"(sum by (pod) (rate(nv_inference_queue_duration_us{{{pods}}}[1m]))"
+        f" / (sum by (pod) (rate({entry}[1m])) > 0) / 1e6)"
+        f" or (sum by (pod) (rate({entry}[1m])) * 0)"
+    )
+
+
+def test_tritons_pending_requests_add_up_every_model() -> None:
+    assert _as_the_adapter_queries("mmd_triton_pending_requests") == (
+        'sum by (pod) (nv_inference_pending_request_count{namespace="ml",pod=~"llava-a|llava-b"})'
+    )
 
 
 def _observed(*conditions: tuple[str, str, str], desired: int = 2, current: int = 2) -> AutoscalerFacts:

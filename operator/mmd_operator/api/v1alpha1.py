@@ -681,10 +681,11 @@ class ScalingMetricSpec(_Schema):
 
     name: ScalingMetric
     """QueueTimePerRequest: how long a request waited in the server's queue before it ran, averaged over
-    the requests of the last minute (Triton: `nv_inference_queue_duration_us` over
-    `nv_inference_request_success` of the entry models; trtllm-serve: its
+    the requests of the last minute (Triton: `nv_inference_queue_duration_us` of every model, a request
+    waits in the queues of the models its entry point calls, over `nv_inference_request_success` of the
+    entry models ensemble, tensorrt_llm_bls and whisper_bls; trtllm-serve: its
     `trtllm_request_queue_time_seconds` histogram). PendingRequests: requests the server holds that have
-    not started (Triton's `nv_inference_pending_request_count` of the entry models; not on trtllm-serve,
+    not started (Triton's `nv_inference_pending_request_count` of every model; not on trtllm-serve,
     whose 1.2.1 metrics have no such gauge). Both say a GPU server is saturated before its latency does;
     CPU says nothing of it. The autoscaler reads them from the custom metrics API: a prometheus-adapter
     with the rules of docs/autoscaling.md."""

@@ -202,7 +202,7 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
     if policy is not None and not blocked:
         writes.apply.append(hashing.stamped(policy))
     _delete_unwanted(case, writes, policy, case.observed.network_policy, kinds.NETWORK_POLICY)
-    _scaling(case, writes, deployment, scaling.entry_models(plan.repository.configs))
+    _scaling(case, writes, deployment)
     return Rendered(
         repository=repository,
         repository_size=size,
@@ -256,17 +256,13 @@ def _delete_unwanted(
         writes.delete.append(ObjectKey.of(kind, live.name))
 
 
-def _scaling(
-    case: _Case, writes: _Writes, deployment: dict[str, Any] | None, entry: list[str] | None = None
-) -> None:
+def _scaling(case: _Case, writes: _Writes, deployment: dict[str, Any] | None) -> None:
     """The autoscaler (with `deployment`, when it is applied), the disruption budget, and the hand-over.
 
     The hand-over of `replicas` precedes the first apply of the Deployment without them.
     """
     resource, namespace, owner, observed = case.resource, case.namespace, case.owner, case.observed
-    autoscaler = scaling.horizontal_pod_autoscaler(
-        resource, namespace=namespace, owner=owner, entry=entry or ()
-    )
+    autoscaler = scaling.horizontal_pod_autoscaler(resource, namespace=namespace, owner=owner)
     live = observed.deployment
     if autoscaler is not None and deployment is not None:
         changed = live is None or live.meta.annotation(labels.APPLIED_HASH) != hashing.applied_hash(
@@ -378,11 +374,11 @@ def _serve_manifests(
 
 
 def _scaling_manifests(
-    resource: MultimodalDeployment, *, namespace: str, owner: OwnerRef, entry: list[str] | None = None
+    resource: MultimodalDeployment, *, namespace: str, owner: OwnerRef
 ) -> list[dict[str, Any]]:
     """The autoscaler and the disruption budget, those of them the spec asks for."""
     wanted = (
-        scaling.horizontal_pod_autoscaler(resource, namespace=namespace, owner=owner, entry=entry or ()),
+        scaling.horizontal_pod_autoscaler(resource, namespace=namespace, owner=owner),
         scaling.pod_disruption_budget(resource, namespace=namespace, owner=owner),
     )
     return [manifest for manifest in wanted if manifest is not None]
@@ -426,8 +422,7 @@ def manifests(
     policy = network.network_policy(resource, namespace=namespace, owner=owner)
     if policy is not None:
         objects.append(policy)
-    entry = scaling.entry_models(plan.repository.configs)
-    objects += _scaling_manifests(resource, namespace=namespace, owner=owner, entry=entry)
+    objects += _scaling_manifests(resource, namespace=namespace, owner=owner)
     return [hashing.stamped(manifest) for manifest in objects]
 
 

@@ -2,7 +2,7 @@
 
 With `spec.serving.autoscaling` the operator owns an autoscaling/v2 HorizontalPodAutoscaler on the serving
 Deployment: one Pods metric, the custom metric `scaling_metrics` names for the spec's metric on its runtime
-(on Triton narrowed to the entry models by their `model` label), an average value per pod as the target,
+(the adapter's query picks the models it counts: no metric selector), an average value per pod as the target,
 and the spec's stabilization windows. The Deployment manifest then carries no `replicas`, so the
 operator's server-side apply neither sets nor owns the field and the autoscaler's writes stay.
 
@@ -20,13 +20,12 @@ metric table, the serving builder's metadata and the vocabulary.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.desired.serving import serving_metadata
 from mmd_operator.facts import OwnerRef
-from mmd_operator.scaling_metrics import SCALING_METRICS, TRITON_ENTRY_MODELS, source
+from mmd_operator.scaling_metrics import SCALING_METRICS, source
 from mmd_operator.vocabulary import kinds, labels, names
 
 # The handover's field manager, beside the operator's own: `<field manager>-handover`.
@@ -38,19 +37,10 @@ def handover_manager(field_manager: str) -> str:
     return field_manager + HANDOVER_SUFFIX
 
 
-def entry_models(models: Iterable[str]) -> list[str]:
-    """Of a rendered Triton repository's `models`, those clients call (the autoscaler's metric is theirs)."""
-    present = set(models)
-    return [model for model in TRITON_ENTRY_MODELS if model in present]
-
-
 def horizontal_pod_autoscaler(
-    resource: MultimodalDeployment, *, namespace: str, owner: OwnerRef, entry: Iterable[str] = ()
+    resource: MultimodalDeployment, *, namespace: str, owner: OwnerRef
 ) -> dict[str, Any] | None:
-    """The HorizontalPodAutoscaler of `resource`'s serving Deployment; None without `serving.autoscaling`.
-
-    `entry`: the entry models of a Triton repository, which the metric is narrowed to.
-    """
+    """The HorizontalPodAutoscaler of `resource`'s serving Deployment; None without `serving.autoscaling`."""
     autoscaling = resource.spec.serving.autoscaling
     if autoscaling is None:
         return None
@@ -58,12 +48,6 @@ def horizontal_pod_autoscaler(
     metric_source = source(autoscaling.metric.name, resource.spec.serving_runtime)
     # Admission refuses a metric the runtime lacks; a spec that got past it asks for nothing here.
     assert metric_source is not None, f"{autoscaling.metric.name} on {resource.spec.serving_runtime}"
-    metric: dict[str, Any] = {"name": metric_source.custom_metric}
-    models = list(entry)
-    if metric_source.model_label is not None and models:
-        metric["selector"] = {
-            "matchExpressions": [{"key": metric_source.model_label, "operator": "In", "values": models}]
-        }
     instance = str(resource.metadata["name"])
     return {
         "apiVersion": kinds.HORIZONTAL_POD_AUTOSCALER.api_version,
@@ -81,7 +65,7 @@ def horizontal_pod_autoscaler(
                 {
                     "type": "Pods",
                     "pods": {
-                        "metric": metric,
+                        "metric": {"name": metric_source.custom_metric},
                         "target": {
                             "type": "AverageValue",
                             "averageValue": facts.average_value(autoscaling.metric.target),
