@@ -159,7 +159,10 @@ def test_a_clean_resource_applies_silently_and_each_example_warns_as_validate_do
         for example in sorted(EXAMPLES.glob("*.yaml"))
         for w in _offline(yaml.safe_load(example.read_text()))
     ]
-    assert len(expected) == 12  # every Hub example names no revision; the claim-sourced one is clean
+    documents = [yaml.safe_load(example.read_text()) for example in sorted(EXAMPLES.glob("*.yaml"))]
+    from_the_hub = [d for d in documents if "huggingface" in d["spec"]["model"]["source"]]
+    # Every Hub example names a branch, not a commit, so each warns at least once.
+    assert len(expected) >= len(from_the_hub) > 0
     # kubectl prints a warning once per run: llava and llava-tp2-fp8 share their repository.
     assert sorted(line.split("': ", 1)[1] for line in printed) == sorted(set(expected))
 

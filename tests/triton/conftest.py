@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mmd_operator.cli.triton.localserver import TritonInstall, TritonNotInstalledError
 from tests.support.file_host import serving_directory
@@ -20,7 +21,13 @@ from tests.support.progress import terminal_printer
 from tests.triton.serving import EXAMPLES
 
 HERE = Path(__file__).parent
-EXAMPLE_NAMES = sorted(p.stem for p in EXAMPLES.glob("*.yaml"))
+_ENGINE_RUNTIME = "triton-trtllm-engine"
+# The engine runtime's examples: a trtllm-serve example has no Triton repository (tests/trtllm_serve).
+EXAMPLE_NAMES = sorted(
+    path.stem
+    for path in EXAMPLES.glob("*.yaml")
+    if yaml.safe_load(path.read_text())["spec"].get("runtime", _ENGINE_RUNTIME) == _ENGINE_RUNTIME
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
