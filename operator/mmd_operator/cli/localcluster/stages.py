@@ -455,7 +455,13 @@ def _download_template() -> str:
 
 
 def _is_download_pod_cel() -> str:
-    return f"self.metadata.labels['{labels.COMPONENT}'] == '{labels.WEIGHTS_DOWNLOAD}'"
+    # Guarded like the build pod's: CEL errors on a missing key, and kwok takes an error as no match, so
+    # a bare lookup kept every pod without the label (any plain Job's) from completing.
+    return (
+        "has(self.metadata.labels) && "
+        f"'{labels.COMPONENT}' in self.metadata.labels && "
+        f"self.metadata.labels['{labels.COMPONENT}'] == '{labels.WEIGHTS_DOWNLOAD}'"
+    )
 
 
 def _download_stage() -> dict[str, Any]:
