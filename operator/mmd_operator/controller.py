@@ -3,13 +3,14 @@
 Every event (a resource or one of its children changed) becomes the key of the resource(s) it concerns,
 unless it brings a version the cache already holds (the echo of the operator's own write) or changes
 only a shared child's owners (a user joining a build Job: every other user would be queued for nothing,
-hundreds of times at a thousand resources). A key waits in the queue at most once, a resource is never
-reconciled by two workers at once, and an event that arrives during its reconcile runs it once more
-afterwards. Failed reconciles come back with exponential backoff; a reconcile can ask to be looked at
-again later (a pod's startup budget, a missing Secret). A periodic resync queues every resource; with
-nothing changed it writes nothing. Before the first reconcile every watched kind is listed once into the
-cache, so decisions never rest on a cache that has not heard of existing children yet. asyncio; no kopf
-(the handlers feed it).
+hundreds of times at a thousand resources); a child's event is queued after a short window, which
+gathers the burst one change brings into one reconcile. A key waits in the queue at most once, a
+resource is never reconciled by two workers at once, and an event that arrives during its reconcile runs
+it once more afterwards. Failed reconciles come back with exponential backoff; a reconcile can ask to be
+looked at again later (a pod's startup budget, a missing Secret). A periodic resync queues every
+resource; with nothing changed it writes nothing. Before the first reconcile every watched kind is
+listed once into the cache, so decisions never rest on a cache that has not heard of existing children
+yet. asyncio; no kopf (the handlers feed it).
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ CRD_WAIT_SECONDS = 2.0
 # When the cache is compared with a fresh listing after start-up (see `Controller.relist`): soon, and
 # once more in case kopf's watches started late (on a loaded machine).
 RELIST_AFTER_START_SECONDS = (5.0, 30.0)
+# How long a child's event waits before its resources are queued, so that the burst of events one change
+# brings (a pod scheduled, started and ready; a Deployment's status counted up; a shared build's pod
+# and Job, each queueing every user of the engine) makes one reconcile rather than one each. A change of
+# the resource itself is queued at once.
+CHILD_EVENT_WINDOW_SECONDS = 0.1
 # What the operator lists and watches, and the label selector each is narrowed to (None: everything,
 # since the engine-cache claims users name are not the operator's).
 WATCHED: tuple[tuple[cached.CachedKind, str | None], ...] = (
@@ -138,11 +144,16 @@ class Controller:
         self._tasks: list[asyncio.Task[None]] = []
         self._executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="reconcile")
         self.ready = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.reconciler.writer.replay = self._replay_from_thread
 
     # -- start and stop ----------------------------------------------------------------------
 
     def prime(self) -> None:
-        """List every watched kind once (blocking; run in a thread)."""
+        """Compile what planning uses and list every watched kind once (blocking; run in a thread)."""
+        started = time.perf_counter()
+        compiled = self.reconciler.plans.compile()
+        _log.info("Compiled %d rules and templates in %.2f s", compiled, time.perf_counter() - started)
         started = time.perf_counter()
         namespaces: Iterable[str | None] = self.config.namespaces or (None,)
         for kind, selector in WATCHED:
@@ -212,6 +223,7 @@ class Controller:
 
     async def start(self) -> None:
         """Prime the cache, queue every resource, and start the workers and the resync."""
+        self._loop = asyncio.get_running_loop()
         await asyncio.get_running_loop().run_in_executor(self._executor, self.prime)
         for key in self.store.keys(cached.RESOURCES):
             self.queue.add(key)
@@ -243,6 +255,8 @@ class Controller:
             self.store.drop(cached.RESOURCES, *key)
             self.reconciler.forget(*key)
             return
+        if self.store.hold(cached.RESOURCES, event_type, body):
+            return  # the operator is writing its status: see `replay`
         if self.store.put(cached.RESOURCES, body):
             self.queue.add(key)
 
@@ -250,6 +264,8 @@ class Controller:
         """A child (or an engine-cache claim) changed: reconcile every resource it concerns."""
         metadata = body.get("metadata", {})
         namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+        if event_type != "DELETED" and self.store.hold(kind, event_type, body):
+            return  # the operator is writing it: see `replay`
         before = self.store.get(kind, namespace, name)
         if event_type == "DELETED":
             self.store.drop(kind, namespace, name)
@@ -257,8 +273,31 @@ class Controller:
             return  # a version the cache holds: the echo of the operator's own write, or a replay
         elif _only_owners_changed(before, self.store.get(kind, namespace, name)):
             return  # a user joined or left a shared child: that user wrote it and knows
-        for key in self._concerned(kind, namespace, name, body):
-            self.queue.add(key)
+        concerned = self._concerned(kind, namespace, name, body)
+        _log.debug(
+            "%s %s %s/%s queues %d", event_type or "LISTED", kind.kind, namespace, name, len(concerned)
+        )
+        for key in concerned:
+            self.queue.add_after(key, CHILD_EVENT_WINDOW_SECONDS)
+
+    def _replay_from_thread(self, kind: cached.CachedKind, event: cached.HeldEvent) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.replay, kind, event)
+
+    def replay(self, kind: cached.CachedKind, event: cached.HeldEvent) -> None:
+        """An event held while the operator wrote its object, and not that write's echo.
+
+        The cache may already hold a newer version (the write's answer), so the event is not asked
+        whether it is news: every resource it concerns is queued.
+        """
+        metadata = event.body.get("metadata", {})
+        namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+        self.store.put(kind, event.body)
+        if kind is cached.RESOURCES:
+            self.queue.add((namespace, name))
+            return
+        for key in self._concerned(kind, namespace, name, event.body):
+            self.queue.add_after(key, CHILD_EVENT_WINDOW_SECONDS)
 
     def _concerned(
         self, kind: cached.CachedKind, namespace: str, name: str, body: Mapping[str, Any]
@@ -271,7 +310,9 @@ class Controller:
             if ref.get("kind") == "MultimodalDeployment"
         }
         if instance := object_labels.get(labels.INSTANCE):
+            # One resource's own child (its serving pods carry the cacheKey too): nobody else's concern.
             names.add(instance)
+            return {(namespace, resource) for resource in names}
         if cache_key := object_labels.get(labels.CACHE_KEY):
             names.update(self.reconciler.plans.users_of_cache_key(namespace, cache_key))
         if claim := object_labels.get(labels.ENGINE_CACHE_CLAIM):

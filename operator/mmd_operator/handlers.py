@@ -1,27 +1,36 @@
-"""The kopf handlers: thin, and write-free. One of the two modules that import kopf.
+"""kopf's part: settings, start-up, clean-up, the liveness probe and the watch streams; imports kopf.
 
-kopf watches MultimodalDeployments and the children the operator labels (Jobs and pods of builds, the
+One of the two modules that import kopf.
+
+The operator watches MultimodalDeployments and the children it labels (Jobs and pods of builds, the
 serving Deployment and its pods, Services, ConfigMaps, NetworkPolicies, the HorizontalPodAutoscaler and
-PodDisruptionBudget of serving) plus engine-cache claims, and
-hands every event to the controller, which queues the resources concerned and reconciles them. Only
-`on.event` handlers are used: they see creations, changes, deletions and, at start-up, every existing
-object (the resume), and unlike kopf's change-detecting handlers they store nothing in the objects, so
-the operator writes only what it means to. The resync is the controller's timer. The children's
-watches are narrowed server-side to the operator's label.
+PodDisruptionBudget of serving) plus engine-cache claims, and hands every event to the controller,
+which queues the resources concerned and reconciles them. The streams are kopf's own (its listing,
+watch, reconnection after a break or a 410, and its error back-off), but their events go straight to
+the controller rather than through kopf's handler machinery: that machinery (a worker per object,
+cause detection, a batching window, handler invocation with its loggers and patches) exists for
+change-detecting handlers and finalizers, which the operator does not use, and at a thousand resources
+it cost more CPU than the operator's own decisions. Nothing is stored in the watched objects, so the
+operator writes only what it means to. The resync is the controller's timer. The children's watches
+are narrowed server-side to the operator's label.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import gc
 import logging
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import kopf
 import kopf._cogs.clients.api as kopf_api
 import orjson
+from kopf._cogs.clients import watching
+from kopf._cogs.structs import references
 
-from mmd_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from mmd_operator.config import OperatorConfig
 from mmd_operator.controller import WATCHED, Controller
 from mmd_operator.kube import cache as cached
@@ -31,6 +40,7 @@ from mmd_operator.vocabulary.kinds import ApiKind
 _log = logging.getLogger(__name__)
 # Set by `startup`; the event handlers below only run after it.
 _controller: Controller | None = None
+_streams: list[asyncio.Task[None]] = []
 
 
 def controller() -> Controller:
@@ -38,26 +48,6 @@ def controller() -> Controller:
     if _controller is None:
         raise RuntimeError("the operator has not started")
     return _controller
-
-
-class _NoDiffBase(kopf.DiffBaseStorage):
-    """No last-handled copy of each object: only change-detecting handlers compare with one.
-
-    kopf builds that copy (a deep copy of the object, less its system fields) on every watch event to
-    diff it with the stored one; with `on.event` handlers alone nothing reads the diff, and at a
-    thousand resources the copying was the largest part of the operator's CPU time.
-    """
-
-    def build(
-        self, *, body: kopf.Body, extra_fields: Iterable[kopf.FieldSpec] | None = None
-    ) -> kopf.BodyEssence:
-        return kopf.BodyEssence()
-
-    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
-        return None
-
-    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
-        return None
 
 
 class RetryForever:
@@ -97,7 +87,6 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     """Kopf settings for a write-free, server-side-filtered operator."""
     parse_watch_events_with_orjson()
     settings.posting.enabled = False  # events are the operator's own, about phase changes only
-    settings.persistence.diffbase_storage = _NoDiffBase()
     settings.peering.standalone = True
     # No watch on CustomResourceDefinitions (which would need a cluster-wide role): kopf discovers the
     # resources once, after `startup`, which waits for the CRD.
@@ -106,15 +95,9 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
     settings.networking.error_backoffs = RetryForever()
-    settings.execution.max_workers = 4
-    # kopf runs one asyncio worker per object with events, kept for `idle_timeout` after the last one.
-    # The handlers only hand events over, so a worker can go at once: with the default 5 s, a burst of
-    # a thousand resources kept one alive for nearly every object, the operator's memory peak. (A
-    # limit on their number instead held back the watch streams while idle workers waited to exit.)
-    settings.queueing.idle_timeout = 0.05
     for kind, selector in WATCHED:
-        if selector is not None and kind is not cached.RESOURCES:
-            settings.watching.label_selectors[_kopf_resource(kind.api)] = selector
+        if selector is not None:
+            settings.watching.label_selectors[_selector_key(kind.api)] = selector
 
 
 @kopf.on.startup()
@@ -130,12 +113,17 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     )
     _controller = Controller(client, config)
     await _controller.start()
+    # What start-up made (modules, compiled rules and templates, the first listing) lives as long as
+    # the process: the cycle collector need not walk it again at every full collection.
+    gc.freeze()
+    start_streams(settings, _controller, config)
     _log.info("Operator started: %d workers, resync every %.0f s", config.workers, config.resync_seconds)
 
 
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
     """Stop the workers and release the API client."""
+    await stop_streams()
     if _controller is not None:
         await _controller.stop()
 
@@ -146,36 +134,59 @@ def queue_length(**_: Any) -> int:
     return len(controller().queue)
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL)
-async def resource_event(event: kopf.RawEvent, **_: Any) -> None:
-    """A MultimodalDeployment was created, changed, deleted or seen at start-up."""
-    controller().on_resource(event.get("type"), event["object"])
-
-
-def _kopf_resource(api: ApiKind) -> tuple[str, str, str] | tuple[str, str]:
-    """How kopf names a kind: (group, version, plural), the core group without its empty name."""
+def _selector_key(api: ApiKind) -> tuple[str, str, str] | tuple[str, str]:
+    """How kopf's settings name a kind: (group, version, plural), the core group without its empty name."""
     return (api.group, api.version, api.plural) if api.group else (api.version, api.plural)
 
 
-def _child_handler(kind: cached.CachedKind) -> None:
-    resource = _kopf_resource(kind.api)
-
-    async def child_event(event: kopf.RawEvent, **_: Any) -> None:
-        controller().on_child(kind, event.get("type"), event["object"])
-
-    child_event.__doc__ = f"A {kind.kind} the operator watches changed."
-    kopf.on.event(*resource, id=f"{kind.api.plural}_event")(child_event)
+def _watched_resource(kind: cached.CachedKind) -> references.Resource:
+    api = kind.api
+    return references.Resource(api.group, api.version, api.plural, kind=kind.kind, namespaced=True)
 
 
-for _kind in (
-    cached.JOBS,
-    cached.PODS,
-    cached.DEPLOYMENTS,
-    cached.SERVICES,
-    cached.CONFIGMAPS,
-    cached.CLAIMS,
-    cached.NETWORK_POLICIES,
-    cached.AUTOSCALERS,
-    cached.DISRUPTION_BUDGETS,
-):
-    _child_handler(_kind)
+async def stream(
+    settings: kopf.OperatorSettings,
+    kind: cached.CachedKind,
+    namespace: str | None,
+    feed: Callable[[str | None, Mapping[str, Any]], None],
+) -> None:
+    """Feed every event of one kind (in `namespace`, or everywhere) to `feed`, for as long as it runs.
+
+    kopf's stream lists first (events of type None), then watches from the listing's version and
+    starts over after a break. It only ends on an error it does not retry; then, after its back-off,
+    this starts it again (a listing the cache already holds queues nothing).
+    """
+    resource = _watched_resource(kind)
+    where = references.NamespaceName(namespace) if namespace else None
+    while True:
+        try:
+            async for event in watching.infinite_watch(settings=settings, resource=resource, namespace=where):
+                if isinstance(event, watching.Bookmark) or event.get("type") == "BOOKMARK":
+                    continue
+                feed(event.get("type"), event["object"])
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            _log.exception("The watch of %s stopped; starting it again", kind.api.plural)
+        await asyncio.sleep(settings.watching.reconnect_backoff or 1.0)
+
+
+def start_streams(settings: kopf.OperatorSettings, running: Controller, config: OperatorConfig) -> None:
+    """One stream per watched kind and namespace, feeding `running`."""
+    for kind, _ in WATCHED:
+        feed = running.on_resource if kind is cached.RESOURCES else functools.partial(running.on_child, kind)
+        for namespace in config.namespaces or (None,):
+            _streams.append(
+                asyncio.create_task(
+                    stream(settings, kind, namespace, feed),
+                    name=f"watch {kind.api.plural} {namespace or '*'}",
+                )
+            )
+
+
+async def stop_streams() -> None:
+    """Cancel the streams."""
+    for task in _streams:
+        task.cancel()
+    await asyncio.gather(*_streams, return_exceptions=True)
+    _streams.clear()

@@ -18,10 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mmd_operator.api import validation, warning_rules
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.api.validation import InvalidSpecError, name_problem
 from mmd_operator.api.warning_rules import spec_warnings
 from mmd_operator.config import OperatorConfig
+from mmd_operator.plan import model_repository
 from mmd_operator.plan.resource_plan import AnyPlan, plan_spec_document
 from mmd_operator.vocabulary import hashing
 
@@ -93,6 +95,16 @@ class PlanMemory:
         assert isinstance(spec, Mapping)  # planning refuses anything else
         warnings = spec_warnings(spec, default_access_mode=self._config.engine_cache_access_mode)
         return Planned(plan, tuple(str(warning) for warning in warnings))
+
+    @staticmethod
+    def compile() -> int:
+        """Compile what planning uses (the CRD's CEL rules, the warning rules, the repository templates).
+
+        Done at the operator's start, before the first reconcile; returns how many things were compiled.
+        """
+        return (
+            validation.compile_rules() + warning_rules.compile_rules() + model_repository.compile_templates()
+        )
 
     def record_use(self, key: Key, use: Use) -> bool:
         """Record what `key`'s plan uses; True when its cacheKey is new to it (first look at an engine)."""

@@ -108,3 +108,29 @@ def test_what_each_resource_owns_follows_the_owner_lists_of_the_latest_versions(
     store.drop(cached.JOBS, "ml", "build-k1")
     assert store.owned_by(cached.JOBS, "ml", "a") == [] and store.owned_by(cached.JOBS, "ml", "c") == []
     assert len(store.owned_by(cached.JOBS, "other", "a")) == 1
+
+
+def test_an_echo_that_overtakes_its_write_is_held_and_dropped_and_anything_else_is_handed_back() -> None:
+    store = cached.Cache()
+    store.put(cached.DEPLOYMENTS, _deployment("100", "a"))
+    assert store.hold(cached.DEPLOYMENTS, "MODIFIED", _deployment("101", "b")) is False  # no write: news
+    with store.writing(cached.DEPLOYMENTS, "ml", "llava") as outcome:
+        # While the apply is on the wire: a change by someone else, then the echo of the apply itself.
+        assert store.hold(cached.DEPLOYMENTS, "MODIFIED", _deployment("102", "scaled")) is True
+        assert store.hold(cached.DEPLOYMENTS, "MODIFIED", _deployment("103", "applied")) is True
+        store.put(cached.DEPLOYMENTS, _deployment("103", "applied"))  # the apply's answer
+        outcome.version = "103"
+    assert [event.version for event in outcome.others] == ["102"]  # the echo is gone, the change is not
+    assert store.hold(cached.DEPLOYMENTS, "MODIFIED", _deployment("104", "c")) is False  # write over
+
+
+def test_a_failed_write_hands_back_every_event_held_while_it_was_on_the_wire() -> None:
+    store = cached.Cache()
+    outcome = cached.WriteOutcome()
+    try:
+        with store.writing(cached.DEPLOYMENTS, "ml", "llava") as outcome:
+            store.hold(cached.DEPLOYMENTS, "MODIFIED", _deployment("7", "x"))
+            raise ConnectionError("the API server went away")
+    except ConnectionError:
+        pass
+    assert [event.version for event in outcome.others] == ["7"]

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -96,6 +97,23 @@ KINDS = (
 )
 
 
+@dataclass(frozen=True)
+class HeldEvent:
+    """A watch event that arrived while the operator was writing its object."""
+
+    event_type: str | None
+    body: Mapping[str, Any]
+    version: str
+
+
+@dataclass
+class WriteOutcome:
+    """What a write under `Cache.writing` made (`version`), and the events held meanwhile (`others`)."""
+
+    version: str | None = None
+    others: list[HeldEvent] = field(default_factory=list)
+
+
 def _labels_of(value: Any) -> Mapping[str, str]:
     facts = getattr(value, "meta", value)
     return dict(facts.labels) if isinstance(facts, Meta) else {}
@@ -119,6 +137,47 @@ class Cache:
         self._by_owner: dict[tuple[str, str, str], set[str]] = defaultdict(set)
         # resourceVersions are etcd revisions: an older one is a version the cache has seen superseded.
         self._versions: dict[str, dict[Key, str]] = defaultdict(dict)
+        # The operator's writes in flight, and the watch events of their objects that arrived meanwhile.
+        self._writing: dict[tuple[str, Key], int] = defaultdict(int)
+        self._held: dict[tuple[str, Key], list[HeldEvent]] = defaultdict(list)
+
+    @contextmanager
+    def writing(self, kind: CachedKind, namespace: str, name: str) -> Iterator[WriteOutcome]:
+        """Hold the watch events of one object while the operator writes it (see `hold`).
+
+        The caller puts the answer into the cache and sets the outcome's `version`. Afterwards the
+        outcome's `others` are the events held meanwhile that are not the echo of that version (all of
+        them, if the write failed), for the caller to hand back to the controller.
+        """
+        slot = (kind.kind, (namespace, name))
+        outcome = WriteOutcome()
+        with self._lock:
+            self._writing[slot] += 1
+        try:
+            yield outcome
+        finally:
+            with self._lock:
+                self._writing[slot] -= 1
+                held = self._held.pop(slot, []) if self._writing[slot] == 0 else []
+                if self._writing[slot] == 0:
+                    del self._writing[slot]
+            outcome.others = [event for event in held if event.version != outcome.version]
+
+    def hold(self, kind: CachedKind, event_type: str | None, body: Mapping[str, Any]) -> bool:
+        """Keep a watch event of an object the operator is writing; True when it was kept.
+
+        A write's echo can come back on the watch before the write's answer reaches the cache; taken as
+        news it would queue a reconcile for nothing (every user of a shared build Job, for a Job). The
+        event waits for the answer instead, and is dropped if it brings the version the write made.
+        """
+        metadata = body.get("metadata") or {}
+        slot = (kind.kind, (str(metadata.get("namespace", "")), str(metadata.get("name", ""))))
+        with self._lock:
+            if slot not in self._writing:
+                return False
+            version = str(metadata.get("resourceVersion", ""))
+            self._held[slot].append(HeldEvent(event_type, body, version))
+        return True
 
     def put(self, kind: CachedKind, obj: Mapping[str, Any]) -> bool:
         """Store (or replace) the fact of `obj`, unless the cache holds this version or a newer one.

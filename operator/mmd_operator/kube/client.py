@@ -21,9 +21,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 import orjson
+import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from mmd_operator import __version__, metrics
@@ -183,26 +183,26 @@ class KubeClient:
         if method != "GET" and self._writes_allowed is not None and not self._writes_allowed():
             raise NotLeadingError(f"{method} {url_path} not sent: this operator does not hold the lease")
         metrics.API_REQUESTS.labels(method=method).inc()
+        configuration = self._api.configuration
         headers = {"Accept": "application/json", "User-Agent": self.agent}
+        # Asked for at each request: the client's hook re-reads a projected token when it rotates.
+        if token := configuration.get_api_key_with_prefix("BearerToken", alias="authorization"):
+            headers["Authorization"] = token
+        payload = None
         if body is not None:
             headers["Content-Type"] = content_type
-        target = url_path + (f"?{urlencode(query)}" if query else "")
-        _, url, headers, serialized, _ = self._api.param_serialize(
-            method=method,
-            resource_path=target,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
+            payload = orjson.dumps(body)
+        target = configuration.host + url_path + (f"?{urlencode(query)}" if query else "")
         try:
-            response = self._api.call_api(
-                method, url, header_params=headers, body=serialized, _request_timeout=timeout
+            # Straight to the client's connection pool (its TLS, retries and proxy): its generic
+            # serialiser walks every value of a body in Python, a tenth of the operator's time at scale.
+            response = self._api.rest_client.pool_manager.request(
+                method, target, body=payload, headers=headers, timeout=urllib3.Timeout(total=timeout)
             )
-            response.read()  # type: ignore[no-untyped-call]
-        except ApiException as error:
-            raise _api_error(error) from None
+        except urllib3.exceptions.SSLError as error:
+            raise ApiError(0, type(error).__name__, str(error)) from None
         if response.status >= 400:
-            raise _api_error(ApiException(http_resp=response))
+            raise _api_error(response.status, response.reason, response.data)
         data = response.data
         answer: dict[str, Any] = orjson.loads(data) if data else {}  # a third of json's time
         return answer
@@ -327,13 +327,13 @@ class KubeClient:
             _log.warning("Could not post event %s on %s: %s", reason, metadata["name"], error)
 
 
-def _api_error(error: ApiException) -> ApiError:
-    status = int(error.status or 0)
-    reason, message = str(error.reason or ""), ""
+def _api_error(status: int, reason: str | None, body: bytes | str | None) -> ApiError:
+    """The API server's refusal: its status, and the reason and message of its Status answer."""
+    reason, message = str(reason or ""), ""
     try:
-        body = json.loads(error.body or "{}")
-        reason = body.get("reason") or reason
-        message = body.get("message") or ""
-    except ValueError:
-        message = str(error.body or "")[:500]
-    return ApiError(status, reason, message)
+        answer = json.loads(body or "{}")
+        reason = answer.get("reason") or reason
+        message = answer.get("message") or ""
+    except (ValueError, AttributeError):
+        message = (body.decode(errors="replace") if isinstance(body, bytes) else str(body or ""))[:500]
+    return ApiError(int(status or 0), reason, message)

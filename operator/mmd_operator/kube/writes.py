@@ -13,7 +13,8 @@ client, the cache, the engine index, the vocabulary and the builder's result for
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,7 @@ from mmd_operator.facts import OwnerRef
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube import engine_index
 from mmd_operator.kube.client import ApiError, KubeClient
-from mmd_operator.vocabulary import hashing, labels, ownership
+from mmd_operator.vocabulary import hashing, labels, names, ownership
 from mmd_operator.vocabulary.ownership import ObjectKey
 
 _log = logging.getLogger(__name__)
@@ -55,12 +56,35 @@ def _cached_hash(store: cached.Cache, kind: cached.CachedKind, namespace: str, n
     return annotation(labels.APPLIED_HASH) if annotation is not None else None
 
 
+def _version(answer: Mapping[str, Any]) -> str:
+    return str((answer.get("metadata") or {}).get("resourceVersion", ""))
+
+
 class Writer:
-    """Writes for one namespace's resources, through one client, into one cache."""
+    """Writes for one namespace's resources, through one client, into one cache.
+
+    `replay` gets the watch events the cache held back while their object was being written and that
+    were not its echo (the controller queues the resources they concern).
+    """
 
     def __init__(self, client: KubeClient, store: cached.Cache) -> None:
         self.client = client
         self.store = store
+        self.replay: Callable[[cached.CachedKind, cached.HeldEvent], None] = lambda kind, event: None
+
+    @contextmanager
+    def _writing(self, kind: cached.CachedKind, namespace: str, name: str) -> Iterator[cached.WriteOutcome]:
+        outcome = cached.WriteOutcome()
+        try:
+            with self.store.writing(kind, namespace, name) as outcome:
+                yield outcome
+        finally:
+            for event in outcome.others:
+                self.replay(kind, event)
+
+    def _put(self, kind: cached.CachedKind, answer: dict[str, Any], outcome: cached.WriteOutcome) -> None:
+        self.store.put(kind, answer)
+        outcome.version = _version(answer)
 
     def carry_out(
         self,
@@ -80,8 +104,9 @@ class Writer:
         `handover` is applied under `handover_manager` before the Deployment's apply drops the field.
         """
         if handover is not None:
-            live = self.client.apply(handover, field_manager=handover_manager)
-            self.store.put(cached.DEPLOYMENTS, live)
+            with self._writing(cached.DEPLOYMENTS, namespace, handover["metadata"]["name"]) as outcome:
+                live = self.client.apply(handover, field_manager=handover_manager)
+                self._put(cached.DEPLOYMENTS, live, outcome)
             count.applied.append(f"{handover['kind']}/{handover['metadata']['name']} replicas handover")
         for manifest in apply:
             self.apply(manifest, count)
@@ -97,14 +122,15 @@ class Writer:
     ) -> None:
         """Add a finished build or download to the index of `claim` (owned by the claim) and to the cache."""
         claim_facts = self.store.get(cached.CLAIMS, namespace, claim)
-        index = engine_index.record_build(
-            self.client,
-            namespace=namespace,
-            claim=claim,
-            claim_uid=claim_facts.meta.uid if claim_facts is not None else None,
-            summary=summary,
-        )
-        self.store.put(cached.CONFIGMAPS, index)
+        with self._writing(cached.CONFIGMAPS, namespace, names.engine_index(claim)) as outcome:
+            index = engine_index.record_build(
+                self.client,
+                namespace=namespace,
+                claim=claim,
+                claim_uid=claim_facts.meta.uid if claim_facts is not None else None,
+                summary=summary,
+            )
+            self._put(cached.CONFIGMAPS, index, outcome)
         key = summary.snapshot_key if isinstance(summary, DownloadSucceeded) else summary.cache_key
         count.applied.append(f"engine-index/{key}")
 
@@ -114,19 +140,20 @@ class Writer:
         namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         if _cached_hash(self.store, kind, namespace, name) == hashing.applied_hash(manifest):
             return
-        try:
-            live = self.client.apply(manifest)
-        except ApiError as error:
-            if error.status == 422 and manifest["kind"] == "Job":
-                # An existing Job of this cacheKey made from another user's pod settings: its template
-                # is immutable and it builds the same engine, so join it instead.
-                existing = self.client.get("batch/v1", "Job", namespace, name)
-                if existing is None:
-                    raise
-                self.store.put(kind, existing)
-                return
-            raise
-        self.store.put(kind, live)
+        with self._writing(kind, namespace, name) as outcome:
+            try:
+                live = self.client.apply(manifest)
+            except ApiError as error:
+                if error.status == 422 and manifest["kind"] == "Job":
+                    # An existing Job of this cacheKey made from another user's pod settings: its
+                    # template is immutable and it builds the same engine, so join it instead.
+                    existing = self.client.get("batch/v1", "Job", namespace, name)
+                    if existing is None:
+                        raise
+                    self.store.put(kind, existing)  # not this write's version: held events still count
+                    return
+                raise
+            self._put(kind, live, outcome)
         count.applied.append(f"{manifest['kind']}/{name}")
 
     def join(self, namespace: str, key: ObjectKey, owner: OwnerRef, count: WriteCount) -> None:
@@ -144,17 +171,21 @@ class Writer:
             "path": "/metadata/ownerReferences/-",
             "value": ownership.owner_reference(owner, controller=False),
         }
-        try:
-            updated = self.client.json_patch(key.api_version, key.kind, namespace, key.name, [append])
-        except ApiError as error:
-            if error.not_found:
-                self.store.drop(kind, namespace, key.name)
-                return
-            if error.status != 422:
-                raise
+        with self._writing(kind, namespace, key.name) as outcome:
+            try:
+                updated = self.client.json_patch(key.api_version, key.kind, namespace, key.name, [append])
+            except ApiError as error:
+                if error.not_found:
+                    self.store.drop(kind, namespace, key.name)
+                    return
+                if error.status != 422:
+                    raise
+                updated = None
+            if updated is not None:
+                self._put(kind, updated, outcome)
+        if updated is None:
             self._change_owners(namespace, key, owner, joining=True, count=count)
             return
-        self.store.put(kind, updated)
         count.owners.append(f"{key.kind}/{key.name}")
 
     def leave(self, namespace: str, key: ObjectKey, owner: OwnerRef, count: WriteCount) -> None:
@@ -193,13 +224,14 @@ class Writer:
             patch = {
                 "metadata": {"resourceVersion": metadata["resourceVersion"], "ownerReferences": references}
             }
-            try:
-                updated = self.client.merge_patch(key.api_version, key.kind, namespace, key.name, patch)
-            except ApiError as error:
-                if error.conflict:
-                    continue  # somebody else changed it: read it again and redo the change
-                raise
-            self.store.put(kind, updated)
+            with self._writing(kind, namespace, key.name) as outcome:
+                try:
+                    updated = self.client.merge_patch(key.api_version, key.kind, namespace, key.name, patch)
+                except ApiError as error:
+                    if error.conflict:
+                        continue  # somebody else changed it: read it again and redo the change
+                    raise
+                self._put(kind, updated, outcome)
             count.owners.append(f"{key.kind}/{key.name}")
             return
         raise ApiError(409, "Conflict", f"{key.kind}/{key.name} kept changing while its owners were updated")
@@ -220,6 +252,7 @@ class Writer:
             "metadata": {"name": metadata["name"], "namespace": metadata["namespace"]},
             "status": status,
         }
-        updated = self.client.apply(body, subresource="status")
-        self.store.put(cached.RESOURCES, updated)
+        with self._writing(cached.RESOURCES, metadata["namespace"], metadata["name"]) as outcome:
+            updated = self.client.apply(body, subresource="status")
+            self._put(cached.RESOURCES, updated, outcome)
         return updated

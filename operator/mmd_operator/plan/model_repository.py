@@ -99,6 +99,19 @@ def _environment() -> jinja2.Environment:
 _ENVIRONMENT = _environment()
 
 
+def compile_templates() -> int:
+    """Compile every template now rather than at its first render; returns how many there are.
+
+    A long-running process calls this once at start, so that compiling (a tenth of a second each on
+    a busy core, and repeated by each worker thread that meets a template first) is not paid by the
+    first resources it plans.
+    """
+    names = _ENVIRONMENT.list_templates()
+    for name in names:
+        _ENVIRONMENT.get_template(name)
+    return len(names)
+
+
 @dataclass(frozen=True)
 class ModelRepository:
     """The rendered repository: model directory name to `config.pbtxt` text, and how to assemble it."""
