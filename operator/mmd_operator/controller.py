@@ -34,9 +34,6 @@ _log = logging.getLogger(__name__)
 Key = tuple[str, str]
 MAX_BACKOFF = 60.0
 CRD_WAIT_SECONDS = 2.0
-# When the cache is compared with a fresh listing after start-up (see `Controller.relist`): soon, and
-# once more in case kopf's watches started late (on a loaded machine).
-RELIST_AFTER_START_SECONDS = (5.0, 30.0)
 # How long a child's event waits before its resources are queued, so that the burst of events one change
 # brings (a pod scheduled, started and ready; a Deployment's status counted up; a shared build's pod
 # and Job, each queueing every user of the engine) makes one reconcile rather than one each. A change of
@@ -167,40 +164,51 @@ class Controller:
     def relist(self) -> set[str]:
         """List every watched kind again and forget what is gone; the namespaces where something was.
 
-        kopf's watches start from listings of their own, made after `prime`'s, and report what those
-        listings hold, not what they lack: an object deleted in between would stay in the cache for good
-        (a superseded repository kept for a pod long gone, found by the SIGKILL loop). Blocking; run in a
-        thread. Only what was cached before the listing is judged, so an object added meanwhile stays.
+        The resync's safety net, should a watch ever miss a deletion. Blocking; run in a thread. Only
+        what was cached before the listing is judged, so an object added meanwhile stays.
         """
         namespaces: Iterable[str | None] = self.config.namespaces or (None,)
         forgotten: set[str] = set()
         for kind, selector in WATCHED:
             for namespace in namespaces:
-                before = {key for key in self.store.keys(kind) if namespace is None or key[0] == namespace}
+                before = self.cached_keys(kind, namespace)
                 listed = {
                     (str(item["metadata"].get("namespace", "")), str(item["metadata"]["name"]))
                     for item in self._list(kind, namespace, selector)
                 }
-                for key in sorted(before - listed):
-                    _log.info("%s %s/%s is gone without a deletion event; forgetting it", kind.kind, *key)
-                    self.store.drop(kind, *key)
-                    if kind is cached.RESOURCES:
-                        self.reconciler.forget(*key)
-                    forgotten.add(key[0])
+                forgotten |= self._forget(kind, before - listed)
         return forgotten
+
+    def cached_keys(self, kind: cached.CachedKind, namespace: str | None) -> set[Key]:
+        """What the cache holds of `kind` (in `namespace`, or everywhere)."""
+        return {key for key in self.store.keys(kind) if namespace is None or key[0] == namespace}
+
+    def listed(self, kind: cached.CachedKind, before: set[Key], listed: set[Key]) -> None:
+        """A watch stream's listing ended: forget what the cache held `before` it that it did not list.
+
+        Each stream lists before it watches, at start (after `prime`'s listing) and after every break;
+        a listing reports what is there, not what went away meanwhile, and an object deleted in between
+        would otherwise stay in the cache for good (a superseded repository kept for a pod long gone,
+        found by the SIGKILL loop). The resources of those namespaces are queued.
+        """
+        forgotten = self._forget(kind, before - listed)
+        for key in self.store.keys(cached.RESOURCES):
+            if key[0] in forgotten:
+                self.queue.add(key)
+
+    def _forget(self, kind: cached.CachedKind, gone: set[Key]) -> set[str]:
+        for key in sorted(gone):
+            _log.info("%s %s/%s is gone without a deletion event; forgetting it", kind.kind, *key)
+            self.store.drop(kind, *key)
+            if kind is cached.RESOURCES:
+                self.reconciler.forget(*key)
+        return {namespace for namespace, _ in gone}
 
     async def _relist(self) -> None:
         forgotten = await asyncio.get_running_loop().run_in_executor(self._executor, self.relist)
         for key in self.store.keys(cached.RESOURCES):
             if key[0] in forgotten:
                 self.queue.add(key)
-
-    async def _relist_after_start(self) -> None:
-        slept = 0.0
-        for seconds in RELIST_AFTER_START_SECONDS:
-            await asyncio.sleep(seconds - slept)
-            slept = seconds
-            await self._relist()
 
     def _list(
         self, kind: cached.CachedKind, namespace: str | None, selector: str | None
@@ -231,7 +239,6 @@ class Controller:
             asyncio.create_task(self._work(), name=f"worker-{n}") for n in range(self.config.workers)
         ]
         self._tasks.append(asyncio.create_task(self._resync(), name="resync"))
-        self._tasks.append(asyncio.create_task(self._relist_after_start(), name="relist"))
         self.ready.set()
 
     async def stop(self) -> None:

@@ -22,7 +22,7 @@ import functools
 import gc
 import logging
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import kopf
@@ -145,24 +145,36 @@ def _watched_resource(kind: cached.CachedKind) -> references.Resource:
 
 
 async def stream(
-    settings: kopf.OperatorSettings,
-    kind: cached.CachedKind,
-    namespace: str | None,
-    feed: Callable[[str | None, Mapping[str, Any]], None],
+    settings: kopf.OperatorSettings, running: Controller, kind: cached.CachedKind, namespace: str | None
 ) -> None:
-    """Feed every event of one kind (in `namespace`, or everywhere) to `feed`, for as long as it runs.
+    """Feed every event of one kind (in `namespace`, or everywhere) to `running`, for as long as it runs.
 
     kopf's stream lists first (events of type None), then watches from the listing's version and
-    starts over after a break. It only ends on an error it does not retry; then, after its back-off,
-    this starts it again (a listing the cache already holds queues nothing).
+    lists again after a break; at the end of each listing the controller forgets what it did not
+    list. The stream only ends on an error it does not retry; then, after its back-off, this starts
+    it again.
     """
     resource = _watched_resource(kind)
     where = references.NamespaceName(namespace) if namespace else None
+    feed = running.on_resource if kind is cached.RESOURCES else functools.partial(running.on_child, kind)
     while True:
+        before: set[tuple[str, str]] | None = None  # what the cache held as a listing began
+        listed: set[tuple[str, str]] = set()
         try:
             async for event in watching.infinite_watch(settings=settings, resource=resource, namespace=where):
+                if event is watching.Bookmark.LISTED:
+                    running.listed(
+                        kind, running.cached_keys(kind, namespace) if before is None else before, listed
+                    )
+                    before, listed = None, set()
+                    continue
                 if isinstance(event, watching.Bookmark) or event.get("type") == "BOOKMARK":
                     continue
+                if event.get("type") is None:  # an item of a listing
+                    if before is None:
+                        before = running.cached_keys(kind, namespace)
+                    metadata = event["object"].get("metadata", {})
+                    listed.add((str(metadata.get("namespace", "")), str(metadata.get("name", ""))))
                 feed(event.get("type"), event["object"])
         except asyncio.CancelledError:
             raise
@@ -174,11 +186,10 @@ async def stream(
 def start_streams(settings: kopf.OperatorSettings, running: Controller, config: OperatorConfig) -> None:
     """One stream per watched kind and namespace, feeding `running`."""
     for kind, _ in WATCHED:
-        feed = running.on_resource if kind is cached.RESOURCES else functools.partial(running.on_child, kind)
         for namespace in config.namespaces or (None,):
             _streams.append(
                 asyncio.create_task(
-                    stream(settings, kind, namespace, feed),
+                    stream(settings, running, kind, namespace),
                     name=f"watch {kind.api.plural} {namespace or '*'}",
                 )
             )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -31,6 +32,7 @@ from mmd_operator.vocabulary import kinds
 
 USER_AGENT = f"mmd-operator/{__version__}"
 REQUEST_TIMEOUT = 30.0
+TOKEN_RECHECK_SECONDS = 10.0
 _log = logging.getLogger(__name__)
 
 # Where each kind the operator touches lives in the API.
@@ -99,6 +101,8 @@ class KubeClient:
         self.field_manager = field_manager
         self.agent = agent
         self._writes_allowed = writes_allowed
+        self._token: str | None = None
+        self._token_until = 0.0
 
     @classmethod
     def from_environment(
@@ -160,6 +164,20 @@ class KubeClient:
         chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
         return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
 
+    def _authorization(self) -> str | None:
+        """The bearer token, if the configuration has one, asked of the client every 10 s at most.
+
+        The client's hook re-reads a rotating token (a projected ServiceAccount token, a kubeconfig's
+        expiring one); asked at every request, it re-applied the whole kubeconfig each time.
+        """
+        now = time.monotonic()
+        if now >= self._token_until:
+            self._token = self._api.configuration.get_api_key_with_prefix(
+                "BearerToken", alias="authorization"
+            )
+            self._token_until = now + TOKEN_RECHECK_SECONDS
+        return self._token
+
     def close(self) -> None:
         """Release the connection pool."""
         self._api.close()  # type: ignore[no-untyped-call]
@@ -185,8 +203,7 @@ class KubeClient:
         metrics.API_REQUESTS.labels(method=method).inc()
         configuration = self._api.configuration
         headers = {"Accept": "application/json", "User-Agent": self.agent}
-        # Asked for at each request: the client's hook re-reads a projected token when it rotates.
-        if token := configuration.get_api_key_with_prefix("BearerToken", alias="authorization"):
+        if token := self._authorization():
             headers["Authorization"] = token
         payload = None
         if body is not None:
