@@ -114,7 +114,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     _controller = Controller(client, config)
     await _controller.start()
     # What start-up made (modules, compiled rules and templates, the first listing) lives as long as
-    # the process: the cycle collector need not walk it again at every full collection.
+    # the process: the cycle collector need not walk it again at every full collection. Start-up's
+    # garbage goes first, so none of it is kept for good.
+    gc.collect()
     gc.freeze()
     start_streams(settings, _controller, config)
     _log.info("Operator started: %d workers, resync every %.0f s", config.workers, config.resync_seconds)

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
-import gc
 import json
 import logging
 import os
@@ -92,18 +91,6 @@ def limit_malloc_arenas(arenas: int = 2) -> None:
         pass
 
 
-def collect_garbage_less_often(first_generation: int = 20_000) -> None:
-    """Run Python's cycle collector after 20,000 new container objects rather than 700.
-
-    Every watch event is parsed into hundreds of dicts and lists, so with the default the collector ran
-    about once per event, and its full runs walked the whole cache; the operator's own data makes few
-    reference cycles, and those wait a little longer. (`handlers.startup` also freezes what start-up
-    made.)
-    """
-    _, second, third = gc.get_threshold()
-    gc.set_threshold(first_generation, second, third)
-
-
 def election_identity(config: OperatorConfig) -> str:
     """The pod's name (the host name outside a pod) and a random suffix: each process is a new candidate."""
     return f"{config.pod_name or socket.gethostname()}-{secrets.token_hex(3)}"
@@ -167,14 +154,6 @@ def _exit_when_lost(elector: LeaderElector, stop: threading.Event, on_leading: C
 def run(config: OperatorConfig) -> int:
     """Run the operator until SIGINT or SIGTERM; returns the exit code."""
     limit_malloc_arenas()
-    import gc
-
-    _gc = os.environ.get("MMD_GC_EXPERIMENT")
-    if _gc:
-        t0, t1, t2, freeze = _gc.split(",")
-        gc.set_threshold(int(t0), int(t1), int(t2))
-        if freeze == "1":
-            gc.freeze()
     configure_logging(config)
     start_http_server(config.metrics_port)
     namespaces = list(config.namespaces)
