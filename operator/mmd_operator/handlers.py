@@ -91,6 +91,8 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     # No watch on CustomResourceDefinitions (which would need a cluster-wide role): kopf discovers the
     # resources once, after `startup`, which waits for the CRD.
     settings.scanning.disabled = True
+    # Listings by GET, whose items come as events of type None: `stream` tells a listing's items by it.
+    settings.watching.initial_streaming = False
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
