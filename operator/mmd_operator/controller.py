@@ -191,10 +191,7 @@ class Controller:
         would otherwise stay in the cache for good (a superseded repository kept for a pod long gone,
         found by the SIGKILL loop). The resources of those namespaces are queued.
         """
-        forgotten = self._forget(kind, before - listed)
-        for key in self.store.keys(cached.RESOURCES):
-            if key[0] in forgotten:
-                self.queue.add(key)
+        self._queue_namespaces(self._forget(kind, before - listed))
 
     def _forget(self, kind: cached.CachedKind, gone: set[Key]) -> set[str]:
         for key in sorted(gone):
@@ -205,9 +202,12 @@ class Controller:
         return {namespace for namespace, _ in gone}
 
     async def _relist(self) -> None:
-        forgotten = await asyncio.get_running_loop().run_in_executor(self._executor, self.relist)
+        self._queue_namespaces(await asyncio.get_running_loop().run_in_executor(self._executor, self.relist))
+
+    def _queue_namespaces(self, namespaces: set[str]) -> None:
+        """Queue every resource in `namespaces` (where something was forgotten)."""
         for key in self.store.keys(cached.RESOURCES):
-            if key[0] in forgotten:
+            if key[0] in namespaces:
                 self.queue.add(key)
 
     def _list(

@@ -156,11 +156,12 @@ class Cache:
         try:
             yield outcome
         finally:
+            held: list[HeldEvent] = []
             with self._lock:
                 self._writing[slot] -= 1
-                held = self._held.pop(slot, []) if self._writing[slot] == 0 else []
-                if self._writing[slot] == 0:
+                if not self._writing[slot]:  # the last write of this object in flight
                     del self._writing[slot]
+                    held = self._held.pop(slot, [])
             outcome.others = [event for event in held if event.version != outcome.version]
 
     def hold(self, kind: CachedKind, event_type: str | None, body: Mapping[str, Any]) -> bool:
