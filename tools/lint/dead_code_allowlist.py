@@ -45,18 +45,12 @@ _.linkname
 _.device
 _.strides
 _.deleter
-_.diffbase_storage
 _.standalone
 _.disabled
 _.server_timeout
 _.client_timeout
 _.request_timeout
-_.max_workers
-_.idle_timeout
-
-# kopf's DiffBaseStorage interface (handlers._NoDiffBase overrides it).
-extra_fields
-essence
+_.initial_streaming
 
 # http.server's hooks and class settings, which the standard library reads (the trtllm-serve double).
 do_GET
