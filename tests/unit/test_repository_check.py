@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from google.protobuf import text_format
 
 from mmd_operator.api.validation import parse_spec
-from mmd_operator.plan.repository_check import RepositoryError, check_repository
+from mmd_operator.plan import repository_check
+from mmd_operator.plan.repository_check import (
+    RepositoryError,
+    check_repository,
+    model_config_class,
+    parse_config,
+)
 from mmd_operator.plan.resource_plan import plan_spec
 
 
@@ -77,3 +86,27 @@ def test_unparsable_config_names_the_file() -> None:
     with pytest.raises(RepositoryError) as error:
         check_repository(configs)
     assert error.value.problems[0].startswith("preprocessing/config.pbtxt:")
+
+
+GOLDEN_CONFIGS = sorted(Path(__file__).parents[1].joinpath("golden").rglob("config.pbtxt"))
+
+
+@pytest.mark.parametrize("path", GOLDEN_CONFIGS, ids=lambda path: "/".join(path.parts[-4:-1]))
+def test_parsing_by_statement_reads_every_rendered_config_as_protobuf_does(path: Path) -> None:
+    text = path.read_text()
+    whole = text_format.Parse(text, model_config_class()())
+    assert repository_check._parse_by_statement(text) == whole  # the statements' parses, remembered
+    assert repository_check._parse_by_statement(text) == whole  # and taken from memory
+
+
+def test_a_singular_field_set_twice_is_refused_as_protobuf_refuses_it() -> None:
+    text = 'name: "tensorrt_llm"\nmax_batch_size: 8\ninput {\n  name: "x"\n}\nmax_batch_size: 0\n'
+    with pytest.raises(RepositoryError, match=r'tensorrt_llm/config.pbtxt: 6:17 .*multiple "max_batch_size"'):
+        parse_config("tensorrt_llm", text)
+
+
+def test_a_line_of_two_fields_is_parsed_whole() -> None:
+    text = 'name: "m" max_batch_size: 4\nmax_batch_size: 8\n'
+    with pytest.raises(RepositoryError, match='multiple "max_batch_size"'):
+        parse_config("m", text)
+    assert parse_config("m", 'name: "m" max_batch_size: 8\n').max_batch_size == 8
