@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -110,3 +112,21 @@ def test_a_line_of_two_fields_is_parsed_whole() -> None:
     with pytest.raises(RepositoryError, match='multiple "max_batch_size"'):
         parse_config("m", text)
     assert parse_config("m", 'name: "m" max_batch_size: 8\n').max_batch_size == 8
+
+
+def test_workers_planning_at_once_share_one_descriptor_pool() -> None:
+    # The operator's first plans run on several workers at once; statements parsed by one are merged
+    # into another's config, which only works when both use the same pool's ModelConfig class.
+    configs = llava_configs()
+    repository_check._made_pool.cache_clear()
+    repository_check._statements.clear()
+    start = threading.Barrier(8)
+
+    def check() -> None:
+        start.wait()
+        check_repository(configs)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for future in [pool.submit(check) for _ in range(8)]:
+            future.result()
+    assert len({type(parsed) for parsed in check_repository(configs).values()}) == 1

@@ -19,6 +19,7 @@ laid out otherwise, or with any problem, is parsed whole by protobuf for its ver
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -34,12 +35,22 @@ MODEL_CONFIG_MESSAGE = "inference.ModelConfig"
 ModelConfig: TypeAlias = Any
 
 
+_POOL_LOCK = threading.Lock()
+
+
 @cache
-def _pool() -> descriptor_pool.DescriptorPool:
+def _made_pool() -> descriptor_pool.DescriptorPool:
     serialized = resources.files(__package__).joinpath(MODEL_CONFIG_DESCRIPTOR).read_bytes()
     pool = descriptor_pool.DescriptorPool()
     pool.Add(descriptor_pb2.FileDescriptorProto.FromString(serialized))
     return pool
+
+
+def _pool() -> descriptor_pool.DescriptorPool:
+    # One pool for every thread: the first plans run on several workers at once, and messages of two
+    # pools' classes cannot be merged (the remembered statements are merged into each config).
+    with _POOL_LOCK:
+        return _made_pool()
 
 
 def model_config_class() -> type[Any]:
