@@ -933,6 +933,37 @@ def test_the_status_counts_the_pods_the_autoscaler_set_not_the_specs_default() -
     assert status.autoscaling.metric == "mmd_triton_queue_time_per_request_seconds"
 
 
+def test_an_autoscalers_steps_keep_the_resource_ready_and_say_where_the_step_is() -> None:
+    autoscaling = {**AUTOSCALING, "minReplicas": 2}
+    resource, plan = example(serving__autoscaling=autoscaling)
+    live = live_deployment(resource, plan, replicas=2)
+
+    def serving(**deployment: int) -> Any:
+        facts = dataclasses.replace(live, **deployment)
+        return status_of(decide(resource, plan, **served(resource, plan), deployment=facts))
+
+    up = serving(replicas=3, status_replicas=3, updated_replicas=3)  # the third pod is loading
+    assert up.phase is Phase.READY and condition(up, "Ready").status == "True"
+    assert (condition(up, "Available").reason, condition(up, "Available").message) == (
+        "Scaling",
+        "scaling up to 3: 2 of 3 pods ready",
+    )
+    down = serving(replicas=2, status_replicas=3, updated_replicas=3, ready_replicas=3, available_replicas=3)
+    assert down.phase is Phase.READY
+    assert condition(down, "Available").message == "scaling down to 2: 3 pods left, 3 ready"
+    # Below the autoscaler's minimum it is a first start, and a new template is a rollout: not Ready.
+    starting = serving(ready_replicas=1, available_replicas=1)
+    assert starting.phase is Phase.DEPLOYING
+    rolling = serving(replicas=3, status_replicas=3, updated_replicas=1)
+    assert rolling.phase is Phase.DEPLOYING and condition(rolling, "Ready").reason == "RolloutInProgress"
+    # Without an autoscaler, a replicas change of the spec is the user's and waits for every pod.
+    fixed, fixed_plan = example(serving__replicas=3)
+    three = dataclasses.replace(live_deployment(fixed, fixed_plan, replicas=3), ready_replicas=2)
+    assert status_of(decide(fixed, fixed_plan, **served(fixed, fixed_plan), deployment=three)).phase is (
+        Phase.DEPLOYING
+    )
+
+
 def test_without_autoscaling_the_operators_autoscaler_and_an_unneeded_budget_are_deleted() -> None:
     resource, plan = example()
     autoscaler = AutoscalerFacts(meta=meta("llava", owners=(ME,)))

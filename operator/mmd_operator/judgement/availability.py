@@ -99,6 +99,14 @@ def _budget_left(pods: list[PodFacts], now: datetime, startup_budget: float) -> 
     return min(left) if left else None
 
 
+def _scaling(deployment: DeploymentFacts, minimum: int) -> bool:
+    """Whether an autoscaler's step is all that differs from what is wanted: every pod is of the
+    current template (no rollout) and the autoscaler's minimum is available (not a first start)."""
+    return deployment.updated_replicas >= deployment.status_replicas and deployment.available_replicas >= max(
+        minimum, 1
+    )
+
+
 def serving_state(
     deployment: DeploymentFacts | None,
     pods: tuple[PodFacts, ...],
@@ -111,12 +119,15 @@ def serving_state(
     demand: GpuDemand,
     nodes: Nodes | None = None,
     waits_for: str = "engine",
+    autoscaled_from: int | None = None,
 ) -> ServingState:
     """The serving state.
 
     `waits_for` names what the pods wait for before they exist (`engine`, or `weights` on trtllm-serve).
     `applied` says whether the live Deployment is the one the current spec wants, `demand` what the
     serving pods ask of the scheduler and `nodes` what the nodes offer (None: not known).
+    `autoscaled_from`: an autoscaler sets the replicas, from this minimum; its steps above it are no
+    rollout (see `_scaling`).
     """
     if deployment is None:
         if not engine_ready:
@@ -173,6 +184,15 @@ def serving_state(
     ready = f"{deployment.ready_replicas} of {desired} pods ready"
     if rolled_out:
         return state(True, True, "ScaledToZero" if desired == 0 else "AllReplicasAvailable", ready)
+    if autoscaled_from is not None and current and _scaling(deployment, autoscaled_from):
+        # The autoscaler's step: the pods run this spec's template and serve all along, so the resource
+        # stays Ready (a GitOps tool would otherwise see it progress at every step of the load).
+        if deployment.status_replicas > desired:
+            left, ready_now = deployment.status_replicas, deployment.ready_replicas
+            message = f"scaling down to {desired}: {left} pods left, {ready_now} ready"
+        else:
+            message = f"scaling up to {desired}: {ready}"
+        return state(True, True, "Scaling", message, recheck_after=recheck)
     if not current or deployment.updated_replicas < desired or deployment.status_replicas > desired:
         message = f"rolling out: {updated} of {desired} pods updated, {ready}"
         summary = f"{message}; kubectl rollout status deployment/{name} follows it."

@@ -126,6 +126,7 @@ def assess(
         demand=serving_demand(resource.spec),
         nodes=observed.nodes,
         waits_for="weights" if serve else "engine",
+        autoscaled_from=autoscaling_spec.min_replicas if autoscaling_spec is not None else None,
     )
     if isinstance(plan, ServePlan):
         return Findings(
