@@ -100,11 +100,13 @@ def _budget_left(pods: list[PodFacts], now: datetime, startup_budget: float) -> 
 
 
 def _scaling(deployment: DeploymentFacts, minimum: int) -> bool:
-    """Whether an autoscaler's step is all that differs from what is wanted: every pod is of the
-    current template (no rollout) and the autoscaler's minimum is available (not a first start)."""
-    return deployment.updated_replicas >= deployment.status_replicas and deployment.available_replicas >= max(
-        minimum, 1
-    )
+    """Whether an autoscaler's step is all that differs from what is wanted.
+
+    Every pod is of the current template (no rollout), and the autoscaler's minimum is available (not
+    a first start).
+    """
+    no_rollout = deployment.updated_replicas >= deployment.status_replicas
+    return no_rollout and deployment.available_replicas >= max(minimum, 1)
 
 
 def serving_state(
