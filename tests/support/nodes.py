@@ -17,7 +17,11 @@ from tests.support.kube import Kube
 def extra_gpu_nodes(
     kube: Kube, pool: NodePool, *, taints: tuple[dict[str, str], ...] = ()
 ) -> Iterator[list[str]]:
-    """The nodes of `pool`, with `taints`, Ready while the block runs."""
+    """The nodes of `pool`, with `taints`, Ready while the block runs.
+
+    Ready, and without the node controller's `not-ready` taint, which it takes off a moment after the
+    node reports Ready: a test that reads the nodes' taints would otherwise find it.
+    """
     names = pool.node_names()
     for name in names:
         node: dict[str, Any] = gpu_node(name, pool)
@@ -28,11 +32,14 @@ def extra_gpu_nodes(
             if error.status != 409:
                 raise
 
+    wanted = {(taint["key"], taint["effect"]) for taint in taints}
+
     def ready() -> bool:
         nodes = {n.metadata.name: n for n in kube.core.list_node(label_selector="type=kwok").items}
         return all(
             name in nodes
             and any(c.type == "Ready" and c.status == "True" for c in nodes[name].status.conditions or [])
+            and {(t.key, t.effect) for t in nodes[name].spec.taints or []} == wanted
             for name in names
         )
 
