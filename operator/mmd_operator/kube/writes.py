@@ -86,6 +86,15 @@ class Writer:
         self.store.put(kind, answer)
         outcome.version = _version(answer)
 
+    def _write(
+        self, kind: cached.CachedKind, namespace: str, name: str, send: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Send one write of an object and cache its answer, its echo held meanwhile."""
+        with self._writing(kind, namespace, name) as outcome:
+            answer = send()
+            self._put(kind, answer, outcome)
+        return answer
+
     def carry_out(
         self,
         namespace: str,
@@ -104,9 +113,12 @@ class Writer:
         `handover` is applied under `handover_manager` before the Deployment's apply drops the field.
         """
         if handover is not None:
-            with self._writing(cached.DEPLOYMENTS, namespace, handover["metadata"]["name"]) as outcome:
-                live = self.client.apply(handover, field_manager=handover_manager)
-                self._put(cached.DEPLOYMENTS, live, outcome)
+            self._write(
+                cached.DEPLOYMENTS,
+                namespace,
+                handover["metadata"]["name"],
+                lambda: self.client.apply(handover, field_manager=handover_manager),
+            )
             count.applied.append(f"{handover['kind']}/{handover['metadata']['name']} replicas handover")
         for manifest in apply:
             self.apply(manifest, count)
@@ -122,15 +134,18 @@ class Writer:
     ) -> None:
         """Add a finished build or download to the index of `claim` (owned by the claim) and to the cache."""
         claim_facts = self.store.get(cached.CLAIMS, namespace, claim)
-        with self._writing(cached.CONFIGMAPS, namespace, names.engine_index(claim)) as outcome:
-            index = engine_index.record_build(
+        self._write(
+            cached.CONFIGMAPS,
+            namespace,
+            names.engine_index(claim),
+            lambda: engine_index.record_build(
                 self.client,
                 namespace=namespace,
                 claim=claim,
                 claim_uid=claim_facts.meta.uid if claim_facts is not None else None,
                 summary=summary,
-            )
-            self._put(cached.CONFIGMAPS, index, outcome)
+            ),
+        )
         key = summary.snapshot_key if isinstance(summary, DownloadSucceeded) else summary.cache_key
         count.applied.append(f"engine-index/{key}")
 
@@ -252,7 +267,9 @@ class Writer:
             "metadata": {"name": metadata["name"], "namespace": metadata["namespace"]},
             "status": status,
         }
-        with self._writing(cached.RESOURCES, metadata["namespace"], metadata["name"]) as outcome:
-            updated = self.client.apply(body, subresource="status")
-            self._put(cached.RESOURCES, updated, outcome)
-        return updated
+        return self._write(
+            cached.RESOURCES,
+            metadata["namespace"],
+            metadata["name"],
+            lambda: self.client.apply(body, subresource="status"),
+        )
