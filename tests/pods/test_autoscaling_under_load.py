@@ -109,7 +109,7 @@ def test_load_scales_real_serving_pods_up_on_tritons_metric_and_back_down(
     # The metric crossed its target before the HPA decided; each new pod was created after the decision,
     # passed its startup probe, then became Ready. Pods were removed only after the load stopped (the
     # Deployment picks which), down to min_replicas.
-    assert above <= decided
+    assert above - 1 <= decided  # the metric is sampled once a second, the HPA's event is not
     for pod in new_pods:
         assert pod.started is not None and pod.ready is not None, pod
         assert timeline.load.started + decided - 1 <= pod.created <= pod.started <= pod.ready
