@@ -11,6 +11,7 @@ user owns.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -63,10 +64,11 @@ class StatusRecorder:
                 resource_version=version,
                 timeout_seconds=2,
             )
-            for event in stream:
-                body = event["object"]
-                version = body["metadata"]["resourceVersion"]
-                self.seen.append(body)
+            with contextlib.closing(stream):
+                for event in stream:
+                    body = event["object"]
+                    version = body["metadata"]["resourceVersion"]
+                    self.seen.append(body)
 
     def __enter__(self) -> StatusRecorder:
         self._thread.start()

@@ -13,6 +13,7 @@ cacheKey. Test support: talks to the API server with the kubernetes client.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import defaultdict
 from collections.abc import Mapping
@@ -176,10 +177,12 @@ class JobLedger:
                     resource_version=listing.metadata.resource_version,
                     timeout_seconds=5,
                 )
-                for event in stream:
-                    self._note(event["object"])
-                    if self._stop.is_set():
-                        break
+                # Closed here, not when collected: a watch left open holds its connection's socket.
+                with contextlib.closing(stream):
+                    for event in stream:
+                        self._note(event["object"])
+                        if self._stop.is_set():
+                            break
             except Exception:  # the API server may be down for a while; look again
                 self._stop.wait(0.5)
 

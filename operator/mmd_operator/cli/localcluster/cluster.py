@@ -648,6 +648,7 @@ class LocalCluster:
             with urllib.request.urlopen(request, timeout=3, context=context) as response:
                 body = response.read().decode(errors="replace").strip()
         except urllib.error.HTTPError as error:
+            error.close()  # it holds the answer's connection, else closed only when collected
             return False, f"HTTP {error.code}"
         except (OSError, ValueError) as error:
             return False, str(getattr(error, "reason", error))
