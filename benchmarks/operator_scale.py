@@ -899,6 +899,7 @@ def summary(report: Report) -> str:
             figures = "; ".join(
                 f"{pair['t_floor']:.1f} s / {pair['t_op']:.1f} s = {pair['ratio']:.2f}, "
                 f"{pair['cpu_ms_per_resource']:.1f} ms, {pair['peak_rss_mib']:.0f} MiB"
+                + (" (operator first)" if pair["operator_first"] else "")
                 for pair in row["pairs"]
             )
             lines += [
@@ -964,14 +965,18 @@ def _pair(
     work: Path,
     n: int,
     suffix: str,
+    *,
+    operator_first: bool,
     last: bool,
     steady_seconds: float,
     samples: int,
     report: Report,
 ) -> dict[str, Any]:
-    """The floor, then the operator, on N resources in fresh namespaces.
+    """The floor and the operator, one after the other, on N resources in fresh namespaces.
 
-    After the last pair, the steady state and the latencies, on the operator still running.
+    Whichever runs second meets the control plane after the first one's clean-up (etcd's history grows),
+    so pairs alternate the order. After the last pair (floor first), the steady state and the latencies,
+    on the operator still running.
     """
     core = k8s.CoreV1Api(api)
     floor_namespace, operator_namespace = f"floor-{n}{suffix}", f"op-{n}{suffix}"
@@ -980,44 +985,51 @@ def _pair(
         core.create_namespace({"metadata": {"name": namespace}})
     time.sleep(1)  # the ServiceAccount controller makes `default`
     meter = CpuMeter(cluster)
-    with cluster.api_client() as floor_api:
-        minimal = MinimalOperator(floor_api, floor_namespace, resources)  # plans: not the floor's work
-        before, served = meter.snapshot(), server_seconds(api)
-        t_floor, floor_ready = minimal.run()
-    floor_cpu = meter.spent(before, meter.snapshot())
-    floor_served = _top(served, server_seconds(api))
-    release(core, floor_namespace)
-    operator = Operator(kubeconfig, operator_namespace, work / f"operator-{n}{suffix}.log")
-    meter.pids["operator"] = operator.process.pid
-    try:
-        row: dict[str, Any] = {"n": n, "t_floor": t_floor, "floor_ready": floor_ready}
-        before, served = meter.snapshot(), server_seconds(api)
-        row.update(operator_run(api, operator, operator_namespace, resources))
-        row["server_seconds_by_request"] = {
-            "floor": floor_served,
-            "operator": _top(served, server_seconds(api)),
-        }
-        row["cpu_by_process"] = {"floor": floor_cpu, "operator": meter.spent(before, meter.snapshot())}
-        row["ratio"] = row["t_op"] / row["t_floor"]
-        row["floor_client_cpu_ms_per_resource"] = 1000 * floor_cpu["harness"] / n
-        row["load_average"] = os.getloadavg()
-        say(
-            f"    T_floor {t_floor:.1f} s, T_op {row['t_op']:.1f} s, ratio {row['ratio']:.2f}; "
-            f"operator CPU {row['cpu_ms_per_resource']:.1f} ms per resource "
-            f"(the floor's client {row['floor_client_cpu_ms_per_resource']:.1f} ms), "
-            f"peak RSS {row['peak_rss_mib']:.0f} MiB; load average {row['load_average'][0]:.2f}"
-        )
-        for phase, spent in row["cpu_by_process"].items():
-            say(f"    CPU seconds during the {phase} run: {spent}")
-        for phase, spent in row["server_seconds_by_request"].items():
-            say(f"    API server seconds by request during the {phase} run: {spent}")
-        if last:
-            report.steady = steady_state(cluster, operator, steady_seconds)
-            report.latency = latencies(cluster, api, operator_namespace, resources, samples)
-    finally:
-        operator.stop()
-    if not last:
-        release(core, operator_namespace)
+    row: dict[str, Any] = {"n": n, "operator_first": operator_first}
+    row["cpu_by_process"], row["server_seconds_by_request"] = {}, {}
+
+    def floor() -> None:
+        with cluster.api_client() as floor_api:
+            minimal = MinimalOperator(floor_api, floor_namespace, resources)  # plans: not the floor's work
+            before, served = meter.snapshot(), server_seconds(api)
+            row["t_floor"], row["floor_ready"] = minimal.run()
+        row["cpu_by_process"]["floor"] = meter.spent(before, meter.snapshot())
+        row["server_seconds_by_request"]["floor"] = _top(served, server_seconds(api))
+        release(core, floor_namespace)
+
+    def operator() -> None:
+        process = Operator(kubeconfig, operator_namespace, work / f"operator-{n}{suffix}.log")
+        meter.pids["operator"] = process.process.pid
+        try:
+            before, served = meter.snapshot(), server_seconds(api)
+            row.update(operator_run(api, process, operator_namespace, resources))
+            row["cpu_by_process"]["operator"] = meter.spent(before, meter.snapshot())
+            row["server_seconds_by_request"]["operator"] = _top(served, server_seconds(api))
+            if last:
+                report.steady = steady_state(cluster, process, steady_seconds)
+                report.latency = latencies(cluster, api, operator_namespace, resources, samples)
+        finally:
+            process.stop()
+            del meter.pids["operator"]
+        if not last:
+            release(core, operator_namespace)
+
+    for run in (operator, floor) if operator_first else (floor, operator):
+        run()
+    row["ratio"] = row["t_op"] / row["t_floor"]
+    row["floor_client_cpu_ms_per_resource"] = 1000 * row["cpu_by_process"]["floor"]["harness"] / n
+    row["load_average"] = os.getloadavg()
+    say(
+        f"    T_floor {row['t_floor']:.1f} s, T_op {row['t_op']:.1f} s, ratio {row['ratio']:.2f} "
+        f"({'operator' if operator_first else 'floor'} first); "
+        f"operator CPU {row['cpu_ms_per_resource']:.1f} ms per resource "
+        f"(the floor's client {row['floor_client_cpu_ms_per_resource']:.1f} ms), "
+        f"peak RSS {row['peak_rss_mib']:.0f} MiB; load average {row['load_average'][0]:.2f}"
+    )
+    for phase, spent in row["cpu_by_process"].items():
+        say(f"    CPU seconds during the {phase} run: {spent}")
+    for phase, spent in row["server_seconds_by_request"].items():
+        say(f"    API server seconds by request during the {phase} run: {spent}")
     return row
 
 
@@ -1034,7 +1046,10 @@ def _median_pair(rows: list[dict[str, Any]]) -> dict[str, Any]:
     row["cpu_ms_per_resource"] = statistics.median(r["cpu_ms_per_resource"] for r in rows)
     row["peak_rss_mib"] = statistics.median(r["peak_rss_mib"] for r in rows)
     row["pairs"] = [
-        {key: r[key] for key in ("t_floor", "t_op", "ratio", "cpu_ms_per_resource", "peak_rss_mib")}
+        {
+            key: r[key]
+            for key in ("t_floor", "t_op", "ratio", "cpu_ms_per_resource", "peak_rss_mib", "operator_first")
+        }
         for r in rows
     ]
     return row
@@ -1072,7 +1087,19 @@ def run(
                 suffix = f"-{index + 1}" if pairs > 1 else ""
                 say(f"==> N = {n}" + (f", pair {index + 1} of {pairs}" if pairs > 1 else ""))
                 rows.append(
-                    _pair(cluster, api, kubeconfig, work, n, suffix, last, steady_seconds, samples, report)
+                    _pair(
+                        cluster,
+                        api,
+                        kubeconfig,
+                        work,
+                        n,
+                        suffix,
+                        operator_first=(pairs - 1 - index) % 2 == 1,  # the last pair: floor first
+                        last=last,
+                        steady_seconds=steady_seconds,
+                        samples=samples,
+                        report=report,
+                    )
                 )
             report.sizes.append(_median_pair(rows))
     report.targets = targets(report, enforce=enforce)

@@ -48,6 +48,7 @@ def test_the_short_benchmark_runs_every_phase_and_writes_its_report(tmp_path: Pa
     assert size["cpu_ms_per_resource"] == pytest.approx(
         (first["cpu_ms_per_resource"] + second["cpu_ms_per_resource"]) / 2
     )
+    assert [pair["operator_first"] for pair in size["pairs"]] == [True, False]  # the last: floor first
     assert "2 pairs of floor and operator runs in turn" in run.stdout
 
     steady = report["steady_state"]

@@ -52,6 +52,7 @@ class Candidate:
     """A LeaderElector running in a thread of this test process."""
 
     elector: LeaderElector
+    client: KubeClient
     stop: threading.Event = field(default_factory=threading.Event)
     leading_since: float | None = None
     outcome: Outcome | None = None
@@ -74,6 +75,7 @@ class Candidate:
         self.stop.set()
         if self.thread is not None:
             self.thread.join(timeout=10)
+        self.client.close()
         return self.outcome
 
 
@@ -83,7 +85,7 @@ def _candidate(configuration: k8s.Configuration, namespace: str, identity: str) 
     client = KubeClient(
         k8s.ApiClient(configuration), field_manager="mmd-operator", agent=user_agent(identity)
     )
-    return Candidate(LeaderElector(Leases(client, namespace, LEASE), identity, FAST))
+    return Candidate(LeaderElector(Leases(client, namespace, LEASE), identity, FAST), client)
 
 
 def _agent(identity: str) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from engine_builder.result_format import BuildFailed, termination_message
+from mmd_operator.api.v1alpha1 import API_VERSION, KIND
 from mmd_operator.cli.localcluster.stages import FAULT_LABEL, FAULT_MESSAGE_ANNOTATION
 from tests.support.kube import Kube, Resources, Tools
 
@@ -197,9 +198,12 @@ def test_a_failing_build_reports_the_builders_reason_and_recovers_once_the_spec_
         "again."
     )
     events = kube.core.list_namespaced_event(namespace, field_selector="involvedObject.name=llava").items
-    assert any(
-        e.type == "Warning" and e.reason == "Failed" and "CUDA out of memory" in e.message for e in events
+    failure = next(
+        e for e in events if (e.type, e.reason) == ("Warning", "Failed") and "CUDA out of memory" in e.message
     )
+    involved = failure.involved_object  # what `kubectl describe` matches the Event to the resource by
+    assert (involved.api_version, involved.kind, involved.namespace) == (API_VERSION, KIND, namespace)
+    assert involved.uid == failed["metadata"]["uid"] and involved.resource_version
     assert children(kube, namespace, "llava")["deployments"] == []
 
     fixed = example("llava", build={"backoffLimit": 0})

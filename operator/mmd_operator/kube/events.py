@@ -28,7 +28,15 @@ class EventRecorder:
 
     def record(self, involved: Mapping[str, Any], *, type: str, reason: str, message: str) -> None:
         """Queue an Event about `involved` (the resource as the API server last returned it)."""
-        self._sender.submit(self._post, dict(involved), type, reason, message)
+        # Only what the Event names of it: the queue can run hundreds deep while a thousand resources
+        # start at once, and whole resources held there were the largest part of the operator's memory.
+        metadata = involved["metadata"]
+        reference = {
+            "apiVersion": involved["apiVersion"],
+            "kind": involved["kind"],
+            "metadata": {key: metadata.get(key) for key in ("name", "namespace", "uid", "resourceVersion")},
+        }
+        self._sender.submit(self._post, reference, type, reason, message)
 
     def _post(self, involved: Mapping[str, Any], type: str, reason: str, message: str) -> None:
         # The client logs the API server's refusals itself; what reaches here is a lost connection and
