@@ -99,6 +99,14 @@ def network_policy(
         if allowance.ports:
             rule["ports"] = [_port(port) for port in allowance.ports]
         egress.append(rule)
+    rules = {"policyTypes": ["Ingress", "Egress"], "ingress": ingress, "egress": egress}
+    return serving_policy(instance, rules, namespace=namespace, owner=owner)
+
+
+def serving_policy(
+    instance: str, rules: dict[str, Any], *, namespace: str, owner: OwnerRef
+) -> dict[str, Any]:
+    """The NetworkPolicy of `instance`'s serving pods with `rules` (its policy types and their rules)."""
     return {
         "apiVersion": kinds.NETWORK_POLICY.api_version,
         "kind": kinds.NETWORK_POLICY.kind,
@@ -108,10 +116,5 @@ def network_policy(
             "labels": labels.for_instance(instance, labels.SERVING),
             "ownerReferences": [ownership.owner_reference(owner, controller=True)],
         },
-        "spec": {
-            "podSelector": {"matchLabels": labels.serving_selector(instance)},
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": ingress,
-            "egress": egress,
-        },
+        "spec": {"podSelector": {"matchLabels": labels.serving_selector(instance)}, **rules},
     }

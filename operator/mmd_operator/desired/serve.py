@@ -26,7 +26,7 @@ from mmd_operator.facts import OwnerRef
 from mmd_operator.plan.launch import HTTP_PORT, LAUNCH_ENV, METRICS_PORT
 from mmd_operator.plan.serve_plan import CONFIG_FILE, CONFIG_MOUNT, SOURCE_MOUNT, ServePlan
 from mmd_operator.plan.settings import ENGINE_MOUNT
-from mmd_operator.vocabulary import hashing, kinds, labels, names, ownership
+from mmd_operator.vocabulary import hashing, labels, names, ownership
 
 DOWNLOAD_CONTAINER = "weights-download"
 SERVER_CONTAINER = "trtllm-serve"
@@ -128,23 +128,9 @@ def config_configmap(
     resource: MultimodalDeployment, plan: ServePlan, *, namespace: str, owner: OwnerRef
 ) -> dict[str, Any]:
     """The immutable ConfigMap of `plan`'s `--config` YAML, named after its digest."""
-    data = {CONFIG_FILE: plan.config_yaml}
-    instance = str(resource.metadata["name"])
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": names.repository(instance, hashing.digest(data)),
-            "namespace": namespace,
-            "labels": {
-                **labels.for_instance(instance, labels.MODEL_REPOSITORY),
-                labels.CACHE_KEY: plan.cache_key,
-            },
-            "ownerReferences": [ownership.owner_reference(owner, controller=True)],
-        },
-        "immutable": True,
-        "data": data,
-    }
+    return serving.content_configmap(
+        resource, {CONFIG_FILE: plan.config_yaml}, cache_key=plan.cache_key, namespace=namespace, owner=owner
+    )
 
 
 def deployment(
@@ -260,20 +246,6 @@ def network_policy(resource: MultimodalDeployment, *, namespace: str, owner: Own
     if spec is not None:
         assert policy is not None
         return policy
-    instance = str(resource.metadata["name"])
     dns = network.dns_egress(network.default_dns_selector())
-    return {
-        "apiVersion": kinds.NETWORK_POLICY.api_version,
-        "kind": kinds.NETWORK_POLICY.kind,
-        "metadata": {
-            "name": names.serving(instance),
-            "namespace": namespace,
-            "labels": labels.for_instance(instance, labels.SERVING),
-            "ownerReferences": [ownership.owner_reference(owner, controller=True)],
-        },
-        "spec": {
-            "podSelector": {"matchLabels": labels.serving_selector(instance)},
-            "policyTypes": ["Egress"],
-            "egress": [dns],
-        },
-    }
+    rules = {"policyTypes": ["Egress"], "egress": [dns]}
+    return network.serving_policy(str(resource.metadata["name"]), rules, namespace=namespace, owner=owner)

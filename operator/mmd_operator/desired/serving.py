@@ -60,7 +60,15 @@ def repository_configmap(
     resource: MultimodalDeployment, plan: ResourcePlan, *, namespace: str, owner: OwnerRef
 ) -> dict[str, Any]:
     """The immutable ConfigMap of `plan`'s rendered repository."""
-    data = repository_data(plan)
+    return content_configmap(
+        resource, repository_data(plan), cache_key=plan.cache_key, namespace=namespace, owner=owner
+    )
+
+
+def content_configmap(
+    resource: MultimodalDeployment, data: dict[str, str], *, cache_key: str, namespace: str, owner: OwnerRef
+) -> dict[str, Any]:
+    """An immutable ConfigMap of `resource`'s `data`, named after its digest, controlled by `owner`."""
     instance = str(resource.metadata["name"])
     return {
         "apiVersion": "v1",
@@ -70,7 +78,7 @@ def repository_configmap(
             "namespace": namespace,
             "labels": {
                 **labels.for_instance(instance, labels.MODEL_REPOSITORY),
-                labels.CACHE_KEY: plan.cache_key,
+                labels.CACHE_KEY: cache_key,
             },
             "ownerReferences": [ownership.owner_reference(owner, controller=True)],
         },
