@@ -1056,11 +1056,11 @@ def _median_pair(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(
-    sizes: list[int], steady_seconds: float, samples: int, enforce: bool, work: Path, repeats: int = 1
+    sizes: list[int], steady_seconds: float, samples: int, enforce: bool, work: Path, pairs: int = 1
 ) -> Report:
     """Every phase, in order; returns the figures.
 
-    At the largest N, `repeats` pairs of floor and operator runs: a virtual machine's speed drifts between
+    At the largest N, `pairs` pairs of floor and operator runs: a virtual machine's speed drifts between
     runs, so the targets are judged on the median of pairs run in turn.
     """
     report = Report(
@@ -1080,12 +1080,12 @@ def run(
         kubeconfig = operator_identity(cluster, api, work)
         time.sleep(2)  # the CRD's API is served
         for n in sizes:
-            pairs = repeats if n == sizes[-1] else 1
+            count = pairs if n == sizes[-1] else 1
             rows = []
-            for index in range(pairs):
-                last = n == sizes[-1] and index == pairs - 1
-                suffix = f"-{index + 1}" if pairs > 1 else ""
-                say(f"==> N = {n}" + (f", pair {index + 1} of {pairs}" if pairs > 1 else ""))
+            for index in range(count):
+                last = n == sizes[-1] and index == count - 1
+                suffix = f"-{index + 1}" if count > 1 else ""
+                say(f"==> N = {n}" + (f", pair {index + 1} of {count}" if count > 1 else ""))
                 rows.append(
                     _pair(
                         cluster,
@@ -1094,7 +1094,7 @@ def run(
                         work,
                         n,
                         suffix,
-                        operator_first=(pairs - 1 - index) % 2 == 1,  # the last pair: floor first
+                        operator_first=(count - 1 - index) % 2 == 1,  # the last pair: floor first
                         last=last,
                         steady_seconds=steady_seconds,
                         samples=samples,
@@ -1129,7 +1129,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="mmd-bench-"))
     say(f"work directory: {work}")
     # The work directory stays when the run fails.
-    report = run(sizes, steady_seconds, samples, enforce=not args.short, work=work, repeats=pairs)
+    report = run(sizes, steady_seconds, samples, enforce=not args.short, work=work, pairs=pairs)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     results = args.results or RESULTS

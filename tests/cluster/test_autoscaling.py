@@ -88,15 +88,6 @@ def _condition(resources: Resources, kind: str) -> dict[str, Any]:
     return resources.condition(NAME, kind)
 
 
-def _ready_with(resources: Resources, *, replicas: int) -> dict[str, Any] | None:
-    """The resource once it reports Ready, for its generation, with `replicas` pods all ready."""
-    body = resources.get(NAME)
-    status = body.get("status") or {}
-    current = status.get("observedGeneration") == body["metadata"]["generation"]
-    counts = (status.get("replicas"), status.get("readyReplicas"))
-    return body if current and status.get("phase") == "Ready" and counts == (replicas, replicas) else None
-
-
 def _rolled_to_new_repository(resources: Resources, before: str) -> dict[str, Any] | None:
     """The resource once it is Ready on a repository other than `before` (a Deployment apply happened)."""
     body = resources.get(NAME)
@@ -295,10 +286,11 @@ def test_created_with_autoscaling_the_deployment_starts_without_replicas_and_the
     # none (the API server's field manager skips tracking an update when nobody owned anything it sees).
     assert _replicas_owners(deployment) == set()
     # Ready at one pod may still be the status of the moment before the HPA's write: wait for two.
-    ready = kube.wait_for(
-        "the resource to be Ready with both pods",
-        lambda: _ready_with(resources, replicas=2),
+    ready = resources.wait_phase(
+        NAME,
+        "Ready",
         timeout=90,
+        status_also=lambda status: (status.get("replicas"), status.get("readyReplicas")) == (2, 2),
     )
     # An apply of the Deployment leaves an unowned field as it is.
     before = ready["status"]["modelRepository"]

@@ -182,14 +182,22 @@ class Resources:
         conditions = self.get(name).get("status", {}).get("conditions", [])
         return next((c for c in conditions if c["type"] == kind), {})
 
-    def wait_phase(self, name: str, phase: str, timeout: float = 60.0) -> dict[str, Any]:
-        """Wait until the resource reports `phase` for its current generation."""
+    def wait_phase(
+        self,
+        name: str,
+        phase: str,
+        timeout: float = 60.0,
+        *,
+        status_also: Callable[[dict[str, Any]], bool] = lambda _: True,
+    ) -> dict[str, Any]:
+        """Wait until the resource reports `phase` for its current generation (and `status_also` holds
+        for its status)."""
 
         def reached() -> dict[str, Any] | None:
             body = self.get(name)
             status = body.get("status") or {}
             current = status.get("observedGeneration") == body["metadata"]["generation"]
-            return body if current and status.get("phase") == phase else None
+            return body if current and status.get("phase") == phase and status_also(status) else None
 
         def explain() -> str:
             status = self.get(name).get("status") or {}
