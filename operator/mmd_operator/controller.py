@@ -320,9 +320,14 @@ class Controller:
             # One resource's own child (its serving pods carry the cacheKey too): nobody else's concern.
             names.add(instance)
             return {(namespace, resource) for resource in names}
-        if cache_key := object_labels.get(labels.CACHE_KEY):
+        cache_key, claim = object_labels.get(labels.CACHE_KEY), object_labels.get(labels.ENGINE_CACHE_CLAIM)
+        if cache_key and claim:
+            # A build or download Job, or one of its pods: it concerns the resources that want that engine
+            # in that claim, not every user of the claim (all the namespace's resources, by default).
+            names.update(self.reconciler.plans.users_of_engine(namespace, cache_key, claim))
+        elif cache_key:
             names.update(self.reconciler.plans.users_of_cache_key(namespace, cache_key))
-        if claim := object_labels.get(labels.ENGINE_CACHE_CLAIM):
+        elif claim:  # the claim's engine index: an engine of any of its users may have landed
             names.update(self.reconciler.plans.users_of_claim(namespace, claim))
         if kind is cached.CLAIMS:
             names.update(self.reconciler.plans.users_of_claim(namespace, name))

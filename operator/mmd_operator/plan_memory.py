@@ -5,8 +5,8 @@ the spec alone, as are the spec's warnings (tens of milliseconds of CEL), so res
 share them, held while some resource has that spec: with
 specs changing all day, an LRU of plans held megabytes for specs nobody had any more (the soak). What a
 resource's current plan uses (its cacheKey and engine-cache claim) routes the event of a shared child (a
-build Job, a claim) to every resource it concerns; the controller asks `users_of_cache_key` and
-`users_of_claim`. Safe to call from several worker threads.
+build Job, a claim) to every resource it concerns; the controller asks `users_of_engine` (a Job: its
+cacheKey in its claim), `users_of_cache_key` and `users_of_claim`. Safe to call from several worker threads.
 
 Imports the api's name rule and warning rules, the config, the planner and the digests; no I/O.
 """
@@ -122,6 +122,13 @@ class PlanMemory:
         """Resources in `namespace` whose current plan has `cache_key`."""
         with self._lock:
             return sorted(self._by_cache_key.get((namespace, cache_key), ()))
+
+    def users_of_engine(self, namespace: str, cache_key: str, claim: str) -> list[str]:
+        """Resources in `namespace` whose current plan has `cache_key` in `claim`: one build Job's users."""
+        with self._lock:
+            by_key = self._by_cache_key.get((namespace, cache_key), set())
+            by_claim = self._by_claim.get((namespace, claim), set())
+            return sorted(by_key & by_claim)
 
     def users_of_claim(self, namespace: str, claim: str) -> list[str]:
         """Resources in `namespace` that build into and serve from `claim`."""

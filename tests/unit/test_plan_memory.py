@@ -81,6 +81,13 @@ def test_the_users_of_an_engine_and_a_claim_follow_each_resource_s_plan(reconcil
     assert plans.users_of_cache_key("ml", "k1") == ["b"]
     assert plans.users_of_cache_key("ml", "k2") == ["a"]
     assert (plans.users_of_claim("ml", "cache"), plans.users_of_claim("ml", "other-cache")) == (["b"], ["a"])
+    assert plans.record_use(("ml", "c"), Use("k2", "cache")) is True  # k2's engine in another claim
+    # A build Job concerns the users of its engine in its claim: not all the claim's, not all the key's.
+    assert plans.users_of_engine("ml", "k2", "cache") == ["c"]
+    assert plans.users_of_engine("ml", "k2", "other-cache") == ["a"]
+    assert plans.users_of_engine("ml", "k1", "other-cache") == []
+    assert plans.users_of_claim("ml", "cache") == ["b", "c"]
+    reconciler.forget("ml", "c")
     reconciler.forget("ml", "b")
     assert plans.users_of_cache_key("ml", "k1") == [] and plans.users_of_claim("ml", "cache") == []
     assert plans.users_of_cache_key("other", "k1") == ["a"]

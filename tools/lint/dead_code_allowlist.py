@@ -52,9 +52,11 @@ _.client_timeout
 _.request_timeout
 _.initial_streaming
 
-# http.server's hooks and class settings, which the standard library reads (the trtllm-serve double).
+# http.server's hooks and class settings, which the standard library reads (the trtllm-serve double, the
+# stand-in API server of tests/unit/test_client_transport.py).
 do_GET
 do_POST
+do_PATCH
 daemon_threads
 allow_reuse_address
 server_version
