@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter as Tally
-from collections.abc import Mapping
-from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -56,29 +54,29 @@ LEADER_TRANSITIONS = Counter(
 )
 
 
-def set_phases(phases: Mapping[Any, Phase | None]) -> None:
-    """Publish how many resources are in each phase."""
-    tally = Tally(str(phase) for phase in phases.values() if phase is not None)
-    for phase in Phase:
-        RESOURCES.labels(phase=str(phase)).set(tally.get(str(phase), 0))
-
-
 class PhaseTally:
     """Each resource's phase, published as `mmd_resources{phase}`; safe across worker threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._phases: dict[tuple[str, str], Phase] = {}
+        self._counts: Tally[Phase] = Tally()
+        for phase in Phase:
+            RESOURCES.labels(phase=str(phase)).set(0)
 
     def publish(self, key: tuple[str, str], phase: Phase | None) -> None:
-        """Record `key`'s phase (None: it is gone) and publish the tally."""
-        # Under the lock, so no thread counts a dict another one is changing.
+        """Record `key`'s phase (None: it is gone) and publish the counts it changed."""
+        # Counted as phases change, not recounted: a recount at every reconcile made N resources cost N^2.
         with self._lock:
-            if phase is None:
-                self._phases.pop(key, None)
-            else:
+            before = self._phases.pop(key, None) if phase is None else self._phases.get(key)
+            if before == phase:
+                return
+            if phase is not None:
                 self._phases[key] = phase
-            set_phases(self._phases)
+            for changed, step in ((before, -1), (phase, 1)):
+                if changed is not None:
+                    self._counts[changed] += step
+                    RESOURCES.labels(phase=str(changed)).set(self._counts[changed])
 
     def known(self) -> set[tuple[str, str]]:
         """Every resource with a phase here."""
