@@ -103,7 +103,6 @@ class KubeClient:
         self._writes_allowed = writes_allowed
         self._token: str | None = None
         self._token_until = 0.0
-        self._timeouts: dict[float, urllib3.Timeout] = {}
         self._pool: urllib3.HTTPConnectionPool | None = None
         self._prefix = ""
 
@@ -228,13 +227,11 @@ class KubeClient:
             headers["Content-Type"] = content_type
             payload = orjson.dumps(body)
         target = url_path + (f"?{urlencode(query)}" if query else "")
-        if timeout not in self._timeouts:
-            self._timeouts[timeout] = urllib3.Timeout(total=timeout)
         try:
             # Straight to the client's connection pool (its TLS, retries and proxy): its generic
             # serialiser walks every value of a body in Python, a tenth of the operator's time at scale.
             response = self._send(
-                method, target, body=payload, headers=headers, timeout=self._timeouts[timeout]
+                method, target, body=payload, headers=headers, timeout=urllib3.Timeout(total=timeout)
             )
         except urllib3.exceptions.SSLError as error:
             raise ApiError(0, type(error).__name__, str(error)) from None
