@@ -147,7 +147,23 @@ class OperatorProcess:
         self.metrics_port = self.health_port = 0
 
     def start(self, timeout: float = 60, ready: tuple[str, ...] = (STARTED,)) -> str:
-        """Start the process and wait until its log says one of `ready`; which one it said."""
+        """Start the process and wait until its log says one of `ready`; which one it said.
+
+        A port found free can be taken by another test worker before the operator binds it: then the
+        operator exits at once saying so, and starts again on other ports (three tries).
+        """
+        for attempt in range(3):
+            said = self._start(timeout, ready)
+            if said is not None:
+                return said
+            assert self.process is not None
+            if attempt == 2 or "Address already in use" not in self.output():
+                break
+        pytest.fail(f"the operator exited with {self.process.returncode}:\n{self.output()[-3000:]}")
+        raise AssertionError  # pytest.fail does not return
+
+    def _start(self, timeout: float, ready: tuple[str, ...]) -> str | None:
+        """Start the process once; which of `ready` its log said, or None when it exited first."""
         from mmd_operator.cli.localcluster.processes import free_port
 
         self.metrics_port, self.health_port = free_port(), free_port()
@@ -170,7 +186,7 @@ class OperatorProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                pytest.fail(f"the operator exited with {self.process.returncode}:\n{self.output()[-3000:]}")
+                return None
             said = self.log.read_text(errors="replace")[offset:]
             for line in ready:
                 if line in said:
