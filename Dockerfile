@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
-# Every image of the project from one build context. `mmctl images build` builds them: it first fills
-# wheelhouse/ with this repository's wheel and every dependency, so no stage that installs our package
-# reaches a package index. Targets:
+# Every image of the project from one build context. `make images` (tools/images.py) builds the real ones
+# and the test bed (mmd_testbed.localcluster.images) the CPU stand-ins: each first fills wheelhouse/ with
+# this repository's wheels and every dependency, so no stage that installs our packages reaches a package
+# index for them. Targets:
 #
 #   operator             the operator (python -m mmd_operator), FROM PYTHON_IMAGE
 #   engine-builder       the build Job's image: the NGC TensorRT-LLM image, the examples, VILA, this package
@@ -11,8 +12,7 @@
 #   serving-cpu          same paths, a CPU tritonserver, doubles of the GPU parts, the trtllm-serve double
 #   trtllm-serve-cpu     (docs/real-pods.md)
 #
-#   mmctl images build --registry registry.example.com/ml --push          # the four real images
-#   mmctl images build --local                                            # operator and the CPU stand-ins
+#   make images REGISTRY=registry.example.com/ml PUSH=1                   # the four real images
 #
 # TRITON_TAG and TRTLLM_VERSION must match engine_builder/engine_builder/versions.py (SERVING_IMAGE,
 # TRTLLM_VERSION), SERVE_TRTLLM_VERSION its SERVE_TRTLLM_VERSION; tests/engine_builder/test_dockerfile.py
@@ -30,11 +30,11 @@ ARG MODEL_CODE_DIR=/opt/mmd-operator/all_models
 ARG SERVE_TRTLLM_VERSION=1.2.1
 ARG SERVE_BASE=nvcr.io/nvidia/tensorrt-llm/release:${SERVE_TRTLLM_VERSION}
 
-# This repository's wheel and its dependencies, resolved on the build host (mounted, never copied).
+# This repository's wheels and their dependencies, resolved on the build host (mounted, never copied).
 FROM scratch AS wheelhouse
 COPY wheelhouse/ /
 
-# The operator: Python with the runtime dependencies only (no cli extra), non-root.
+# The operator: Python with the operator's distribution and its dependencies only, non-root.
 # Settings come from MMD_* variables; /metrics on 8080, /healthz on 8081.
 FROM ${PYTHON_IMAGE} AS operator
 ENV PYTHONUNBUFFERED=1 HOME=/tmp
@@ -84,7 +84,7 @@ USER 1000:1000
 EXPOSE 8000
 
 # The build Job's image: the serving image itself (engines load only with the TensorRT-LLM they were built
-# with), TensorRT-LLM's example scripts of the same tag, VILA's code, and this package.
+# with), TensorRT-LLM's example scripts of the same tag, VILA's code, and the builder's distribution.
 FROM ${SERVING_BASE} AS engine-builder
 ARG TRTLLM_VERSION
 # VILA's repository has no releases; pin a commit here for reproducible images.
@@ -109,10 +109,11 @@ RUN git clone https://github.com/Efficient-Large-Model/VILA.git /opt/VILA \
 ARG XCOMPOSER2_FORK_COMMIT=3d5cd357f458e242a34fae9df565bbcdcd6b5ba9
 ADD https://raw.githubusercontent.com/Njuapp/TensorRT-LLM/${XCOMPOSER2_FORK_COMMIT}/examples/multimodal/build_visual_engine.py \
     /opt/internlm-xcomposer2/build_visual_engine.py
-# Our wheel from the wheelhouse; the builder extra's packages (huggingface_hub, openai-whisper) from the index
-# where the base image lacks them (tensorrt_llm and torch are the base image's own).
+# Our wheel from the wheelhouse; the gpu extra's packages (huggingface_hub, openai-whisper) from the index
+# where the base image lacks them (tensorrt_llm and torch are the base image's own). No kopf, no kubernetes
+# client: the builder imports nothing of the operator.
 RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
-    pip install --no-cache-dir --find-links /wheelhouse "mmd-operator[builder]"
+    pip install --no-cache-dir --find-links /wheelhouse "mmd-engine-builder[gpu]"
 ENV HOME=/tmp
 USER 1000:1000
 ENTRYPOINT ["python3", "-m", "engine_builder"]
@@ -120,7 +121,8 @@ ENTRYPOINT ["python3", "-m", "engine_builder"]
 # CPU stand-in of `serving`: the real CPU tritonserver of the nvidia-pytriton wheel at the NGC image's
 # paths, a Python-based `tensorrtllm` backend and, under MODEL_CODE_DIR, one generic model for every
 # model-code directory; each becomes, when loaded, the double of its model for the repository it was
-# assembled into (mmd_operator.cli.triton.doubles.image). mpirun is Open MPI's, as in the NGC image.
+# assembled into (mmd_testbed.triton.doubles.image), from the test bed's wheel. mpirun is Open MPI's, as in
+# the NGC image.
 FROM ${SERVING_CPU_BASE} AS serving-cpu
 ARG MODEL_CODE_DIR
 ENV PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONUNBUFFERED=1
@@ -130,27 +132,28 @@ RUN command -v mpirun || (apt-get update && apt-get install -y --no-install-reco
 RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
     pip install --no-cache-dir --no-index --find-links /wheelhouse \
         "numpy<2" pillow protobuf \
-    && pip install --no-cache-dir --no-index --find-links /wheelhouse --no-deps mmd-operator \
+    && pip install --no-cache-dir --no-index --find-links /wheelhouse --no-deps \
+        mmd-operator mmd-engine-builder mmd-testbed \
     && pip install --no-cache-dir --no-index --find-links /wheelhouse --no-deps --target /opt/pytriton \
         nvidia-pytriton \
-    && python3 -m mmd_operator.cli.triton.doubles.image install \
+    && python3 -m mmd_testbed.triton.doubles.image install \
         --pytriton /opt/pytriton --prefix /opt/tritonserver --model-code-dir ${MODEL_CODE_DIR}
 ENV HOME=/tmp
 USER 1000:1000
 
-# CPU stand-in of `engine-builder`: this package and doubles of the GPU tools at the real image's paths
-# (trtllm-build, huggingface-cli, the example scripts, the XComposer2 recipe, `tensorrt`, openai-whisper's
-# assets). They parse the real tools' command lines and write small files of the real layout.
+# CPU stand-in of `engine-builder`: the builder's distribution and, from the test bed's, doubles of the GPU
+# tools at the real image's paths (trtllm-build, huggingface-cli, the example scripts, the XComposer2 recipe,
+# `tensorrt`, openai-whisper's assets) and the Hub double. They parse the real tools' command lines and
+# write small files of the real layout.
 FROM ${PYTHON_IMAGE} AS engine-builder-cpu
 ARG TRTLLM_VERSION
 ENV PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONUNBUFFERED=1
 # huggingface_hub: the weights download of the trtllm-serve runtime is the real one (against the local
-# cluster's Hub double, which runs from this image too: /opt/doubles/tools/hub.py).
+# cluster's Hub double, which runs from this image too: python3 -m mmd_testbed.build_tools.hub).
 RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
     pip install --no-cache-dir --no-index --find-links /wheelhouse pydantic "numpy<2" "huggingface_hub<1.0" \
-    && pip install --no-cache-dir --no-index --find-links /wheelhouse --no-deps mmd-operator
-COPY tests/engine_builder/doubles/ /opt/doubles/tools/
-RUN chmod 0755 /opt/doubles/tools/*.py && python3 /opt/doubles/tools/toolbox.py --bin /usr/local/bin \
+    && pip install --no-cache-dir --no-index --find-links /wheelhouse --no-deps mmd-engine-builder mmd-testbed \
+    && python3 -m mmd_testbed.build_tools.toolbox --bin /usr/local/bin \
         --examples /opt/tensorrt_llm/examples --pythonpath /opt/doubles/site \
         --xcomposer2 /opt/internlm-xcomposer2/build_visual_engine.py
 # The doubles' tensorrt and whisper packages; the builder records the pinned TensorRT-LLM as assumed.
@@ -161,14 +164,15 @@ ENTRYPOINT ["python3", "-m", "engine_builder"]
 
 # CPU stand-in of `trtllm-serve`: the trtllm-serve double (docs/trtllm-serve-double.md) behind a two-line
 # `trtllm-serve` on PATH, under the same contract: the operator's argv unchanged, uid and gid 1000, a
-# writable $HOME at /home/trtllm-serve, port 8000. It serves a snapshot's config.json, not a model.
+# writable $HOME at /home/trtllm-serve, port 8000. It serves a snapshot's config.json, not a model. From the
+# test bed's wheel, without the rest of the test bed's dependencies.
 FROM ${PYTHON_IMAGE} AS trtllm-serve-cpu
 ENV PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONUNBUFFERED=1
 RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
     pip install --no-cache-dir --no-index --find-links /wheelhouse \
         pydantic pyyaml prometheus-client click pillow soundfile "numpy<2" \
-    && pip install --no-cache-dir --no-index --find-links /wheelhouse --no-deps mmd-operator \
-    && printf '#!/bin/sh\nexec python3 -m mmd_operator.cli.trtllm_serve "$@"\n' >/usr/local/bin/trtllm-serve \
+    && pip install --no-cache-dir --no-index --find-links /wheelhouse --no-deps mmd-testbed \
+    && printf '#!/bin/sh\nexec python3 -m mmd_testbed.trtllm_serve "$@"\n' >/usr/local/bin/trtllm-serve \
     && chmod 0755 /usr/local/bin/trtllm-serve \
     && install -d -o 1000 -g 1000 -m 0755 /home/trtllm-serve
 ENV HOME=/home/trtllm-serve

@@ -3,17 +3,22 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+# The workspace's and the four distributions' pyproject.toml files (see pyproject.toml).
+PYPROJECTS := pyproject.toml operator/pyproject.toml engine_builder/pyproject.toml cli/pyproject.toml \
+	testbed/pyproject.toml
+STAMP := $(VENV)/.installed-$(shell cat $(PYPROJECTS) | sha256sum | cut -c1-12)
 
-.PHONY: venv test lint unit generate demo clean runtime-deps
+.PHONY: venv test lint unit generate demo clean runtime-deps images
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
-	@echo "==> creating virtualenv $(VENV) and installing the project"
+# Every distribution in editable mode, each finding the others here, and the workspace's dev tools.
+$(STAMP): $(PYPROJECTS)
+	@echo "==> creating virtualenv $(VENV) and installing the four distributions (editable)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e ./engine_builder -e ./operator -e './cli[all]' -e ./testbed \
+		--group dev
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -23,10 +28,11 @@ lint: venv
 	$(BIN)/ruff format --check .
 	@echo "==> mypy --strict"
 	$(BIN)/mypy
-	@echo "==> import-linter (layering in DESIGN.md)"
+	@echo "==> import-linter (layering and distributions in docs/architecture.md)"
 	$(BIN)/lint-imports
 	@echo "==> vulture (dead code; tools/lint/dead_code_allowlist.py says what only looks unused)"
-	$(BIN)/vulture operator/mmd_operator engine_builder benchmarks tests scripts tools \
+	$(BIN)/vulture operator/mmd_operator engine_builder/engine_builder cli/mmctl testbed benchmarks tests \
+		scripts tools \
 		--min-confidence 60 --exclude "*/golden/*" \
 		--ignore-names "pytestmark,pytest_*,log_message,finalize" --ignore-decorators "@pytest.fixture,@kopf.on.*"
 
@@ -42,25 +48,19 @@ test: lint runtime-deps triton-server node-deps
 	@echo "==> pytest ($(TEST_WORKERS) workers)"
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
-# The operator's runtime with the base dependencies alone (what the operator image installs).
-RUNTIME_VENV := .venv-runtime
-RUNTIME_STAMP := $(RUNTIME_VENV)/.checked-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
-
-runtime-deps: $(RUNTIME_STAMP)
-
-$(RUNTIME_STAMP): pyproject.toml
-	PYTHON=$(PYTHON) scripts/check-runtime-deps.sh $(RUNTIME_VENV)
-	@touch $@
+# Each distribution installed alone, as its image or its users install it (scripts/check-distributions.sh).
+runtime-deps:
+	PYTHON=$(PYTHON) scripts/check-distributions.sh
 
 # Rewrites every generated file (CRD YAML, golden files); review the diff as behaviour.
 generate: venv
-	$(BIN)/mmctl generate --manifests
+	$(BIN)/python -m tools.generate --manifests
 	$(BIN)/pytest tests/unit -q --update-golden
 
 # The operator's main job on the local control plane; sets everything up itself.
 # ARGS=--keep-cluster leaves the control plane running.
 demo: venv triton-server node-deps
-	scripts/demo.sh $(ARGS)
+	$(BIN)/python -m mmd_testbed.demo $(ARGS)
 
 # A real scale-up and scale-down on real nodes (docs/real-pods.md#autoscaling-under-load): the real-pod tier's
 # cluster with its metrics path (Prometheus, prometheus-adapter), the operator from its chart, a bounded
@@ -71,26 +71,31 @@ autoscale-demo: venv node-deps
 	MMD_AUTOSCALE_DEMO=1 $(BIN)/pytest -s tests/pods/test_autoscaling_under_load.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(RUNTIME_VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-dist-* .mypy_cache .pytest_cache .ruff_cache
+
+# The four real images from the Dockerfile, tagged for REGISTRY (docs/install.md#images); PUSH=1 pushes them,
+# TOOL=buildah builds without Docker. Prints the chart values that point at them.
+images: venv
+	$(BIN)/python -m tools.images --registry $(REGISTRY) $(if $(PUSH),--push) $(if $(TOOL),--tool $(TOOL)) $(ARGS)
 
 # Local Kubernetes control plane (docs/local-cluster.md). The first `cluster-up` builds the binaries
 # from the Go module proxy into $(XDG_CACHE_HOME)/mmd-operator/controlplane/ (about 12 min on 2 cores).
 .PHONY: cluster-build cluster-up cluster-down cluster-status cluster-kubeconfig
 
 cluster-build: venv
-	$(BIN)/mmctl cluster build
+	$(BIN)/python -m mmd_testbed cluster build
 
 cluster-up: venv
-	$(BIN)/mmctl cluster up
+	$(BIN)/python -m mmd_testbed cluster up
 
 cluster-down: venv
-	$(BIN)/mmctl cluster down
+	$(BIN)/python -m mmd_testbed cluster down
 
 cluster-status: venv
-	$(BIN)/mmctl cluster status
+	$(BIN)/python -m mmd_testbed cluster status
 
 cluster-kubeconfig: venv
-	@$(BIN)/mmctl cluster kubeconfig --shell
+	@$(BIN)/python -m mmd_testbed cluster kubeconfig --shell
 
 # What real nodes need from Debian (runc, iptables, ipset, buildah, mmdebstrap, busybox-static); the rest
 # is built from the Go module proxy (docs/real-pods.md).

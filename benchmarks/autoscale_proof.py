@@ -2,7 +2,8 @@
 
 When the load stops it takes them away again; the timeline is recorded as a table and a plot.
 
-Needs the local cluster with real nodes and its metrics path (`mmctl cluster up --real-nodes N --metrics`:
+Needs the local cluster with real nodes and its metrics path
+(`python -m mmd_testbed cluster up --real-nodes N --metrics`:
 Prometheus scrapes the serving pods, prometheus-adapter serves custom.metrics.k8s.io, the controller
 manager's HPA controller reads it every 5 s), the operator from its chart, and a MultimodalDeployment with
 `serving.autoscaling` whose (fake) weights carry the `seconds_per_request` knob: the `tensorrt_llm` double
@@ -45,8 +46,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
-from mmd_operator.cli.triton.client import TritonClient
-from mmd_operator.cli.triton.requests import Tensor, TextRequest, text_request
+from mmctl.triton.client import TritonClient
+from mmctl.triton.requests import Tensor, TextRequest, text_request
 from mmd_operator.knowledge import ModelType, Runtime, knowledge_of
 from mmd_operator.scaling_metrics import SCALING_METRICS, ScalingMetric, source
 

@@ -26,12 +26,12 @@ import numpy as np
 import yaml
 from tqdm import tqdm
 
-from mmd_operator.cli.triton import media
-from mmd_operator.cli.triton.client import TritonClient
-from mmd_operator.cli.triton.localserver import TritonInstall
-from mmd_operator.cli.triton.requests import Tensor, TextRequest, text_request
-from mmd_operator.cli.triton.serving import serve
+from mmctl.triton.client import TritonClient
+from mmctl.triton.requests import Tensor, TextRequest, text_request
 from mmd_operator.plan.resource_plan import plan_resource
+from mmd_testbed.triton import media
+from mmd_testbed.triton.localserver import TritonInstall
+from mmd_testbed.triton.serving import serve
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -71,10 +71,6 @@ from engine_builder.result_format import BuildSucceeded
 from mmd_operator.api import crdgen
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND, EngineSource, MultimodalDeployment
 from mmd_operator.api.validation import InvalidSpecError
-from mmd_operator.cli.localcluster import audit
-from mmd_operator.cli.localcluster.cluster import LocalCluster
-from mmd_operator.cli.localcluster.objects import NodePool
-from mmd_operator.cli.localcluster.processes import free_port
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import decision
 from mmd_operator.desired.serving import repository_size
@@ -87,6 +83,10 @@ from mmd_operator.plan_memory import PlanMemory
 from mmd_operator.status import Findings, RepositoryState, report
 from mmd_operator.status.assessment import endpoints, selector_string
 from mmd_operator.vocabulary import labels, names
+from mmd_testbed.localcluster import audit
+from mmd_testbed.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.objects import NodePool
+from mmd_testbed.localcluster.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

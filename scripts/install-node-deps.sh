@@ -8,7 +8,7 @@
 #   mmdebstrap      makes the Debian base images
 #   busybox-static  the busybox image (volume helper pods, test clients)
 #
-# Everything else a real node runs is built from the Go module proxy (`mmctl cluster build --nodes`).
+# Everything else a real node runs is built from the Go module proxy (`python -m mmd_testbed cluster build --nodes`).
 # Usage: scripts/install-node-deps.sh
 set -euo pipefail
 

@@ -36,7 +36,7 @@ XCOMPOSER2_BACKEND_COMMIT = "76a0d1f53335a9f08b6a750c278651458813948e"
 # The trtllm-serve runtime's triple, pinned together: TensorRT-LLM's release image, the TensorRT-LLM version
 # it ships, and the version whose `trtllm-serve` command line and LlmArgs field names the generated
 # `--config` YAML and argv follow (the facts the trtllm-serve double is built from,
-# operator/mmd_operator/cli/trtllm_serve/trtllm_serve_facts.json, which records its own pinned version).
+# testbed/mmd_testbed/trtllm_serve/trtllm_serve_facts.json, which records its own pinned version).
 SERVE_TRTLLM_VERSION = "1.2.1"
 SERVE_BASE_IMAGE = f"nvcr.io/nvidia/tensorrt-llm/release:{SERVE_TRTLLM_VERSION}"
 # Our serving image for it: SERVE_BASE_IMAGE with nothing of ours added but the image contract

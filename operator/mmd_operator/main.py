@@ -1,6 +1,7 @@
 """The operator process: logging, the metrics endpoint, leader election, and kopf running the handlers.
 
-`python -m mmd_operator` (the operator image) and `mmctl operator` both call `run`. Settings come from
+`python -m mmd_operator` (the operator image's entry point, also run from a checkout) calls `run`.
+Settings come from
 `MMD_*` environment variables (see `config`), the namespaces from the command line or
 `MMD_NAMESPACES`; none means all. One of the two modules that import kopf.
 
@@ -210,7 +211,7 @@ def run(config: OperatorConfig) -> int:
 
 
 def parser(prog: str = "python -m mmd_operator") -> argparse.ArgumentParser:
-    """The operator's command line (also `mmctl operator`)."""
+    """The operator's command line (`python -m mmd_operator`)."""
     command = argparse.ArgumentParser(
         prog=prog,
         description="Run the MultimodalDeployment operator against the current kubeconfig "

@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from mmd_operator.cli.localcluster.binaries import Binaries, ensure_binaries
-from mmd_operator.cli.localcluster.cluster import LocalCluster
-from mmd_operator.cli.localcluster.gitops_check import ensure_gitops_check
-from mmd_operator.cli.localcluster.layout import Layout
 from mmd_operator.config import OperatorConfig
 from mmd_operator.election import Timings
 from mmd_operator.kube.client import user_agent
+from mmd_testbed.localcluster.binaries import Binaries, ensure_binaries
+from mmd_testbed.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.gitops_check import ensure_gitops_check
+from mmd_testbed.localcluster.layout import Layout
 from tests.support.kube import POD_SECURITY, Kube, Resources, Tools, install_crd
 from tests.support.progress import terminal_printer
 
@@ -58,7 +58,7 @@ def binaries() -> Binaries:
 
 @pytest.fixture(scope="session")
 def gitops_check() -> Path:
-    """The kstatus and Argo CD health checker (tools/gitops)."""
+    """The kstatus and Argo CD health checker (testbed/go/gitops)."""
     return ensure_gitops_check(Layout.discover())
 
 
@@ -164,7 +164,7 @@ class OperatorProcess:
 
     def _start(self, timeout: float, ready: tuple[str, ...]) -> str | None:
         """Start the process once; which of `ready` its log said, or None when it exited first."""
-        from mmd_operator.cli.localcluster.processes import free_port
+        from mmd_testbed.localcluster.processes import free_port
 
         self.metrics_port, self.health_port = free_port(), free_port()
         env = {
@@ -322,7 +322,7 @@ def operator_writes_at_rest(audit_log: Path, namespace: str, seconds: float) -> 
     """The operator's writes in `namespace` during `seconds`, once its last writes' echoes settled."""
     from datetime import UTC, datetime
 
-    from mmd_operator.cli.localcluster.audit import write_requests
+    from mmd_testbed.localcluster.audit import write_requests
 
     time.sleep(3)
     since = datetime.now(UTC)

@@ -22,12 +22,12 @@ import yaml
 
 from mmd_operator.api.validation import check_spec
 from mmd_operator.api.warning_rules import spec_warnings
-from mmd_operator.cli import chart
-from mmd_operator.cli.localcluster.audit import write_requests
-from mmd_operator.cli.localcluster.cluster import LocalCluster
-from mmd_operator.cli.localcluster.gitops_check import check
 from mmd_operator.status import SPEC_WARNINGS
+from mmd_testbed.localcluster.audit import write_requests
+from mmd_testbed.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.gitops_check import check
 from tests.support.kube import Kube, Resources, Tools
+from tools import chart
 
 from .conftest import operator_writes_at_rest
 

@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import watch
 
-from mmd_operator.cli.localcluster.audit import requests, write_requests
-from mmd_operator.cli.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.audit import requests, write_requests
+from mmd_testbed.localcluster.cluster import LocalCluster
 from tests.support.kube import Kube
 
 pytestmark = pytest.mark.cluster

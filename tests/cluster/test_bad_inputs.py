@@ -21,8 +21,8 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from mmd_operator.api import v1alpha1
-from mmd_operator.cli.localcluster.objects import NodePool
 from mmd_operator.vocabulary import labels
+from mmd_testbed.localcluster.objects import NodePool
 from tests.support.bad_inputs import (
     AT_ADMISSION,
     CASES,

@@ -16,15 +16,15 @@ from engine_builder.result_format import (
     parse_termination_message,
     termination_message,
 )
-from mmd_operator.cli.localcluster.stages import (
+from mmd_operator.vocabulary import labels
+from mmd_operator.vocabulary.kinds import GPU_RESOURCE
+from mmd_testbed.localcluster.stages import (
     BUILD_DURATION_ANNOTATION,
     DEFAULT_BUILD_DURATION_SECONDS,
     FAULT_EXIT_CODE_ANNOTATION,
     FAULT_LABEL,
     FAULT_MESSAGE_ANNOTATION,
 )
-from mmd_operator.vocabulary import labels
-from mmd_operator.vocabulary.kinds import GPU_RESOURCE
 from tests.support.kube import Kube, restricted
 
 pytestmark = pytest.mark.cluster

@@ -1,4 +1,5 @@
-"""`mmctl cluster` as a person runs it: up (twice), status, a dead component, kubeconfig, down.
+"""The local cluster's command line as a person runs it: up (twice), status, a dead component, kubeconfig,
+down.
 
 This starts a second, one-node cluster of its own in a temporary directory, through the real
 command line, so that killing one of its components cannot disturb the session cluster.
@@ -16,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from mmd_operator.cli.localcluster import processes
-from mmd_operator.cli.localcluster.cluster import COMPONENTS, LocalCluster
+from mmd_testbed.localcluster import processes
+from mmd_testbed.localcluster.cluster import COMPONENTS, LocalCluster
 
 pytestmark = pytest.mark.cluster
 
 
 def _mmctl(state_dir: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mmd_operator.cli.main", "cluster", "--dir", str(state_dir), *args],
+        [sys.executable, "-m", "mmd_testbed", "cluster", "--dir", str(state_dir), *args],
         capture_output=True,
         text=True,
         timeout=timeout,

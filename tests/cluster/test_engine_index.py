@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 
 from engine_builder.result_format import BuildFailed, BuildSucceeded, termination_message
-from mmd_operator.cli.localcluster.stages import (
-    FAULT_EXIT_CODE_ANNOTATION,
-    FAULT_LABEL,
-    FAULT_MESSAGE_ANNOTATION,
-)
 from mmd_operator.judgement.engine import pod_result
 from mmd_operator.kube import object_facts
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.kube.engine_index import EngineIndex, record_build
 from mmd_operator.vocabulary import names
+from mmd_testbed.localcluster.stages import (
+    FAULT_EXIT_CODE_ANNOTATION,
+    FAULT_LABEL,
+    FAULT_MESSAGE_ANNOTATION,
+)
 from tests.support.builds import summary
 from tests.support.kube import Kube, restricted
 

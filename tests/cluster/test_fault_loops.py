@@ -25,19 +25,19 @@ import yaml
 from kubernetes import client as k8s
 
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND
-from mmd_operator.cli.localcluster.audit import requests, write_requests
-from mmd_operator.cli.localcluster.cluster import LocalCluster
-from mmd_operator.cli.localcluster.objects import NODE_ANNOTATION, NodePool, gpu_node
-from mmd_operator.cli.localcluster.stages import (
-    FAULT_EXIT_CODE_ANNOTATION,
-    FAULT_LABEL,
-    FAULT_MESSAGE_ANNOTATION,
-)
 from mmd_operator.config import DEFAULT_CLAIM, OperatorConfig
 from mmd_operator.controller import Controller
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.vocabulary import labels
+from mmd_testbed.localcluster.audit import requests, write_requests
+from mmd_testbed.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.objects import NODE_ANNOTATION, NodePool, gpu_node
+from mmd_testbed.localcluster.stages import (
+    FAULT_EXIT_CODE_ANNOTATION,
+    FAULT_LABEL,
+    FAULT_MESSAGE_ANNOTATION,
+)
 from tests.support import consistency
 from tests.support.kube import Kube, Resources, Tools
 

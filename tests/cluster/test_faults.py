@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mmd_operator.cli.localcluster.stages import (
+from mmd_testbed.localcluster.stages import (
     FAULT_EXIT_CODE_ANNOTATION,
     FAULT_LABEL,
     FAULT_MESSAGE_ANNOTATION,

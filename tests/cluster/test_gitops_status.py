@@ -4,7 +4,7 @@ Resources are applied with `kubectl apply --server-side` from files, as a GitOps
 repository, and driven through every phase (Pending, Building, Downloading, Deploying, Ready, Degraded,
 Failed) and through the moments the operator has not yet seen a generation. Every status the API server
 sends to a watch is kept; each distinct one is judged by Flux's kstatus library and by the Argo CD health
-check in gitops/argocd/health.lua run in gopher-lua (tools/gitops). Then, with everything settled, a
+check in gitops/argocd/health.lua run in gopher-lua (testbed/go/gitops). Then, with everything settled, a
 server-side dry-run of each original file must change nothing: the operator never writes into what the
 user owns.
 """
@@ -22,8 +22,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import watch
 
-from mmd_operator.cli.localcluster.gitops_check import check
-from mmd_operator.cli.localcluster.stages import BUILD_DURATION_ANNOTATION, FAULT_LABEL
+from mmd_testbed.localcluster.gitops_check import check
+from mmd_testbed.localcluster.stages import BUILD_DURATION_ANNOTATION, FAULT_LABEL
 from tests.support.kube import Kube, Resources, Tools
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]

@@ -2,7 +2,8 @@
 least privilege proven by running the operator on nothing but the chart's ServiceAccount token.
 
 Helm and kubectl are the binaries of the local control plane's cache; the operator runs as a process
-(`mmctl operator`, the image's entry point) with a kubeconfig holding only a token minted for the chart's
+(`python -m mmd_operator`, the image's entry point) with a kubeconfig holding only a token minted for
+the chart's
 ServiceAccount, so every request it makes is judged by the chart's roles. The session's own operator
 (cluster-admin) is stopped meanwhile, so no other controller does the work.
 """
@@ -24,10 +25,10 @@ from kubernetes import client as k8s
 
 from mmd_operator import __version__
 from mmd_operator.api import crdgen
-from mmd_operator.cli import chart
-from mmd_operator.cli.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.cluster import LocalCluster
 from tests.support.examples import serving_deployment
 from tests.support.kube import Kube, Resources, Tools
+from tools import chart
 
 from .conftest import OperatorProcess
 
@@ -367,7 +368,7 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
         kubeconfig,
         tmp_path / "operator.log",
         namespaces=(namespace,) if mode == "namespaced" else (),
-        command=(str(Path(sys.executable).with_name("mmctl")), "operator"),
+        command=(sys.executable, "-m", "mmd_operator"),
         # As the chart's pod runs it: electing a leader on the chart's Lease, by the chart's Role.
         MMD_LEADER_ELECTION="true",
         MMD_LEASE_NAME=account,

@@ -27,12 +27,12 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from mmd_operator.cli.localcluster.audit import requests, write_requests
-from mmd_operator.cli.localcluster.cluster import LocalCluster
 from mmd_operator.election import Timings
 from mmd_operator.kube.client import KubeClient, user_agent
 from mmd_operator.kube.lease import Leases
 from mmd_operator.leadership import LeaderElector, Outcome
+from mmd_testbed.localcluster.audit import requests, write_requests
+from mmd_testbed.localcluster.cluster import LocalCluster
 from tests.support.kube import Kube, Resources
 from tests.support.partition import Relay
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from mmd_operator.cli.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.cluster import LocalCluster
 from tests.support.kube import Kube, Resources, read_or_none
 
 from .conftest import operator_writes_at_rest

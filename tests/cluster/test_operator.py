@@ -19,7 +19,7 @@ import yaml
 
 from engine_builder.result_format import BuildFailed, termination_message
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND
-from mmd_operator.cli.localcluster.stages import FAULT_LABEL, FAULT_MESSAGE_ANNOTATION
+from mmd_testbed.localcluster.stages import FAULT_LABEL, FAULT_MESSAGE_ANNOTATION
 from tests.support.kube import Kube, Resources, Tools
 
 from .conftest import OperatorProcess, operator_writes_at_rest

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
-from mmd_operator.cli.localcluster.cluster import LocalCluster
-from mmd_operator.cli.localcluster.objects import NodePool
-from mmd_operator.cli.localcluster.stages import STORAGE_CLASS
-from mmd_operator.cli.preflight import Finding, Severity, preflight
+from mmctl.preflight import Finding, Severity, preflight
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.plan.resource_plan import plan_resource
+from mmd_testbed.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.objects import NodePool
+from mmd_testbed.localcluster.stages import STORAGE_CLASS
 from tests.support.kube import Kube, Tools
 from tests.support.nodes import extra_gpu_nodes
 
@@ -222,7 +222,7 @@ def test_mmctl_validate_cluster_runs_the_preflight_over_a_directory(
     (tmp_path / "apps").mkdir()
     (tmp_path / "apps" / "mllama.yaml").write_text((ROOT / "examples" / "mllama.yaml").read_text())
     (tmp_path / "apps" / "whisper.yaml").write_text((ROOT / "examples" / "whisper.yaml").read_text())
-    mmctl = [sys.executable, "-m", "mmd_operator.cli.main"]
+    mmctl = [sys.executable, "-m", "mmctl.main"]
     command = [*mmctl, "validate", "--cluster", "-n", namespace, "-f", str(tmp_path / "apps")]
     env = tools.env
     text = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)

@@ -20,11 +20,11 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-from mmd_operator.cli.localcluster.cluster import LocalCluster
-from mmd_operator.cli.localcluster.objects import NodePool
 from mmd_operator.kube import nodes as node_directory
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.kube.nodes import NodeDirectory
+from mmd_testbed.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.objects import NodePool
 from tests.support.kube import Kube, Resources, Tools, new_namespace
 from tests.support.nodes import extra_gpu_nodes
 
@@ -77,7 +77,7 @@ def confined_operator(
         kubeconfig,
         tmp_path / "operator.log",
         namespaces=(namespace,),
-        command=(str(Path(sys.executable).with_name("mmctl")), "operator"),
+        command=(sys.executable, "-m", "mmd_operator"),
     )
     try:
         taint = {"key": RESERVED_KEY, "value": "true", "effect": "NoSchedule"}

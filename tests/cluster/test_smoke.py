@@ -10,8 +10,8 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from mmd_operator.cli.localcluster.binaries import Binaries
 from mmd_operator.vocabulary.kinds import GPU_RESOURCE
+from mmd_testbed.localcluster.binaries import Binaries
 from tests.support.kube import Kube, Tools, restricted
 
 pytestmark = pytest.mark.cluster

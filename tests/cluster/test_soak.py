@@ -21,9 +21,9 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from mmd_operator.cli.localcluster.cluster import LocalCluster
-from mmd_operator.cli.localcluster.objects import NodePool, gpu_node
-from mmd_operator.cli.localcluster.stages import FAULT_LABEL
+from mmd_testbed.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.objects import NodePool, gpu_node
+from mmd_testbed.localcluster.stages import FAULT_LABEL
 from tests.support.kube import Kube, Resources
 
 from .conftest import OperatorProcess

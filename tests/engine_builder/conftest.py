@@ -19,13 +19,14 @@ import pytest
 
 from engine_builder import versions
 from engine_builder.__main__ import main
-from tests.engine_builder.doubles.toolbox import install as install_toolbox
-from tests.engine_builder.doubles.trtllm_tools import write_lora_adapter, write_model_repo
+from mmd_testbed import build_tools
+from mmd_testbed.build_tools.toolbox import install as install_toolbox
+from mmd_testbed.build_tools.trtllm_tools import write_lora_adapter, write_model_repo
 from tests.support.examples import EXAMPLE_PATHS, plan_example
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = [path.stem for path in EXAMPLE_PATHS]
-DOUBLES = Path(__file__).resolve().parent / "doubles"
+DOUBLES = Path(build_tools.__file__).resolve().parent
 SOURCES_MOUNT = "/sources"
 
 _rendered: dict[str, dict[str, Any]] = {}

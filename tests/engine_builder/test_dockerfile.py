@@ -75,7 +75,9 @@ def test_the_engine_builder_image_is_the_pinned_serving_image_with_the_pinned_te
     recipe = f"https://raw.githubusercontent.com/{versions.XCOMPOSER2_FORK_REPOSITORY}/"
     recipe += f"{versions.XCOMPOSER2_FORK_COMMIT}/examples/multimodal/build_visual_engine.py"
     assert [recipe, versions.XCOMPOSER2_VISION_BUILDER] in added
-    assert '--find-links /wheelhouse "mmd-operator[builder]"' in run
+    # The builder's distribution with its GPU extra, and nothing of the operator's, mmctl's or the test bed's.
+    assert '--find-links /wheelhouse "mmd-engine-builder[gpu]"' in run
+    assert not any(name in run for name in ("mmd-operator", "mmctl", "mmd-testbed", "mmd_testbed"))
     assert builder[-1] == ("ENTRYPOINT", json.dumps(["python3", "-m", "engine_builder"]))
 
 
@@ -105,9 +107,10 @@ def test_the_operator_image_is_slim_python_running_the_operator_as_a_non_root_us
     assert user.split(":")[0] not in ("0", "root")
     entrypoint = json.loads(next(args for instruction, args in operator if instruction == "ENTRYPOINT"))
     assert entrypoint == ["python", "-m", "mmd_operator"]
-    # The runtime only: the cli extra would pull in the Triton client, numpy and the rest.
+    # The operator's distribution only (with the builder's formats): no extra, no mmctl, no test bed.
     run = " ".join(args for instruction, args in operator if instruction == "RUN")
     assert "--no-index --find-links /wheelhouse mmd-operator" in run and "[" not in run
+    assert not any(name in run for name in ("mmctl", "mmd-testbed", "mmd_testbed"))
 
 
 def test_the_serving_image_carries_the_model_code_where_the_operator_looks_for_it() -> None:
@@ -136,10 +139,12 @@ def test_the_serving_image_carries_the_model_code_where_the_operator_looks_for_i
     assert versions.SERVING_IMAGE.endswith(f"-trtllm{versions.TRTLLM_VERSION}")
 
 
-def test_the_build_context_holds_the_wheelhouse_and_the_build_tools_doubles_only() -> None:
+def test_the_build_context_holds_the_wheelhouse_only() -> None:
     lines = (REPO / ".dockerignore").read_text().splitlines()
     kept = sorted(line[1:].rstrip("/") for line in lines if line.startswith("!"))
-    assert kept == ["tests/engine_builder/doubles", "wheelhouse"]
+    # The doubles the CPU stand-ins run come in the test bed's wheel: nothing under tests/ or testbed/.
+    assert kept == ["wheelhouse"]
+    assert not any("tests/" in line or "testbed/" in line for line in lines)
     assert "*" in lines
     _, named = stages()
     copied = {
@@ -149,7 +154,7 @@ def test_the_build_context_holds_the_wheelhouse_and_the_build_tools_doubles_only
         if instruction == "COPY" and not args.startswith("--from")
         for path in args.split()[:-1]
     }
-    assert copied == set(kept)
+    assert copied == {"wheelhouse"}
     # Package installs read the wheelhouse through a mount, so it never becomes a layer of an image.
     assert named["wheelhouse"] == [("FROM", "scratch"), ("COPY", "wheelhouse/ /")]
 
@@ -215,10 +220,10 @@ def test_the_cpu_trtllm_serve_runs_the_double_as_trtllm_serve_on_the_path() -> N
     _, named = stages()
     serve = named["trtllm-serve-cpu"]
     run = " ".join(args for instruction, args in serve if instruction == "RUN")
-    shim = "printf '#!/bin/sh\\nexec python3 -m mmd_operator.cli.trtllm_serve \"$@\"\\n' "
+    shim = "printf '#!/bin/sh\\nexec python3 -m mmd_testbed.trtllm_serve \"$@\"\\n' "
     shim += ">/usr/local/bin/trtllm-serve"
     assert shim in run and "chmod 0755 /usr/local/bin/trtllm-serve" in run
-    assert importlib.util.find_spec("mmd_operator.cli.trtllm_serve.__main__") is not None
+    assert importlib.util.find_spec("mmd_testbed.trtllm_serve.__main__") is not None
     # The double's own imports, from the wheelhouse (the package itself is installed without dependencies).
     for package in ("pydantic", "pyyaml", "prometheus-client", "click", "pillow", "soundfile"):
         assert f" {package} " in run

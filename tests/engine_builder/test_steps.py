@@ -6,8 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.engine_builder.doubles.toolbox import write_whisper_package
-from tests.engine_builder.doubles.trtllm_tools import write_model_repo
+from mmd_testbed import build_tools
+from mmd_testbed.build_tools.toolbox import write_whisper_package
+from mmd_testbed.build_tools.trtllm_tools import write_model_repo
 
 
 def steps(*args: str, pythonpath: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -91,7 +92,7 @@ def test_whisper_assets_fail_clearly_without_the_package_or_with_the_wrong_one(t
     assert result.stderr.endswith("mel_filters.npz lacks ['mel_128.npy']\n")
 
 
-DOUBLES = Path(__file__).resolve().parent / "doubles"
+DOUBLES = Path(build_tools.__file__).resolve().parent
 
 
 def _vision_step(

@@ -29,7 +29,8 @@ from engine_builder.weights_format import (
     snapshot_directory,
     weights_key,
 )
-from tests.engine_builder.doubles.hub import Hub, HubServer, Repository, commit_of
+from mmd_testbed import build_tools
+from mmd_testbed.build_tools.hub import Hub, HubServer, Repository, commit_of
 
 REPO = "Qwen/Qwen2.5-VL-3B-Instruct"
 GATED = "google/gemma-3-4b-it"
@@ -242,8 +243,8 @@ def test_a_plan_whose_key_is_not_its_revisions_is_refused(tmp_path: Path) -> Non
 
 def test_the_hub_program_serves_a_directory_as_a_repository_whose_main_downloads(tmp_path: Path) -> None:
     """`hub.py --repository REPO=DIR`, as the local cluster's Hub pod runs it from a mounted ConfigMap."""
-    from mmd_operator.cli.localcluster import hub as local_hub
     from mmd_operator.knowledge import ModelType
+    from mmd_testbed.localcluster import hub as local_hub
     from tests.trtllm_serve.double import free_port
 
     snapshot = tmp_path / "configmap"
@@ -253,7 +254,7 @@ def test_the_hub_program_serves_a_directory_as_a_repository_whose_main_downloads
         (snapshot / name).write_bytes(content)
     (snapshot / "..data").mkdir()  # a ConfigMap volume's own entry: not a file of the repository
     port = free_port()
-    program = Path(__file__).parent / "doubles" / "hub.py"
+    program = Path(build_tools.__file__).parent / "hub.py"
     server = subprocess.Popen(
         [sys.executable, str(program), "--port", str(port), "--repository", f"{REPO}={snapshot}"],
         stdout=subprocess.PIPE,

@@ -1,6 +1,6 @@
 """The GitOps tier: objects judged by the real kstatus library and an Argo CD style Lua health check.
 
-The checker (tools/gitops) is built, or found in the cache, right after collection, outside any test,
+The checker (testbed/go/gitops) is built, or found in the cache, right after collection, outside any test,
 so the per-test timeout does not count a cold build.
 """
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mmd_operator.cli.localcluster.gitops_check import ensure_gitops_check
-from mmd_operator.cli.localcluster.layout import Layout
+from mmd_testbed.localcluster.gitops_check import ensure_gitops_check
+from mmd_testbed.localcluster.layout import Layout
 from tests.support.progress import terminal_printer
 
 _GITOPS_DIR = Path(__file__).parent

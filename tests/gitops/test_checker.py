@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mmd_operator.cli.localcluster.gitops_check import Verdict, check
+from mmd_testbed.localcluster.gitops_check import Verdict, check
 
 # An Argo CD custom health check of the kind a user would put in argocd-cm for our resource.
 HEALTH_LUA = """

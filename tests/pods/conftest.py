@@ -24,14 +24,15 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from mmd_operator.cli.localcluster import hub, images, realnodes
-from mmd_operator.cli.localcluster.binaries import ensure_binaries
-from mmd_operator.cli.localcluster.cluster import REAL_NODE_PREFIX, LocalCluster
-from mmd_operator.cli.localcluster.layout import Layout
-from mmd_operator.cli.localcluster.nodebinaries import ensure_node_binaries
-from mmd_operator.cli.localcluster.objects import NodePool
+from mmd_testbed.localcluster import hub, images, realnodes
+from mmd_testbed.localcluster.binaries import ensure_binaries
+from mmd_testbed.localcluster.cluster import REAL_NODE_PREFIX, LocalCluster
+from mmd_testbed.localcluster.layout import Layout
+from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
+from mmd_testbed.localcluster.objects import NodePool
 from tests.support.kube import POD_SECURITY, Kube, Resources, Tools, new_namespace
 from tests.support.progress import terminal_printer
+from tools.images import chart_values
 
 _TIER = Path(__file__).parent
 REPO = _TIER.parents[1]
@@ -130,9 +131,7 @@ def operator_release(
     """The chart installed as a user would (`helm install --wait`), pointed at the local images and Hub."""
     kube.core.create_namespace({"metadata": {"name": OPERATOR_NAMESPACE, "labels": POD_SECURITY}})
     references = {target: image.name for target, image in built_images.items()}
-    values = [
-        argument for value in images.chart_values(references, hub.ENDPOINT) for argument in ("--set", value)
-    ]
+    values = [argument for value in chart_values(references, hub.ENDPOINT) for argument in ("--set", value)]
     tools.run(
         "helm", "install", "mmd-operator", str(CHART), "-n", OPERATOR_NAMESPACE, *values,
         # Tests fix and create things within seconds; look again that soon.

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from benchmarks.autoscale_proof import ProofSettings, resource_document, run_proof, weights_on_a_claim
-from mmd_operator.cli.localcluster.cluster import LocalCluster
 from mmd_operator.scaling_metrics import ScalingMetric
-from tests.engine_builder.doubles.trtllm_tools import write_model_repo
+from mmd_testbed.build_tools.trtllm_tools import write_model_repo
+from mmd_testbed.localcluster.cluster import LocalCluster
 from tests.support.kube import Kube, Resources
 from tests.support.pods import service_ip
 

@@ -1,4 +1,5 @@
-"""`mmctl cluster up` with real nodes refuses a host or a directory that cannot run them, naming the cause,
+"""`python -m mmd_testbed cluster up` with real nodes refuses a host or a directory that cannot run them,
+naming the cause,
 and a node that dies while starting fails `up` with its log and leaves nothing behind.
 
 Each node has its own network namespace and the cluster picks a free /16 and free ports, so node ports
@@ -20,13 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from mmd_operator.cli.localcluster import network, realnodes
-from mmd_operator.cli.localcluster.cluster import REAL_NODE_PREFIX, LocalCluster
-from mmd_operator.cli.localcluster.objects import NodePool
-from mmd_operator.cli.localcluster.realnodes import NodeStartError
+from mmd_testbed.localcluster import network, realnodes
+from mmd_testbed.localcluster.cluster import REAL_NODE_PREFIX, LocalCluster
+from mmd_testbed.localcluster.objects import NodePool
+from mmd_testbed.localcluster.realnodes import NodeStartError
 
 pytestmark = pytest.mark.pods
-MMCTL = Path(sys.executable).parent / "mmctl"
 
 
 def leftovers(state_dir: Path, index: int | None) -> list[str]:
@@ -67,7 +67,19 @@ def short_dir() -> Iterator[Path]:
 def test_up_refuses_a_host_without_runc_before_starting_anything(short_dir: Path) -> None:
     tmp_path = short_dir
     result = subprocess.run(
-        [str(MMCTL), "cluster", "--dir", str(tmp_path), "up", "--nodes", "0", "--real-nodes", "1"],
+        [
+            sys.executable,
+            "-m",
+            "mmd_testbed",
+            "cluster",
+            "--dir",
+            str(tmp_path),
+            "up",
+            "--nodes",
+            "0",
+            "--real-nodes",
+            "1",
+        ],
         env={**os.environ, "MMD_RUNC": "/nonexistent/runc"},
         capture_output=True,
         text=True,
@@ -76,7 +88,7 @@ def test_up_refuses_a_host_without_runc_before_starting_anything(short_dir: Path
     )
     assert result.returncode == 1
     assert result.stderr.startswith(
-        "mmctl cluster up: cannot start real nodes: missing on the host: runc "
+        "python -m mmd_testbed cluster up: cannot start real nodes: missing on the host: runc "
     ), result.stderr
     assert "Debian package runc" in result.stderr and "make node-deps" in result.stderr
     assert not (tmp_path / "state.json").exists()

@@ -5,7 +5,7 @@ Faults are what a node would see: a hung tritonserver is SIGSTOPped (its health 
 so the kubelet's probes time out), a builder is SIGKILLed (as the OOM killer does), both from this host,
 which is the nodes' kernel. Slowness is a property of the (fake) weights: a model on a claim whose
 `config.json` carries `mmd_double` knobs makes the build doubles slower per tool and the engine double
-slower to load (tests/engine_builder/doubles/trtllm_tools.py, mmd_operator.cli.triton.doubles.image).
+slower to load (testbed/mmd_testbed/build_tools/trtllm_tools.py, mmd_testbed.triton.doubles.image).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from kubernetes import client as k8s
 from PIL import Image
 
 from mmd_operator.vocabulary import labels
-from tests.engine_builder.doubles.trtllm_tools import write_model_repo
+from mmd_testbed.build_tools.trtllm_tools import write_model_repo
 from tests.support.kube import Kube, Resources, Tools, new_namespace
 from tests.support.pods import (
     container_processes,

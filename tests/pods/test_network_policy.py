@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from mmd_operator.cli.localcluster import addons
-from mmd_operator.cli.localcluster.layout import Layout
-from mmd_operator.cli.localcluster.nodebinaries import ensure_node_binaries
+from mmd_testbed.localcluster import addons
+from mmd_testbed.localcluster.layout import Layout
+from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
 from tests.support.kube import POD_SECURITY, Kube, Resources, Tools
 from tests.support.pods import client_pod, example, http_get, pod_connects, serving_pods, web_pod
 

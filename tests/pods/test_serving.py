@@ -17,9 +17,9 @@ import pytest
 from PIL import Image
 
 from engine_builder.result_format import BuildSucceeded, parse_termination_message
-from mmd_operator.cli.localcluster import addons
-from mmd_operator.cli.localcluster.layout import Layout
-from mmd_operator.cli.localcluster.nodebinaries import ensure_node_binaries
+from mmd_testbed.localcluster import addons
+from mmd_testbed.localcluster.layout import Layout
+from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
 from tests.support.kube import Kube, Resources, Tools
 from tests.support.pods import (
     client_pod,

@@ -23,10 +23,10 @@ import pytest
 from PIL import Image
 
 from engine_builder.weights_format import DownloadSucceeded, parse_termination_message, snapshot_directory
-from mmd_operator.cli.localcluster import addons, hub
-from mmd_operator.cli.localcluster.layout import Layout
-from mmd_operator.cli.localcluster.nodebinaries import ensure_node_binaries
 from mmd_operator.knowledge import ModelType
+from mmd_testbed.localcluster import addons, hub
+from mmd_testbed.localcluster.layout import Layout
+from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
 from tests.support.kube import Kube, Resources, Tools
 from tests.support.pods import (
     client_pod,
@@ -163,9 +163,9 @@ def test_qwen2_5_vl_downloads_once_in_a_real_pod_and_answers_openai_chat_through
         shell
     )
     argvs = [process.argv for process in container_processes(pod.metadata.uid)]
-    assert any(
-        argv[1:3] == ["-m", "mmd_operator.cli.trtllm_serve"] and "--backend" in argv for argv in argvs
-    ), argvs
+    assert any(argv[1:3] == ["-m", "mmd_testbed.trtllm_serve"] and "--backend" in argv for argv in argvs), (
+        argvs
+    )
     # The kubelet's probes reached /health for real.
     server_log = tools.run("kubectl", "logs", "-n", namespace, pod.metadata.name).stdout
     assert '"GET /health HTTP/1.1" 200' in server_log, server_log[-2000:]

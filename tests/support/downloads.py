@@ -8,7 +8,7 @@ import hashlib
 from typing import Any
 
 from engine_builder.weights_format import DownloadFailed, DownloadSucceeded, termination_message, weights_key
-from mmd_operator.cli.localcluster.stages import (
+from mmd_testbed.localcluster.stages import (
     FAULT_EXIT_CODE_ANNOTATION,
     FAULT_LABEL,
     FAULT_MESSAGE_ANNOTATION,

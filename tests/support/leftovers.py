@@ -12,7 +12,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from mmd_operator.cli.localcluster.nodes import unmount_all
+from mmd_testbed.localcluster.nodes import unmount_all
 
 
 def _session_is_dead(numbered_directory: Path) -> bool:

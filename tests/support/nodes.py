@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from mmd_operator.cli.localcluster.objects import NodePool, gpu_node
+from mmd_testbed.localcluster.objects import NodePool, gpu_node
 from tests.support.kube import Kube
 
 

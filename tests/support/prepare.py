@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import sys
 
-from mmd_operator.cli.localcluster import images, realnodes
-from mmd_operator.cli.localcluster.binaries import ensure_binaries
-from mmd_operator.cli.localcluster.gitops_check import ensure_gitops_check
-from mmd_operator.cli.localcluster.layout import Layout
-from mmd_operator.cli.localcluster.nodebinaries import ensure_node_binaries
+from mmd_testbed.localcluster import images, realnodes
+from mmd_testbed.localcluster.binaries import ensure_binaries
+from mmd_testbed.localcluster.gitops_check import ensure_gitops_check
+from mmd_testbed.localcluster.layout import Layout
+from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
 
 
 def main() -> int:

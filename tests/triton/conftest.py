@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mmd_operator.cli.triton.localserver import TritonInstall, TritonNotInstalledError
+from mmd_testbed.triton.localserver import TritonInstall, TritonNotInstalledError
 from tests.support.file_host import serving_directory
 from tests.support.progress import terminal_printer
 from tests.triton.serving import EXAMPLES

@@ -17,8 +17,8 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
-from mmd_operator.cli.triton.requests import Tensor
-from mmd_operator.cli.triton.serving import Served
+from mmctl.triton.requests import Tensor
+from mmd_testbed.triton.serving import Served
 
 TIMEOUT = 60.0
 

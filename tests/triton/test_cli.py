@@ -10,11 +10,11 @@ import jiwer
 import numpy as np
 import pytest
 
-from mmd_operator.cli.main import main
-from mmd_operator.cli.triton import media
-from mmd_operator.cli.triton.doubles import codec
-from mmd_operator.cli.triton.localserver import TritonInstall, free_ports
-from mmd_operator.cli.triton.serving import Served, serve
+from mmctl.main import main
+from mmd_testbed.triton import media
+from mmd_testbed.triton.doubles import codec
+from mmd_testbed.triton.localserver import TritonInstall, free_ports
+from mmd_testbed.triton.serving import Served, serve
 from tests.triton.serving import load_example, load_example_with_urls
 
 

@@ -15,12 +15,8 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
-from mmd_operator.cli.triton import media
-from mmd_operator.cli.triton.client import ServerError
-from mmd_operator.cli.triton.doubles import codec
-from mmd_operator.cli.triton.doubles.repository import contract_of
-from mmd_operator.cli.triton.localserver import TritonInstall
-from mmd_operator.cli.triton.requests import (
+from mmctl.triton.client import ServerError
+from mmctl.triton.requests import (
     IMAGE_GEOMETRY,
     RequestError,
     Sampling,
@@ -30,9 +26,13 @@ from mmd_operator.cli.triton.requests import (
     load_audio,
     text_request,
 )
-from mmd_operator.cli.triton.serving import Served, serve
 from mmd_operator.knowledge import ImageInput, ModelKnowledge, ModelType, RepositoryLayout
 from mmd_operator.plan.repository_check import check_ensemble, parse_repository
+from mmd_testbed.triton import media
+from mmd_testbed.triton.doubles import codec
+from mmd_testbed.triton.doubles.repository import contract_of
+from mmd_testbed.triton.localserver import TritonInstall
+from mmd_testbed.triton.serving import Served, serve
 from tests.triton.conftest import EXAMPLE_NAMES
 from tests.triton.reference import grpc_results
 from tests.triton.serving import load_example, load_example_with_urls

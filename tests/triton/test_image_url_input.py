@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmd_operator.cli.main import main
-from mmd_operator.cli.triton import media
-from mmd_operator.cli.triton.client import ServerError
-from mmd_operator.cli.triton.doubles import codec
-from mmd_operator.cli.triton.localserver import TritonInstall
-from mmd_operator.cli.triton.requests import Tensor, TextRequest, text_request
-from mmd_operator.cli.triton.serving import Served, serve
+from mmctl.main import main
+from mmctl.triton.client import ServerError
+from mmctl.triton.requests import Tensor, TextRequest, text_request
+from mmd_testbed.triton import media
+from mmd_testbed.triton.doubles import codec
+from mmd_testbed.triton.localserver import TritonInstall
+from mmd_testbed.triton.serving import Served, serve
 from tests.triton.serving import load_example
 
 NAME = "llava_onevision"

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from mmd_operator.cli.triton.doubles import codec
-from mmd_operator.cli.triton.localserver import TritonInstall
-from mmd_operator.cli.triton.serving import Served, serve
+from mmd_testbed.triton.doubles import codec
+from mmd_testbed.triton.localserver import TritonInstall
+from mmd_testbed.triton.serving import Served, serve
 from tests.triton.reference import multimodal_client, whisper_transcript
 from tests.triton.serving import load_example
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mmd_operator.cli.triton.doubles import codec
-from mmd_operator.cli.triton.localserver import TritonInstall
-from mmd_operator.cli.triton.serving import serve
+from mmd_testbed.triton.doubles import codec
+from mmd_testbed.triton.localserver import TritonInstall
+from mmd_testbed.triton.serving import serve
 from tests.triton.serving import load_example
 from tests.triton.test_conformance import ask, image_request
 

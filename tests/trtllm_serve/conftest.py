@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mmd_operator.cli.triton import media
+from mmd_testbed.triton import media
 from tests.support.file_host import serving_directory
 from tests.trtllm_serve.double import Double, model_dir, start
 

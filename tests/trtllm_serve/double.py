@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-MODULE = "mmd_operator.cli.trtllm_serve"
+MODULE = "mmd_testbed.trtllm_serve"
 START_TIMEOUT_SECONDS = 20.0
 CALL_TIMEOUT_SECONDS = 20.0
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from mmd_operator.cli.trtllm_serve import cli
-from mmd_operator.cli.trtllm_serve.facts import load
+from mmd_testbed.trtllm_serve import cli
+from mmd_testbed.trtllm_serve.facts import load
 from tests.trtllm_serve.double import free_port, model_dir, run_cli
 
 USAGE = 2

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from mmd_operator.cli.trtllm_serve import cli
-from mmd_operator.cli.trtllm_serve.facts import load
+from mmd_testbed.trtllm_serve import cli
+from mmd_testbed.trtllm_serve.facts import load
 from tests.trtllm_serve.double import run_cli
 
 FAILED = 1
@@ -63,7 +63,7 @@ def test_a_missing_config_file_is_refused_by_the_program(qwen_dir: Path, tmp_pat
 
 def test_a_known_config_is_taken_with_build_config_dropped(qwen_dir: Path, tmp_path: Path) -> None:
     """Every nested class, keys from the facts, build_config (dropped for PyTorch): the double starts."""
-    from mmd_operator.cli.trtllm_serve import config as config_module
+    from mmd_testbed.trtllm_serve import config as config_module
 
     facts = load().llm_args
     text = "build_config:\n  max_batch_size: 4\n_mpi_session: null\n" + "".join(

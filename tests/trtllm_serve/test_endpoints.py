@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageStat
 
-from mmd_operator.cli.trtllm_serve.facts import load
+from mmd_testbed.trtllm_serve.facts import load
 from tests.trtllm_serve.double import Double, call, chat_request, model_dir, sse_events, start
 
 

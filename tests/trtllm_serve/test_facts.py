@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 from pydantic import BaseModel
 
-from mmd_operator.cli.trtllm_serve import cli, config, server
-from mmd_operator.cli.trtllm_serve.facts import load
+from mmd_testbed.trtllm_serve import cli, config, server
+from mmd_testbed.trtllm_serve.facts import load
 from tools.trtllm_serve import extract_facts
 
 FACTS = load()

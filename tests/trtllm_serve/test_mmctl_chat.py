@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mmd_operator.cli import main
+from mmctl import main
 from tests.trtllm_serve.double import Double
 
 FAILED = 1
@@ -19,7 +19,7 @@ FAILED = 1
 
 def _mmctl_chat(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mmd_operator.cli.main", "chat", *args],
+        [sys.executable, "-m", "mmctl.main", "chat", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -2,9 +2,11 @@ import argparse
 import subprocess
 import sys
 
-from mmd_operator.cli import main
+import pytest
 
-SUBCOMMANDS = {"render", "validate", "generate", "cluster", "images", "operator", "infer", "eval-asr", "chat"}
+from mmctl import main
+
+SUBCOMMANDS = {"render", "validate", "infer", "eval-asr", "chat"}
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -12,26 +14,46 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
     return dict(actions[0].choices) if actions else {}
 
 
-def _without_handler(parser: argparse.ArgumentParser, path: str) -> list[str]:
-    nested = _subcommands(parser)
-    if not nested:
-        return [] if parser.get_default("handler") is not None else [path]
-    return [gap for name, child in nested.items() for gap in _without_handler(child, f"{path} {name}")]
+def test_the_users_commands_are_listed_and_nothing_else() -> None:
+    assert set(_subcommands(main.build_parser())) == SUBCOMMANDS
 
 
-def test_every_subcommand_is_registered_and_runs_a_handler() -> None:
-    parser = main.build_parser()
-    assert set(_subcommands(parser)) == SUBCOMMANDS
-    cluster = _subcommands(_subcommands(parser)["cluster"])
-    assert set(cluster) == {"build", "up", "down", "status", "kubeconfig"}
-    assert _without_handler(parser, "mmctl") == []
+@pytest.mark.parametrize("command", sorted(SUBCOMMANDS))
+def test_each_command_configures_its_parser_and_a_handler(command: str) -> None:
+    parser = _subcommands(main.build_parser([command]))[command]
+    assert parser.get_default("handler") is not None
+    assert parser.description
+
+
+def test_help_imports_no_command_module() -> None:
+    probe = (
+        "import sys; from mmctl import main; main.build_parser(['--help']); "
+        "print(sorted(m for m in sys.modules if m.startswith('mmctl.')))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "['mmctl.main']"
 
 
 def test_mmctl_help_runs_as_a_program() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "mmd_operator.cli.main", "--help"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "mmctl", "--help"], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0
     assert "MultimodalDeployment" in result.stdout
-    for name in SUBCOMMANDS:
-        assert name in result.stdout
+    listed = {
+        line.split()[0] for line in result.stdout.splitlines() if line.startswith("    ") and line[4] != " "
+    }
+    assert listed == SUBCOMMANDS
+
+
+def test_a_missing_extra_is_named_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As if tritonclient were not installed: its import fails the way a missing package does.
+    monkeypatch.setitem(sys.modules, "tritonclient", None)
+    monkeypatch.delitem(sys.modules, "mmctl.infer", raising=False)
+    monkeypatch.delitem(sys.modules, "mmctl.triton.client", raising=False)
+    assert main.main(["infer", "--url", "http://127.0.0.1:1"]) == main.EXIT_MISSING_EXTRA
+    assert capsys.readouterr().err.strip() == (
+        "mmctl infer needs the triton extra (missing tritonclient): pip install 'mmctl[triton]'"
+    )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mmd_operator.cli.main import main
+from mmctl.main import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

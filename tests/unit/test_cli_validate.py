@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mmd_operator.cli.main import main
+from mmctl.main import main
 from tests.support.bad_inputs import CASES
 from tests.support.examples import EXAMPLES_DIR
 

@@ -95,4 +95,4 @@ def test_the_leader_election_settings_come_from_the_environment() -> None:
     )
     assert config.leader_election and (config.lease_namespace, config.lease_name) == ("ops", "mmd")
     assert config.lease_duration_seconds == 20 and config.pod_name == "mmd-operator-5d9c-x2"
-    assert not OperatorConfig().leader_election  # a checkout's `mmctl operator` runs alone unless told
+    assert not OperatorConfig().leader_election  # run from a checkout, it runs alone unless told

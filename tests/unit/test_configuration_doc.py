@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mmd_operator.cli import chart
 from mmd_operator.config import OperatorConfig
+from tools import chart
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = (ROOT / chart.DEPLOYMENT_TEMPLATE).read_text()
@@ -50,7 +50,7 @@ def test_the_chart_defaults_start_the_operator_with_its_own_defaults() -> None:
         # As the template renders it: `join ","` for a list, `quote` for the rest.
         env[f"MMD_{setting.upper()}"] = ",".join(value) if isinstance(value, list) else str(value)
     # One deliberate difference: the chart elects a leader, so that it may run several replicas; the
-    # operator run from a checkout (`mmctl operator`) runs alone unless told.
+    # operator run from a checkout (`python -m mmd_operator`) runs alone unless told.
     assert OperatorConfig.from_env(env) == OperatorConfig(leader_election=True)
 
 

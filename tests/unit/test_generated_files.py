@@ -1,10 +1,10 @@
-"""`mmctl generate` output is committed; a change to its source without `make generate` fails here."""
+"""`make generate` output is committed; a change to its source without `make generate` fails here."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from mmd_operator.cli.generate import generated_files
+from tools.generate import generated_files
 
 ROOT = Path(__file__).resolve().parents[2]
 

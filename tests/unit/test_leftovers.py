@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mmd_operator.cli.localcluster.nodes import unmount_all
+from mmd_testbed.localcluster.nodes import unmount_all
 from tests.support.leftovers import unmount_dead_sessions
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting tmpfs needs root")

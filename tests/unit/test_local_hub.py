@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 import struct
 from pathlib import Path
 
 import yaml
 
-from mmd_operator.cli.localcluster import hub
-from mmd_operator.cli.trtllm_serve.models import load_model
 from mmd_operator.desired import pods
 from mmd_operator.knowledge import ModelType, checkpoint_heads
+from mmd_testbed.localcluster import hub
+from mmd_testbed.trtllm_serve.models import load_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples"
@@ -63,9 +64,9 @@ def test_its_objects_run_the_double_under_pod_security_restricted() -> None:
     (container,) = pod["containers"]
     assert container["securityContext"] == pods.container_security_context()
     assert container["image"] == "builder:1" and container["imagePullPolicy"] == "Never"
-    # The program the builder image carries (the Dockerfile copies tests/engine_builder/doubles there).
-    assert container["command"][:2] == ["python3", hub.PROGRAM]
-    assert (REPO_ROOT / "tests/engine_builder/doubles" / Path(hub.PROGRAM).name).is_file()
+    # The program the CPU builder image installs with the test bed's wheel.
+    assert container["command"][:3] == ["python3", "-m", "mmd_testbed.build_tools.hub"]
+    assert importlib.util.find_spec("mmd_testbed.build_tools.hub") is not None
     repositories = [arg.split("=", 1) for arg in container["command"] if "=" in arg]
     mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
     configmaps = {volume["name"]: volume["configMap"]["name"] for volume in pod["volumes"]}

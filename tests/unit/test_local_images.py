@@ -13,10 +13,9 @@ import pytest
 import yaml
 
 from engine_builder import versions
-from mmd_operator.cli.localcluster import images
-from mmd_operator.cli.localcluster.layout import Layout
-from mmd_operator.cli.localcluster.ocilayout import Entry, ImageConfig, write_image
-from mmd_operator.cli.main import main
+from mmd_testbed.localcluster import images as local_images
+from mmd_testbed.localcluster.ocilayout import Entry, ImageConfig, write_image
+from tools import images
 
 CHART_VALUES = Path(__file__).resolve().parents[2] / "charts" / "mmd-operator" / "values.yaml"
 
@@ -73,7 +72,7 @@ def test_the_chart_values_point_at_the_built_images_and_the_local_hub() -> None:
         "serving-cpu": "localhost/mmd-operator/serving:local-1",
         "trtllm-serve-cpu": "localhost/mmd-operator/trtllm-serve:local-1",
     }
-    assert list(local) == list(images.LOCAL_TARGETS)
+    assert list(local) == list(local_images.LOCAL_TARGETS)
     assert images.chart_values(local, "http://hub.mmd-hub.svc.cluster.local") == [
         "image.repository=localhost/mmd-operator/operator",
         "image.tag=local-1",
@@ -101,7 +100,7 @@ def test_the_chart_values_point_at_the_built_images_and_the_local_hub() -> None:
 @pytest.mark.parametrize("tool", ["docker", "buildah"])
 def test_the_registry_build_runs_one_build_per_target_and_pushes_when_asked(tool: str) -> None:
     references = images.registry_images("registry.example.com/ml", "1.2.3")
-    commands = images.registry_commands(Layout.discover(), references, tool=tool, push=True)
+    commands = images.registry_commands(images.REPO_ROOT, references, tool=tool, push=True)
     built = [command for command in commands if "--target" in command]
     assert [command[command.index("--target") + 1] for command in built] == [
         "operator",
@@ -109,7 +108,7 @@ def test_the_registry_build_runs_one_build_per_target_and_pushes_when_asked(tool
         "serving",
         "trtllm-serve",
     ]
-    assert all(str(Layout.discover().repo_root) == command[-1] for command in built)
+    assert all(str(images.REPO_ROOT) == command[-1] for command in built)
     if tool == "docker":
         assert all("--push" in command for command in built)
     else:
@@ -118,10 +117,10 @@ def test_the_registry_build_runs_one_build_per_target_and_pushes_when_asked(tool
         ]
 
 
-def test_mmctl_images_build_dry_run_prints_the_commands_and_the_helm_install(
+def test_make_images_dry_run_prints_the_commands_and_the_helm_install(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["images", "build", "--registry", "registry.example.com/ml", "--push", "--dry-run"]) == 0
+    assert images.main(["--registry", "registry.example.com/ml", "--push", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert (
         "docker buildx build --target serving -t registry.example.com/ml/serving:0.1.0-trtllm0.19.0 --push"

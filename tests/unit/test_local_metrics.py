@@ -12,9 +12,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from mmd_operator import scaling_metrics
-from mmd_operator.cli.localcluster import monitoring
-from mmd_operator.cli.localcluster.layout import Layout, MetricsVersions
-from mmd_operator.cli.localcluster.pki import FRONT_PROXY_CLIENT, generate_credentials, issue_certificate
+from mmd_testbed.localcluster import monitoring
+from mmd_testbed.localcluster.layout import Layout, MetricsVersions
+from mmd_testbed.localcluster.pki import FRONT_PROXY_CLIENT, generate_credentials, issue_certificate
 from tests.support.examples import serving_deployment
 
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from mmd_operator.cli.localcluster.objects import NodePool, gpu_node
 from mmd_operator.facts import Meta, Nodes, PodFacts, PodPhase, Taint, Toleration
 from mmd_operator.judgement.placement import (
     GpuDemand,
@@ -20,6 +19,7 @@ from mmd_operator.judgement.placement import (
 )
 from mmd_operator.kube import object_facts
 from mmd_operator.kube.nodes import nodes_of, requested_by_node, scheduler_node_count
+from mmd_testbed.localcluster.objects import NodePool, gpu_node
 
 SCHEDULER = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: not helpful."
 SERVING_5X8 = GpuDemand("serving", 5, 8)

@@ -14,9 +14,6 @@ import yaml
 
 from engine_builder import versions
 from engine_builder.weights_format import weights_key
-from mmd_operator.cli.trtllm_serve import config as serve_config
-from mmd_operator.cli.trtllm_serve.cli import build as build_command
-from mmd_operator.cli.trtllm_serve.facts import PINNED_VERSION, load
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired.decision import manifests
 from mmd_operator.facts import JobFacts, Meta, Observed, PodFacts, PodPhase
@@ -27,6 +24,9 @@ from mmd_operator.kube.engine_index import EngineIndex
 from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
 from mmd_operator.plan.serve_plan import ServePlan
 from mmd_operator.status import Findings, RepositoryState, report
+from mmd_testbed.trtllm_serve import config as serve_config
+from mmd_testbed.trtllm_serve.cli import build as build_command
+from mmd_testbed.trtllm_serve.facts import PINNED_VERSION, load
 from tests.support.builds import summary
 from tests.support.downloads import succeeded
 from tests.support.examples import EXAMPLE_PATHS, SERVE_EXAMPLE_PATHS

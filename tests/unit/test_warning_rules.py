@@ -14,8 +14,8 @@ import yaml
 from mmd_operator.api import warning_rules
 from mmd_operator.api.validation import check_spec
 from mmd_operator.api.warning_rules import RULES, admission_policy_spec, spec_warnings
-from mmd_operator.cli import chart
 from tests.support.examples import EXAMPLES_DIR
+from tools import chart
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

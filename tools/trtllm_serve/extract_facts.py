@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_OUTPUT = REPO_ROOT / "operator/mmd_operator/cli/trtllm_serve/trtllm_serve_facts.json"
+DEFAULT_OUTPUT = REPO_ROOT / "testbed/mmd_testbed/trtllm_serve/trtllm_serve_facts.json"
 SERVE = "tensorrt_llm/commands/serve.py"
 BUILDER = "tensorrt_llm/builder.py"
 LOGGER = "tensorrt_llm/logger.py"
@@ -328,9 +328,10 @@ def extract_metrics(collector_source: str) -> dict[str, Any]:
             isinstance(node, ast.BinOp)
             and ast.unparse(node.left) == "self.metric_prefix"
             and isinstance(node.right, ast.Constant)
+            and isinstance(node.right.value, str)
         ):
             names.append(node.right.value)
-    if prefix is None or not names:
+    if not isinstance(prefix, str) or not names:
         raise ExtractionError("collector.py: no `self.metric_prefix` metrics")
     return {"names": [f"{prefix}{n}" for n in dict.fromkeys(names)]}
 

@@ -6,7 +6,7 @@ data types or shapes that disagree between producer and consumer, required input
 ensemble inputs or outputs nobody uses or produces.
 
 Triton's `model_config.proto` comes as its compiled descriptor, `model_config.binpb` beside this module,
-which `mmctl generate` writes from the one tritonclient ships (a unit test fails when they drift). So
+which `make generate` writes from the one tritonclient ships (a unit test fails when they drift). So
 the check needs only the protobuf runtime, not the Triton client and its gRPC stack. Pure: no I/O beyond
 reading that package file once.
 

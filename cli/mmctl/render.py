@@ -1,0 +1,128 @@
+"""`mmctl render`: what the operator would build and serve for one MultimodalDeployment, computed offline.
+
+It writes the model repository, the derived limits, the build plan, the launch command and, under
+`manifests/`, every object the operator applies for the resource (computed by the same code). Invalid
+input prints one line per problem (field path and rule), exits non-zero and writes nothing; `validate`
+checks many resources at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from mmctl.documents import InputError, read_documents
+from mmd_operator.api.v1alpha1 import MultimodalDeployment
+from mmd_operator.api.validation import InvalidSpecError
+from mmd_operator.config import OperatorConfig
+from mmd_operator.desired.decision import manifest_files
+from mmd_operator.plan.repository_check import RepositoryError
+from mmd_operator.plan.resource_plan import AnyPlan, plan_resource
+from mmd_operator.plan.serve_plan import ServePlan
+
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+
+def load_document(path: Path) -> dict[str, Any]:
+    """Read the single YAML document in `path` (`-` for stdin).
+
+    Raises:
+        InputError: if the file is missing, is not YAML, or does not hold exactly one mapping.
+    """
+    documents, error = read_documents(str(path))
+    if error is not None:
+        raise error
+    if len(documents) != 1 or not isinstance(documents[0].content, dict):
+        raise InputError(
+            f"{path}: expected exactly one MultimodalDeployment document, found {len(documents)} "
+            "(mmctl validate reads several)"
+        )
+    return documents[0].content
+
+
+def load_and_plan(path: Path) -> tuple[MultimodalDeployment, AnyPlan]:
+    """Validate the resource in `path` and derive its checked plan.
+
+    Raises:
+        InputError: if the file cannot be read.
+        InvalidSpecError: if the resource breaks a rule.
+    """
+    return plan_resource(load_document(path))
+
+
+def rendered_files(resource: MultimodalDeployment, plan: AnyPlan) -> dict[str, str]:
+    """The plan's files and, under `manifests/`, every object the operator applies for the resource."""
+    objects = manifest_files(resource, plan, config=OperatorConfig())
+    return {**plan.files(), **{f"manifests/{name}": text for name, text in objects.items()}}
+
+
+def write_files(out_dir: Path, files: dict[str, str]) -> None:
+    """Write `files` under `out_dir`, replacing an earlier rendering."""
+    for directory in ("model_repository", "manifests"):
+        shutil.rmtree(out_dir / directory, ignore_errors=True)
+    for relative, content in files.items():
+        target = out_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+
+
+def _load_or_report(path: Path) -> tuple[MultimodalDeployment, AnyPlan] | int:
+    """The resource and its plan, or the exit code after telling the user what is wrong."""
+    try:
+        return load_and_plan(path)
+    except InputError as error:
+        print(error, file=sys.stderr)
+        return EXIT_USAGE
+    except InvalidSpecError as invalid:
+        count = len(invalid.problems)
+        print(
+            f"{path}: invalid MultimodalDeployment ({count} problem{'s' if count != 1 else ''})",
+            file=sys.stderr,
+        )
+        for problem in invalid.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_INVALID
+    except RepositoryError as error:
+        # The same check Triton does at load time; a failure here is our bug, not the user's.
+        print(f"internal error: the rendered repository is inconsistent: {error}", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def run_render(args: argparse.Namespace) -> int:
+    """Handle `mmctl render`."""
+    path, out_dir = Path(args.file), Path(args.output)
+    loaded = _load_or_report(path)
+    if isinstance(loaded, int):
+        return loaded
+    resource, plan = loaded
+    write_files(out_dir, rendered_files(resource, plan))
+    name = resource.metadata.get("name")
+    files = rendered_files(resource, plan)
+    if isinstance(plan, ServePlan):
+        print(f"rendered {name} ({plan.knowledge.model_type} on trtllm-serve) into {out_dir}")
+        print(f"  download key      {plan.cache_key}")
+        print("  " + "  ".join(sorted(path for path in files if "/" not in path)))
+    else:
+        print(f"rendered {name} ({plan.settings.knowledge.model_type}) into {out_dir}")
+        print(f"  cacheKey          {plan.cache_key}")
+        for model in plan.repository.configs:
+            print(f"  model_repository/{model}/config.pbtxt")
+        print("  derived.json  build_plan.json  launch.json")
+    for name in sorted(path for path in files if path.startswith("manifests/")):
+        print(f"  {name}")
+    return 0
+
+
+def configure(render: argparse.ArgumentParser) -> None:
+    """Add `render`'s arguments to its parser."""
+    render.description = (
+        "Render what the operator would create for one MultimodalDeployment, without a cluster."
+    )
+    render.add_argument("-f", "--file", required=True, help="MultimodalDeployment YAML ('-' for stdin)")
+    render.add_argument("-o", "--output", required=True, help="directory to write into")
+    render.set_defaults(handler=run_render)

@@ -1,0 +1,337 @@
+"""`mmctl validate`: every MultimodalDeployment in files, directories or stdin, checked offline, for CI.
+
+Each resource gets the checks the API server and the operator make (schema, CEL rules, derived limits,
+with the words of `api.validation`) and the warning rules of `api.warning_rules` (the words the chart's
+admission policy makes `kubectl apply` print). Documents of other kinds are skipped and counted, so the
+command runs over a whole GitOps repository. One line per resource, `file:doc namespace/name verdict`, its
+problems indented below, then a summary line; `-o json` gives the same as one JSON document (its shape is
+in docs/resource.md). Exit status: 2 when an input cannot be read, else 1 when a resource is invalid (or
+has warnings, with `--strict`), else 0. `--cluster` adds the read-only preflight of `cli.preflight`
+against the current kubeconfig. Imports the api, the planner, the CLI's document reader, the preflight
+and the kube client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mmctl.documents import STDIN, Document, InputError, input_files, read_documents
+from mmctl.preflight import Severity, preflight
+from mmd_operator.api.v1alpha1 import KIND, MultimodalDeployment
+from mmd_operator.api.validation import InvalidSpecError, Problem, check_resource
+from mmd_operator.api.warning_rules import SpecWarning, spec_warnings
+from mmd_operator.kube.client import KubeClient, KubeconfigError
+from mmd_operator.plan.repository_check import RepositoryError
+from mmd_operator.plan.resource_plan import AnyPlan, plan_resource
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_UNREADABLE = 2
+EXIT_INTERNAL = 3
+
+OK, WARNINGS, INVALID = "ok", "warnings", "invalid"
+
+# A further check of a resource that passed every offline rule, given its checked plan: the problems,
+# warnings and notes (what was found fine) it finds. The read-only `--cluster` preflight is one.
+ResourceCheck = Callable[
+    [MultimodalDeployment, AnyPlan],
+    tuple[Sequence[Problem], Sequence[SpecWarning], Sequence[str]],
+]
+# The rule name of a warning the cluster preflight found.
+CLUSTER_RULE = "cluster"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one MultimodalDeployment document is found to be."""
+
+    document: Document
+    errors: tuple[Problem, ...]
+    warnings: tuple[SpecWarning, ...]
+    cache_key: str | None = None
+    # What a further check found fine (the cluster preflight's figures), for people.
+    notes: tuple[str, ...] = ()
+    # The warning rule behind each error that was a warning before `--strict` made it an error.
+    strict_rules: dict[Problem, str] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        """ok, warnings or invalid."""
+        return INVALID if self.errors else (WARNINGS if self.warnings else OK)
+
+    @property
+    def namespace(self) -> str | None:
+        """`metadata.namespace`, if the document names one."""
+        value = _metadata(self.document).get("namespace")
+        return str(value) if value else None
+
+    @property
+    def name(self) -> str | None:
+        """`metadata.name`, if the document has one."""
+        value = _metadata(self.document).get("name")
+        return str(value) if value else None
+
+
+@dataclass
+class Report:
+    """Everything one run found, in input order."""
+
+    resources: list[Verdict] = field(default_factory=list)
+    skipped: list[Document] = field(default_factory=list)
+    unreadable: list[InputError] = field(default_factory=list)
+
+    def exit_code(self) -> int:
+        """2 when an input cannot be read, else 1 when a resource is invalid, else 0."""
+        if self.unreadable:
+            return EXIT_UNREADABLE
+        return EXIT_INVALID if any(v.verdict == INVALID for v in self.resources) else EXIT_OK
+
+    def count(self, verdict: str) -> int:
+        """How many resources have `verdict`."""
+        return sum(1 for v in self.resources if v.verdict == verdict)
+
+
+def _metadata(document: Document) -> dict[str, Any]:
+    metadata = document.content.get("metadata") if isinstance(document.content, dict) else None
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def is_resource(document: Document) -> bool:
+    """Whether `document` is meant as a MultimodalDeployment (whatever its apiVersion says)."""
+    return isinstance(document.content, dict) and document.content.get("kind") == KIND
+
+
+def _warnings_of(resource: MultimodalDeployment | None) -> list[SpecWarning]:
+    if resource is None:
+        return []
+    # As the API server sees it: with the schema's defaults filled in.
+    return spec_warnings(resource.spec.model_dump(by_alias=True, exclude_none=True, mode="json"))
+
+
+def check_document(document: Document, checks: Sequence[ResourceCheck] = ()) -> Verdict:
+    """The verdict on one MultimodalDeployment document.
+
+    Raises:
+        RepositoryError: when the rendered repository is inconsistent (a bug of ours, not the user's).
+    """
+    try:
+        resource, plan = plan_resource(document.content)
+    except InvalidSpecError as invalid:
+        parsed, _ = check_resource(document.content)
+        return Verdict(document, tuple(invalid.problems), tuple(_warnings_of(parsed)))
+    errors: list[Problem] = []
+    warnings = _warnings_of(resource)
+    notes: list[str] = []
+    for check in checks:
+        more_errors, more_warnings, more_notes = check(resource, plan)
+        errors += more_errors
+        warnings += more_warnings
+        notes += more_notes
+    return Verdict(document, tuple(errors), tuple(warnings), cache_key=plan.cache_key, notes=tuple(notes))
+
+
+def _strict(verdict: Verdict) -> Verdict:
+    """`verdict` with its warnings turned into errors."""
+    as_errors = {Problem(w.path, w.message): w.rule for w in verdict.warnings}
+    return replace(verdict, errors=verdict.errors + tuple(as_errors), warnings=(), strict_rules=as_errors)
+
+
+def validate(inputs: Iterable[str], *, strict: bool = False, checks: Sequence[ResourceCheck] = ()) -> Report:
+    """Check every MultimodalDeployment in `inputs` (files, directories, `-` for stdin).
+
+    Raises:
+        RepositoryError: when the rendered repository of a resource is inconsistent (a bug of ours).
+    """
+    report = Report()
+    for name in input_files(list(inputs)):
+        documents, error = read_documents(name)
+        if error is not None:
+            report.unreadable.append(error)
+        for document in documents:
+            if not is_resource(document):
+                report.skipped.append(document)
+                continue
+            verdict = check_document(document, checks)
+            report.resources.append(_strict(verdict) if strict else verdict)
+    return report
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _verdict_text(verdict: Verdict) -> str:
+    if verdict.verdict == OK:
+        return OK
+    parts = [_plural(len(verdict.errors), "error")] if verdict.errors else []
+    parts += [_plural(len(verdict.warnings), "warning")] if verdict.warnings else []
+    return ", ".join(parts)
+
+
+def _where(document: Document) -> str:
+    return f"{document.source}:{document.index}"
+
+
+def text_report(report: Report) -> list[str]:
+    """The report as lines: one per resource with its problems indented, then the summary."""
+    lines = []
+    for verdict in report.resources:
+        who = "/".join(part for part in (verdict.namespace, verdict.name or "(no name)") if part)
+        lines.append(f"{_where(verdict.document)} {who} {_verdict_text(verdict)}")
+        lines += [f"  {problem}" for problem in verdict.errors]
+        lines += [f"  warning: {warning}" for warning in verdict.warnings]
+        lines += [f"  note: {note}" for note in verdict.notes]
+    summary = (
+        f"{_plural(len(report.resources), 'resource')}: {report.count(OK)} ok, "
+        f"{report.count(WARNINGS)} with warnings, {report.count(INVALID)} invalid; "
+        f"{_plural(len(report.skipped), 'other document')} skipped"
+    )
+    if report.unreadable:
+        summary += f"; {_plural(len(report.unreadable), 'input')} unreadable"
+    return [*lines, summary]
+
+
+def json_report(report: Report, *, strict: bool) -> dict[str, Any]:
+    """The report as the JSON document `-o json` prints (documented in docs/resource.md)."""
+
+    def error(verdict: Verdict, problem: Problem) -> dict[str, Any]:
+        entry = {"path": problem.path, "message": problem.message}
+        rule = verdict.strict_rules.get(problem)
+        return {**entry, "rule": rule} if rule is not None else entry
+
+    return {
+        "resources": [
+            {
+                "file": v.document.source,
+                "document": v.document.index,
+                "line": v.document.line,
+                "namespace": v.namespace,
+                "name": v.name,
+                "verdict": v.verdict,
+                "errors": [error(v, problem) for problem in v.errors],
+                "warnings": [{"rule": w.rule, "path": w.path, "message": w.message} for w in v.warnings],
+                "notes": list(v.notes),
+                "cacheKey": v.cache_key,
+            }
+            for v in report.resources
+        ],
+        "skipped": [
+            {
+                "file": d.source,
+                "document": d.index,
+                "line": d.line,
+                "apiVersion": d.content.get("apiVersion") if isinstance(d.content, dict) else None,
+                "kind": d.content.get("kind") if isinstance(d.content, dict) else None,
+            }
+            for d in report.skipped
+        ],
+        "unreadable": [str(error) for error in report.unreadable],
+        "summary": {
+            "resources": len(report.resources),
+            OK: report.count(OK),
+            WARNINGS: report.count(WARNINGS),
+            INVALID: report.count(INVALID),
+            "skipped": len(report.skipped),
+            "unreadable": len(report.unreadable),
+        },
+        "strict": strict,
+        "exitCode": report.exit_code(),
+    }
+
+
+def cluster_check(client: KubeClient, default_namespace: str) -> ResourceCheck:
+    """The read-only preflight against the cluster behind `client`, as a check of `validate`.
+
+    A resource is checked in its own `metadata.namespace`, else in `default_namespace`.
+    """
+
+    def check(
+        resource: MultimodalDeployment, plan: AnyPlan
+    ) -> tuple[list[Problem], list[SpecWarning], list[str]]:
+        namespace = str(resource.metadata.get("namespace") or default_namespace)
+        findings = preflight(resource, plan, namespace, client)
+        return (
+            [Problem(f.field, f.message) for f in findings if f.severity is Severity.ERROR],
+            [
+                SpecWarning(f.field, f.message, CLUSTER_RULE)
+                for f in findings
+                if f.severity is Severity.WARNING
+            ],
+            [f"{f.field}: {f.message}" for f in findings if f.severity is Severity.INFO],
+        )
+
+    return check
+
+
+def _cluster_checks(args: argparse.Namespace) -> tuple[list[ResourceCheck], KubeClient | None]:
+    if not args.cluster:
+        return [], None
+    client = KubeClient.from_kubeconfig(args.kubeconfig, context=args.context, field_manager="mmctl")
+    namespace = args.namespace or KubeClient.kubeconfig_namespace(args.kubeconfig, context=args.context)
+    return [cluster_check(client, namespace)], client
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handle `mmctl validate`."""
+    try:
+        checks, client = _cluster_checks(args)
+    except KubeconfigError as error:
+        print(f"mmctl validate --cluster: cannot read the kubeconfig: {error}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    try:
+        report = validate(args.file, strict=args.strict, checks=checks)
+    except RepositoryError as inconsistent:
+        # The same check Triton does at load time; a failure here is our bug, not the user's.
+        print(f"internal error: the rendered repository is inconsistent: {inconsistent}", file=sys.stderr)
+        return EXIT_INTERNAL
+    finally:
+        if client is not None:
+            client.close()
+    if args.output == "json":
+        print(json.dumps(json_report(report, strict=args.strict), indent=2))
+    else:
+        for unreadable in report.unreadable:
+            print(unreadable, file=sys.stderr)
+        print("\n".join(text_report(report)))
+    return report.exit_code()
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add `validate`'s arguments to its parser."""
+    parser.description = (
+        "Check every MultimodalDeployment in the inputs offline: schema, CEL rules, derived "
+        "limits, and the warnings the chart's admission policy prints at kubectl apply. Documents of "
+        "other kinds are skipped. Exit status: 0 valid, 1 invalid (or warnings with --strict), "
+        "2 an input cannot be read."
+    )
+    parser.add_argument(
+        "-f",
+        "--file",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help=f"a YAML or JSON file (several documents allowed), a directory (searched recursively for "
+        f"*.yaml, *.yml, *.json) or '{STDIN}' for stdin; repeatable",
+    )
+    parser.add_argument("--strict", action="store_true", help="treat every warning as an error")
+    parser.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="text lines (default) or JSON"
+    )
+    cluster = parser.add_argument_group("cluster preflight (read-only)")
+    cluster.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also ask the cluster: the namespace and its Pod Security level, the token Secret and key, "
+        "source claims, the engine-cache claim or its StorageClass, a node with GPUs for one pod",
+    )
+    cluster.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    cluster.add_argument("--context", help="kubeconfig context (default: the current one)")
+    cluster.add_argument(
+        "-n", "--namespace", help="namespace of resources that name none (default: the context's)"
+    )
+    parser.set_defaults(handler=run)

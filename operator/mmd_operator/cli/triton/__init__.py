@@ -1,1 +1,0 @@
-"""Triton adapter: parses model configs with Triton's protobuf and talks to tritonserver (tritonclient)."""

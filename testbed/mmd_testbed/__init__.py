@@ -1,0 +1,11 @@
+"""The test bed: the local cluster, every double, the local tritonserver, the demo; in no product image.
+
+- `localcluster`: a real control plane and real nodes on this machine, and the CPU stand-in images;
+- `triton`: the local tritonserver, the Triton model-code doubles, small test media;
+- `trtllm_serve`: the trtllm-serve double;
+- `build_tools`: the GPU build tools' and the Hub's doubles;
+- `demo`: `make demo`;
+- `cluster_cli`: `python -m mmd_testbed cluster ...`, the local cluster's command line.
+
+It may import the operator, the builder and mmctl (it tests them); none of them imports it.
+"""

@@ -1,0 +1,833 @@
+"""`LocalCluster`: bring the local control plane up, report its status, tear it down.
+
+All runtime state lives in one directory (default `.local/cluster/` in the checkout):
+`state.json` (ports, pids), `pki/` (credentials), `kubeconfig`, `kwok.yaml`, `audit-policy.yaml`,
+`etcd/` (data), `logs/<component>.log` and `logs/audit.log` (the API server's write requests). `up` is
+idempotent: a healthy cluster is left running; a partly dead one is stopped and started afresh. `down`
+stops every recorded process group and waits until they are gone.
+
+Imports: the standard library, PyYAML, the kubernetes client and the modules of this package.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from mmd_testbed.localcluster import monitoring, network, nodes, processes, realnodes
+from mmd_testbed.localcluster.audit import audit_flags, write_audit_policy
+from mmd_testbed.localcluster.binaries import Binaries, ensure_binaries
+from mmd_testbed.localcluster.layout import Layout
+from mmd_testbed.localcluster.metricsbinaries import MetricsBinaries, ensure_metrics_binaries
+from mmd_testbed.localcluster.network import ClusterNetwork
+from mmd_testbed.localcluster.nodebinaries import NodeBinaries, ensure_node_binaries
+from mmd_testbed.localcluster.objects import GPU_MODELS, NodePool, gpu_node, storage_class
+from mmd_testbed.localcluster.pki import (
+    FRONT_PROXY_CLIENT,
+    Credentials,
+    generate_credentials,
+    write_kubeconfig,
+)
+from mmd_testbed.localcluster.processes import ProcessRecord
+from mmd_testbed.localcluster.stages import write_kwok_config
+
+Printer = Callable[[str], None]
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+_PORT_NAMES = ("etcd-client", "etcd-peer", *COMPONENTS[1:])
+_SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+_POD_CIDR = "10.244.0.0/16"
+_NODE_LEASE_SECONDS = 20
+# A restarted kwok takes the nodes' leases over only when the old holder's have run out, and after an API
+# server outage kwok was seen renewing again only a minute later: the grace period must outlast both, or
+# every node would turn NotReady for a moment (and kwok, unlike a kubelet, never marks the pods ready
+# again).
+_NODE_MONITOR_GRACE_SECONDS = 120
+_LOST_NODE_TOLERATION_SECONDS = 20
+HPA_SYNC_SECONDS = 5
+_LOG_TAIL_LINES = 30
+REAL_NODE_PREFIX = "real-node"
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be brought up (the message names the component and its log)."""
+
+
+@dataclass
+class ClusterState:
+    """What `up` recorded in state.json."""
+
+    ports: dict[str, int]
+    processes: dict[str, ProcessRecord] = field(default_factory=dict)
+    binaries: str = ""
+    pool: NodePool = field(default_factory=NodePool)
+    real_pool: NodePool = field(default_factory=lambda: NodePool(count=0, name_prefix=REAL_NODE_PREFIX))
+    node_binaries: str = ""
+    network_index: int | None = None
+
+    @property
+    def network(self) -> ClusterNetwork | None:
+        """The node network, in a cluster with real nodes."""
+        return None if self.network_index is None else ClusterNetwork(self.network_index)
+
+    @property
+    def address(self) -> str:
+        """Where the API server listens: loopback, or the host's address on the node bridge."""
+        network = self.network
+        return "127.0.0.1" if network is None else network.host_address
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the state as JSON data."""
+        return {
+            "ports": self.ports,
+            "processes": {name: record.to_json() for name, record in self.processes.items()},
+            "binaries": self.binaries,
+            "pool": asdict(self.pool),
+            "real_pool": asdict(self.real_pool),
+            "node_binaries": self.node_binaries,
+            "network_index": self.network_index,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClusterState:
+        """Read the state written by `to_json`."""
+        return cls(
+            ports={str(name): int(port) for name, port in data["ports"].items()},
+            processes={name: ProcessRecord.from_json(record) for name, record in data["processes"].items()},
+            binaries=str(data.get("binaries", "")),
+            pool=NodePool(**data.get("pool", {})),
+            real_pool=NodePool(**data.get("real_pool", {"count": 0, "name_prefix": REAL_NODE_PREFIX})),
+            node_binaries=str(data.get("node_binaries", "")),
+            network_index=data.get("network_index"),
+        )
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    """One line of `python -m mmd_testbed cluster status`."""
+
+    name: str
+    pid: int | None
+    running: bool
+    healthy: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """The state of every component, and of the nodes when the API answers."""
+
+    components: list[ComponentStatus]
+    nodes_ready: int | None
+    nodes_total: int | None
+    server: str | None
+
+    @property
+    def recorded(self) -> bool:
+        """Return whether any component was ever started (state.json exists)."""
+        return any(component.pid is not None for component in self.components)
+
+    @property
+    def healthy(self) -> bool:
+        """Return whether every component runs and answers its health check."""
+        return bool(self.components) and all(component.healthy for component in self.components)
+
+
+def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
+    try:
+        content = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(content[-lines:])
+
+
+class LocalCluster:
+    """One local control plane, identified by its state directory."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        layout: Layout | None = None,
+        *,
+        say: Printer = print,
+        bind_to_parent: bool = False,
+    ) -> None:
+        """Describe the cluster in `state_dir`; nothing starts until `up`.
+
+        Args:
+            state_dir: where its runtime files live.
+            layout: the checkout and binary cache (found from the current directory when omitted).
+            say: receives one line per step.
+            bind_to_parent: have the kernel kill the components when this process dies (tests).
+        """
+        self.state_dir = state_dir.resolve()
+        self._layout = layout
+        self.say = say
+        self.bind_to_parent = bind_to_parent
+
+    # -- paths ---------------------------------------------------------------------------------
+
+    @property
+    def layout(self) -> Layout:
+        """Return the checkout and cache layout."""
+        if self._layout is None:
+            self._layout = Layout.discover()
+        return self._layout
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Return the admin kubeconfig of this cluster."""
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def logs_dir(self) -> Path:
+        """Return the directory of the component logs."""
+        return self.state_dir / "logs"
+
+    @property
+    def audit_log(self) -> Path:
+        """Return the API server's audit log of write requests (JSON lines; see `audit`)."""
+        return self.logs_dir / "audit.log"
+
+    @property
+    def _audit_policy(self) -> Path:
+        return self.state_dir / "audit-policy.yaml"
+
+    @property
+    def credentials(self) -> Credentials:
+        """Return the credential files of this cluster."""
+        return Credentials(self.state_dir / "pki")
+
+    @property
+    def _state_file(self) -> Path:
+        return self.state_dir / "state.json"
+
+    def log_path(self, component: str) -> Path:
+        """Return the log file of `component`."""
+        return self.logs_dir / f"{component}.log"
+
+    def load_state(self) -> ClusterState | None:
+        """Return the recorded state, or None when the cluster was never started here."""
+        try:
+            return ClusterState.from_json(json.loads(self._state_file.read_text()))
+        except FileNotFoundError:
+            return None
+
+    def _save_state(self, state: ClusterState) -> None:
+        scratch = self._state_file.with_suffix(".tmp")
+        scratch.write_text(json.dumps(state.to_json(), indent=2) + "\n")
+        scratch.replace(self._state_file)
+
+    def server_url(self, state: ClusterState) -> str:
+        """Return the API server's URL."""
+        return f"https://{state.address}:{state.ports['kube-apiserver']}"
+
+    def binaries(self) -> Binaries:
+        """Return the binaries, building them first when the cache lacks them."""
+        return ensure_binaries(self.layout, self.say)
+
+    def api_client(self, token: str | None = None) -> k8s.ApiClient:
+        """Return a kubernetes ApiClient for the admin user, or for `token` (the caller closes it)."""
+        state = self.load_state()
+        if state is None:
+            raise ClusterError(f"no cluster recorded in {self.state_dir}")
+        configuration = k8s.Configuration()
+        configuration.host = self.server_url(state)
+        configuration.ssl_ca_cert = str(self.credentials.ca_cert)
+        configuration.api_key = {"authorization": token or self.credentials.token()}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+        api_client: k8s.ApiClient = k8s.ApiClient(configuration)
+        return api_client
+
+    def token_kubeconfig(self, token: str, path: Path) -> Path:
+        """Write to `path` a kubeconfig that reaches this cluster with `token` alone (a ServiceAccount's)."""
+        admin = yaml.safe_load(self.kubeconfig.read_text())
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
+                    "users": [{"name": "token", "user": {"token": token}}],
+                    "contexts": [{"name": "token", "context": {"cluster": "local", "user": "token"}}],
+                    "current-context": "token",
+                }
+            )
+        )
+        return path
+
+    # -- up ------------------------------------------------------------------------------------
+
+    def _lock(self) -> AbstractContextManager[None]:
+        lock = self.state_dir / ".lock"
+        return processes.exclusive_lock(
+            lock, lambda: self.say(f"==> waiting for another mmctl holding {lock}")
+        )
+
+    def up(
+        self,
+        pool: NodePool | None = None,
+        timeout: float = 180.0,
+        *,
+        real_nodes: NodePool | None = None,
+        metrics: bool = False,
+    ) -> ClusterState:
+        """Start the cluster (or keep the healthy one running) and wait for Ready GPU nodes.
+
+        `real_nodes` (a pool with a count) adds real nodes: kubelet, containerd, runc, CNI, kube-proxy,
+        kube-router, and the DNS and volume add-ons. A cluster running with another count is restarted.
+        `metrics` then adds the metrics path (`start_metrics`).
+        """
+        real = real_nodes or NodePool(count=0, name_prefix=REAL_NODE_PREFIX)
+        if metrics and not real.count:
+            raise ClusterError(
+                "--metrics needs real nodes (--real-nodes N): Prometheus and prometheus-adapter run as pods "
+                "and scrape serving pods that run"
+            )
+        if real.count:
+            problems = realnodes.preflight(self.state_dir)
+            if problems:
+                raise ClusterError("cannot start real nodes: " + "; ".join(problems))
+        binaries = self.binaries()
+        node_binaries = ensure_node_binaries(self.layout, self.say) if real.count else None
+        metrics_binaries = ensure_metrics_binaries(self.layout, self.say) if metrics else None
+        with self._lock():
+            state = self._up(binaries, pool, timeout, real, node_binaries)
+            if metrics_binaries is not None:
+                self._start_metrics(state, metrics_binaries, timeout)
+            return state
+
+    def start_metrics(self, timeout: float = 180.0) -> None:
+        """Run Prometheus and prometheus-adapter on the running cluster's real nodes (see `monitoring`).
+
+        Idempotent: applied again, the objects stay as they are. Builds the binaries the first time.
+        """
+        metrics_binaries = ensure_metrics_binaries(self.layout, self.say)
+        with self._lock():
+            state = self.load_state()
+            if state is None or state.network is None:
+                raise ClusterError(f"no cluster with real nodes is running in {self.state_dir}")
+            self._start_metrics(state, metrics_binaries, timeout)
+
+    def _start_metrics(self, state: ClusterState, binaries: MetricsBinaries, timeout: float) -> None:
+        started = time.monotonic()
+        self.say(f"--> the metrics path: {binaries.versions.describe()}, in namespace {monitoring.NAMESPACE}")
+        archives = monitoring.write_images(binaries, self.state_dir / "images")
+        self._node_runner(state, None).load_images(archives)
+        with self.api_client() as api_client:
+            realnodes.apply(
+                api_client, monitoring.objects(self.credentials, monitoring.image_names(binaries))
+            )
+            apps, core = k8s.AppsV1Api(api_client), k8s.CoreV1Api(api_client)
+            try:
+                for name in (monitoring.PROMETHEUS, monitoring.ADAPTER):
+                    realnodes.wait_available(apps, core, monitoring.NAMESPACE, name, timeout)
+                monitoring.wait_apiservice(api_client, timeout, time.sleep)
+            except (realnodes.NodeStartError, TimeoutError) as error:
+                raise ClusterError(
+                    f"the metrics path did not start: {error}; the cluster runs on without it "
+                    f"(`kubectl -n {monitoring.NAMESPACE} logs deploy/{monitoring.ADAPTER}`, "
+                    "then `python -m mmd_testbed cluster up --metrics` again)"
+                ) from error
+            service: Any = core.read_namespaced_service(monitoring.PROMETHEUS, monitoring.NAMESPACE)
+        self.say(f"    Prometheus and prometheus-adapter ready after {time.monotonic() - started:.1f} s")
+        self.say(
+            f"    Prometheus API (from this host): http://{service.spec.cluster_ip}:{monitoring.PROMETHEUS_PORT}"
+        )
+        self.say(
+            f"    custom metrics: kubectl get --raw /apis/{monitoring.CUSTOM_METRICS_GROUP}/"
+            f"{monitoring.CUSTOM_METRICS_VERSION}"
+        )
+
+    def _up(
+        self,
+        binaries: Binaries,
+        pool: NodePool | None,
+        timeout: float,
+        real: NodePool,
+        node_binaries: NodeBinaries | None,
+    ) -> ClusterState:
+        started = time.monotonic()
+        state = self.load_state()
+        if state is not None:
+            dead = [name for name in self._component_names(state) if not self._running(state, name)]
+            if not dead and state.binaries != str(binaries.root):
+                self.say(f"==> the running cluster uses other binaries ({state.binaries}); restarting it")
+                self._down()
+            elif not dead and (state.real_pool != real or state.node_binaries != _root(node_binaries)):
+                self.say(
+                    f"==> the running cluster has other real nodes ({state.real_pool.count}); restarting it"
+                )
+                self._down()
+            elif not dead:
+                self.say(f"==> cluster in {self.state_dir} is already running; checking it")
+                self._wait_all_healthy(state, timeout)
+                self._ensure_cluster_objects(state, pool or state.pool, timeout)
+                self._say_ready(state, started)
+                return state
+            else:
+                self.say(f"==> components not running: {', '.join(dead)}; restarting the whole cluster")
+                self._down()
+
+        state = ClusterState(
+            ports={name: processes.free_port() for name in _PORT_NAMES},
+            binaries=str(binaries.root),
+            pool=pool or NodePool(),
+            real_pool=real,
+            node_binaries=_root(node_binaries),
+        )
+        self._prepare_state_dir()
+        self.say(f"==> starting a local control plane in {self.state_dir} ({binaries.versions.describe()})")
+        if real.count:
+            state.network_index = network.allocate(self.state_dir, _is_stale).index
+            self.say(
+                f"    node network {state.network and state.network.supernet}, API server at {state.address}"
+            )
+        extra = (
+            () if state.network is None else (state.network.host_address, state.network.kubernetes_service_ip)
+        )
+        credentials = generate_credentials(self.credentials.directory, extra_addresses=extra)
+        if state.network is not None:
+            realnodes.NodeRunner.issue_apiserver_certificate(credentials)
+        write_kubeconfig(self.kubeconfig, self.server_url(state), credentials)
+        # The fake engine builder reports the GPU of the pool the cluster starts with.
+        gpu = GPU_MODELS[state.pool.gpu_model]
+        write_kwok_config(
+            self.state_dir / "kwok.yaml",
+            binaries.kwok_stages_dir,
+            gpu_name=gpu.product,
+            compute_capability=f"{gpu.compute_major}.{gpu.compute_minor}",
+        )
+        write_audit_policy(self._audit_policy)
+        self._save_state(state)
+        try:
+            for component in COMPONENTS:
+                self._start(state, binaries, component)
+                self._wait_healthy(state, component, timeout)
+            self._ensure_cluster_objects(state, state.pool, timeout)
+            if node_binaries is not None:
+                self._node_runner(state, node_binaries).start(state.ports["kube-apiserver"], timeout)
+        except BaseException:
+            self.say("==> start-up failed; stopping what was started")
+            self._down()
+            raise
+        self._say_ready(state, started)
+        return state
+
+    def _prepare_state_dir(self) -> None:
+        # Logs survive a restart (each start is marked in the log); everything else is new. A crashed run's
+        # mounts (kubelet volumes, container root file systems) are undone first: never delete through one.
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        nodes.unmount_all(self.state_dir)
+        for entry in self.state_dir.iterdir():
+            if entry.name in ("logs", ".lock"):
+                continue
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        self.logs_dir.mkdir(exist_ok=True)
+
+    def _delegated_auth_flags(self, state: ClusterState, component: str) -> list[str]:
+        """Return the flags shared by the controller manager and the scheduler."""
+        kubeconfig = str(self.kubeconfig)
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={state.ports[component]}",
+            "--leader-elect=false",
+            f"--tls-cert-file={self.credentials.serving_cert}",
+            f"--tls-private-key-file={self.credentials.serving_key}",
+        ]
+
+    def _real_node_apiserver_flags(self, state: ClusterState) -> list[str]:
+        """The API server's flags for kubelets: client certificates, NodeRestriction, a kubelet client."""
+        if state.network is None:
+            return []
+        pki = self.credentials
+        return [
+            f"--client-ca-file={pki.ca_cert}",
+            "--enable-admission-plugins=NodeRestriction",
+            f"--kubelet-client-certificate={pki.directory / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki.directory / 'apiserver-kubelet-client.key'}",
+            f"--kubelet-certificate-authority={pki.ca_cert}",
+            "--kubelet-preferred-address-types=InternalIP",
+        ]
+
+    def _aggregation_flags(self) -> list[str]:
+        """The aggregation layer's flags, so an APIService (a metrics adapter's) can be registered.
+
+        The API server proxies to it with the front proxy's client certificate, and at its endpoints'
+        addresses: no kube-proxy runs beside the API server (a host process, not on a node).
+        """
+        pki = self.credentials
+        return [
+            f"--requestheader-client-ca-file={pki.front_proxy_ca_cert}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki.front_proxy_client_cert}",
+            f"--proxy-client-key-file={pki.front_proxy_client_key}",
+            "--enable-aggregator-routing=true",
+        ]
+
+    def _real_node_controller_flags(self, state: ClusterState) -> list[str]:
+        """The controller manager's node IPAM: a pod /24 per node from the cluster's pod range."""
+        network = state.network
+        if network is None:
+            return []
+        return [
+            "--allocate-node-cidrs=true",
+            f"--cluster-cidr={network.cluster_cidr}",
+            "--node-cidr-mask-size=24",
+            f"--service-cluster-ip-range={network.service_cidr}",
+        ]
+
+    def _command(self, state: ClusterState, binaries: Binaries, component: str) -> list[str]:
+        ports = state.ports
+        pki = self.credentials
+        kubeconfig = str(self.kubeconfig)
+        serving = [f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}"]
+        binary = str(binaries.path(component))
+        if component == "etcd":
+            client = f"http://127.0.0.1:{ports['etcd-client']}"
+            peer = f"http://127.0.0.1:{ports['etcd-peer']}"
+            return [
+                binary,
+                "--name=default",
+                f"--data-dir={self.state_dir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=default={peer}",
+                # Throwaway data: fsync buys nothing and costs the 2-core machines a lot.
+                "--unsafe-no-fsync=true",
+                "--auto-compaction-retention=1",
+                "--log-level=warn",
+            ]
+        if component == "kube-apiserver":
+            return [
+                binary,
+                f"--etcd-servers=http://127.0.0.1:{ports['etcd-client']}",
+                f"--bind-address={state.address}",
+                # Without it a loopback bind address makes the server look for a default route.
+                f"--advertise-address={state.address}",
+                f"--secure-port={ports['kube-apiserver']}",
+                *self._real_node_apiserver_flags(state),
+                *serving,
+                f"--token-auth-file={pki.token_file}",
+                # Nodes are authorized as nodes (what NodeRestriction then narrows further).
+                f"--authorization-mode={'Node,RBAC' if state.network else 'RBAC'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki.service_account_public_key}",
+                f"--service-account-signing-key-file={pki.service_account_key}",
+                f"--service-cluster-ip-range={_service_range(state)}",
+                "--allow-privileged=true",
+                "--enable-priority-and-fairness=false",
+                # Pods leave a lost node after 20 s instead of 5 min, so a node fault plays out in a test.
+                f"--default-unreachable-toleration-seconds={_LOST_NODE_TOLERATION_SECONDS}",
+                f"--default-not-ready-toleration-seconds={_LOST_NODE_TOLERATION_SECONDS}",
+                "--profiling=false",
+                *self._aggregation_flags(),
+                *audit_flags(self._audit_policy, self.audit_log),
+            ]
+        if component == "kube-controller-manager":
+            return [
+                binary,
+                *self._delegated_auth_flags(state, component),
+                f"--service-account-private-key-file={pki.service_account_key}",
+                f"--root-ca-file={pki.ca_cert}",
+                "--node-monitor-period=5s",
+                f"--node-monitor-grace-period={_NODE_MONITOR_GRACE_SECONDS}s",
+                "--kube-api-qps=100",
+                "--kube-api-burst=200",
+                # HorizontalPodAutoscalers read their metrics every 5 s (upstream: 15 s), so a scale-up on
+                # the metrics path (`up --metrics`) plays out within a test.
+                f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_SECONDS}s",
+                "--profiling=false",
+                *self._real_node_controller_flags(state),
+            ]
+        if component == "kube-scheduler":
+            return [binary, *self._delegated_auth_flags(state, component), "--profiling=false"]
+        if component == "kwok":
+            return [
+                binary,
+                f"--kubeconfig={kubeconfig}",
+                f"--config={self.state_dir / 'kwok.yaml'}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--node-ip=127.0.0.1",
+                f"--cidr={_POD_CIDR}",
+                f"--node-lease-duration-seconds={_NODE_LEASE_SECONDS}",
+                f"--server-address=127.0.0.1:{ports['kwok']}",
+            ]
+        raise ValueError(f"unknown component {component}")
+
+    def _start(self, state: ClusterState, binaries: Binaries, component: str) -> None:
+        record = processes.start(
+            component,
+            self._command(state, binaries, component),
+            self.log_path(component),
+            bind_to_parent=self.bind_to_parent,
+        )
+        state.processes[component] = record
+        self._save_state(state)
+        self.say(f"--> started {component} (pid {record.pid}, log {self.log_path(component)})")
+
+    def _component_names(self, state: ClusterState) -> list[str]:
+        """The control plane's components, then every real node's, in start order."""
+        names = list(COMPONENTS)
+        if state.network is not None:
+            for index in range(state.real_pool.count):
+                node = f"{state.real_pool.name_prefix}-{index}"
+                names += [f"{node}/{component}" for component in nodes.NODE_COMPONENTS]
+        return names
+
+    def _node_runner(self, state: ClusterState, node_binaries: NodeBinaries | None) -> realnodes.NodeRunner:
+        assert state.network is not None
+        if node_binaries is None:
+            node_binaries = NodeBinaries(Path(state.node_binaries), self.layout.node_versions)
+        return realnodes.NodeRunner(
+            self,
+            state.network,
+            state.real_pool,
+            node_binaries,
+            state.processes,
+            lambda: self._save_state(state),
+        )
+
+    def load_images(self, archives: list[Path]) -> None:
+        """Import image archives (OCI layout tars) into every real node's container runtime."""
+        state = self.load_state()
+        if state is None or state.network is None:
+            raise ClusterError(f"no cluster with real nodes is running in {self.state_dir}")
+        self._node_runner(state, None).load_images(archives)
+
+    def _running(self, state: ClusterState, component: str) -> bool:
+        record = state.processes.get(component)
+        return record is not None and processes.is_alive(record)
+
+    # -- health --------------------------------------------------------------------------------
+
+    def _health_url(self, state: ClusterState, component: str) -> str:
+        ports = state.ports
+        if component == "etcd":
+            return f"http://127.0.0.1:{ports['etcd-client']}/health"
+        if component == "kwok":
+            return f"http://127.0.0.1:{ports['kwok']}/healthz"
+        if component == "kube-apiserver":
+            return f"https://{state.address}:{ports['kube-apiserver']}/readyz"
+        return f"https://127.0.0.1:{ports[component]}/healthz"
+
+    def _probe(self, state: ClusterState, component: str) -> tuple[bool, str]:
+        """Return (healthy, what the health endpoint said)."""
+        request = urllib.request.Request(self._health_url(state, component))
+        context = None
+        if request.full_url.startswith("https:"):
+            context = ssl.create_default_context(cafile=str(self.credentials.ca_cert))
+            if component == "kube-apiserver":
+                request.add_header("Authorization", f"Bearer {self.credentials.token()}")
+        try:
+            with urllib.request.urlopen(request, timeout=3, context=context) as response:
+                body = response.read().decode(errors="replace").strip()
+        except urllib.error.HTTPError as error:
+            error.close()  # it holds the answer's connection, else closed only when collected
+            return False, f"HTTP {error.code}"
+        except (OSError, ValueError) as error:
+            return False, str(getattr(error, "reason", error))
+        if component == "etcd":
+            return '"health":"true"' in body, body
+        return body == "ok", body
+
+    def _wait_healthy(self, state: ClusterState, component: str, timeout: float) -> None:
+        started = time.monotonic()
+        last = ""
+        while time.monotonic() - started < timeout:
+            if not self._running(state, component):
+                raise ClusterError(
+                    f"{component} exited during start-up; last lines of {self.log_path(component)}:\n"
+                    f"{_tail(self.log_path(component))}"
+                )
+            healthy, last = self._probe(state, component)
+            if healthy:
+                self.say(f"    {component} healthy after {time.monotonic() - started:.1f} s")
+                return
+            time.sleep(0.2)
+        raise ClusterError(
+            f"{component} not healthy after {timeout:.0f} s (last answer: {last}); "
+            f"last lines of {self.log_path(component)}:\n{_tail(self.log_path(component))}"
+        )
+
+    def _wait_all_healthy(self, state: ClusterState, timeout: float) -> None:
+        for component in COMPONENTS:
+            self._wait_healthy(state, component, timeout)
+
+    # -- cluster objects -----------------------------------------------------------------------
+
+    def _ensure_cluster_objects(self, state: ClusterState, pool: NodePool, timeout: float) -> None:
+        with self.api_client() as api_client:
+            core = k8s.CoreV1Api(api_client)
+            storage = k8s.StorageV1Api(api_client)
+            # With real nodes, local-path-provisioner's class is the default; kwok's stays for kwok's tests.
+            _create_if_missing(storage.create_storage_class, storage_class(default=state.network is None))
+            names = pool.node_names()
+            for name in names:
+                _create_if_missing(core.create_node, gpu_node(name, pool))
+            self.say(f"--> {len(names)} fake GPU nodes, {pool.gpus_per_node} x {pool.gpu_model} each")
+            self._wait_nodes_ready(core, names, timeout)
+        if pool != state.pool:
+            state.pool = pool
+            self._save_state(state)
+
+    def _wait_nodes_ready(self, core: k8s.CoreV1Api, names: list[str], timeout: float) -> None:
+        started = time.monotonic()
+        pending: list[str] = names
+        while time.monotonic() - started < timeout:
+            pending = [name for name in names if not _node_schedulable(core.read_node(name))]
+            if not pending:
+                self.say(f"    nodes Ready and untainted after {time.monotonic() - started:.1f} s")
+                return
+            time.sleep(0.5)
+        raise ClusterError(
+            f"nodes not Ready after {timeout:.0f} s: {', '.join(pending)}; see {self.log_path('kwok')} "
+            f"and {self.log_path('kube-controller-manager')}"
+        )
+
+    def _say_ready(self, state: ClusterState, started: float) -> None:
+        self.say(f"==> cluster ready in {time.monotonic() - started:.1f} s: {self.server_url(state)}")
+        self.say(f"    export KUBECONFIG={self.kubeconfig}")
+        self.say(f"    export PATH={Path(state.binaries) / 'bin'}:$PATH   # kubectl, helm")
+        if state.network is None:
+            # Without real nodes no container runs: a chart's operator pod would only look Running.
+            for line in (
+                "kwok plays every node: pods are simulated and run nothing, the chart's operator pod",
+                "included. Run the operator from the checkout (`python -m mmd_operator`), or start real",
+                "nodes (`python -m mmd_testbed cluster up --real-nodes 2`) to run the chart's pod and the",
+                "serving pods.",
+            ):
+                self.say(f"    {line}")
+
+    # -- down and status -------------------------------------------------------------------------
+
+    def restart(self, components: tuple[str, ...], *, downtime: float = 0.0, timeout: float = 120.0) -> None:
+        """Stop `components` while the others run on (a fault), wait `downtime`, then start them again.
+
+        Their data stays: etcd comes back with every object, the API server on the same port.
+        """
+        binaries = self.binaries()
+        ordered = [name for name in COMPONENTS if name in components]
+        with self._lock():
+            state = self.load_state()
+            if state is None:
+                raise ClusterError(f"no cluster is recorded in {self.state_dir}")
+            for component in reversed(ordered):
+                processes.stop(state.processes[component])
+                self.say(f"--> stopped {component} (pid {state.processes[component].pid})")
+            time.sleep(downtime)
+            for component in ordered:
+                self._start(state, binaries, component)
+                self._wait_healthy(state, component, timeout)
+
+    def down(self) -> list[str]:
+        """Stop every recorded component (reverse start order); return the names that were running."""
+        if not self.state_dir.is_dir():
+            return []
+        with self._lock():
+            return self._down()
+
+    def _down(self) -> list[str]:
+        state = self.load_state()
+        if state is None:
+            return []
+        stopped = []
+        if state.network is not None:
+            runner = self._node_runner(state, None)
+            stopped += runner.stop()
+            self._save_state(state)
+        for component in reversed(list(state.processes)):
+            # Bound to the node bridge, the API server's graceful shutdown waits out its 15 s-plus HTTP
+            # shutdown timeout (on loopback it ends in about a second); its data is thrown away anyway.
+            grace = 3.0 if component == "kube-apiserver" and state.network is not None else 15.0
+            if processes.stop(state.processes[component], timeout=grace):
+                stopped.append(component)
+                self.say(f"--> stopped {component} (pid {state.processes[component].pid})")
+        self._state_file.unlink(missing_ok=True)
+        return stopped
+
+    def status(self) -> ClusterStatus:
+        """Return the state of every component (and of the nodes when the API answers)."""
+        state = self.load_state()
+        if state is None:
+            return ClusterStatus(components=[], nodes_ready=None, nodes_total=None, server=None)
+        components = []
+        for name in self._component_names(state):
+            record = state.processes.get(name)
+            if record is None:
+                components.append(ComponentStatus(name, None, False, False, "never started"))
+                continue
+            if not processes.is_alive(record):
+                components.append(
+                    ComponentStatus(name, record.pid, False, False, f"DEAD - see {self.log_path(name)}")
+                )
+                continue
+            healthy, answer = self._probe(state, name)
+            components.append(ComponentStatus(name, record.pid, True, healthy, answer[:60]))
+        nodes_ready = nodes_total = None
+        if any(c.name == "kube-apiserver" and c.healthy for c in components):
+            with self.api_client() as api_client:
+                nodes = k8s.CoreV1Api(api_client).list_node().items
+            nodes_total = len(nodes)
+            nodes_ready = sum(1 for node in nodes if _node_schedulable(node))
+        return ClusterStatus(components, nodes_ready, nodes_total, self.server_url(state))
+
+
+def _root(node_binaries: NodeBinaries | None) -> str:
+    return "" if node_binaries is None else str(node_binaries.root)
+
+
+def _is_stale(state_dir: Path) -> bool:
+    """Whether the cluster in `state_dir` has no live process (its network may be reclaimed)."""
+    try:
+        state = ClusterState.from_json(json.loads((state_dir / "state.json").read_text()))
+    except (OSError, ValueError, KeyError):
+        return True
+    return not any(processes.is_alive(record) for record in state.processes.values())
+
+
+def _service_range(state: ClusterState) -> str:
+    network = state.network
+    return _SERVICE_CLUSTER_IP_RANGE if network is None else network.service_cidr
+
+
+def _create_if_missing(create: Callable[..., object], body: dict[str, Any]) -> None:
+    try:
+        create(body=body)
+    except ApiException as error:
+        if error.status != 409:  # already exists: `up` is idempotent
+            raise
+
+
+def _node_schedulable(node: Any) -> bool:
+    """Return whether the node is Ready and free of the not-ready/unreachable taints."""
+    conditions = node.status.conditions or []
+    ready = any(condition.type == "Ready" and condition.status == "True" for condition in conditions)
+    taints = node.spec.taints or []
+    blocking = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+    return ready and not any(taint.key in blocking for taint in taints)

@@ -1,0 +1,257 @@
+"""Build the CPU stand-ins of the project's images, without a registry or a Docker daemon.
+
+The real-pod tier and `make demo` run the Dockerfile's `operator`, `engine-builder-cpu`, `serving-cpu` and
+`trtllm-serve-cpu` targets, built by `buildah bud` (chroot isolation, overlay storage, no daemon) FROM base
+images made here, and written as OCI archives that the local cluster imports into each real node's
+containerd. The bases are Debian bookworm roots made by mmdebstrap from the Debian mirror, cached by
+recipe: `python` (python3 and pip, standing in for python:3.11-slim) and `serving` (the same with
+libpython and Open MPI). Before any build, `wheelhouse/` receives the wheels of the operator, the builder
+and the test bed (whose doubles the stand-ins run) and every Python package the stages install (from PyPI
+through pip's cache), so no stage reaches a package index. The real images are the maintainers'
+(`tools.images`), whose wheelhouse and chart values this module reuses.
+
+Every build prints its steps, seconds and sizes; `images.json` beside the archives records them.
+
+Imports: the standard library, `tools.images`, and `layout`, `ocilayout`, `processes`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mmd_testbed.localcluster.layout import Layout
+from mmd_testbed.localcluster.processes import exclusive_lock
+from tools.images import REPOSITORIES, ImageBuildError, Printer, fill_wheelhouse, run
+
+DEBIAN_SUITE = "bookworm"
+DEBIAN_SOURCES = (
+    f"deb http://deb.debian.org/debian {DEBIAN_SUITE} main",
+    f"deb http://deb.debian.org/debian {DEBIAN_SUITE}-updates main",
+    f"deb http://deb.debian.org/debian-security {DEBIAN_SUITE}-security main",
+)
+# What python:3.11-slim has that Debian's essential root lacks: `python`, pip, and libstdc++ (apt's own
+# dependency there; manylinux wheels such as google-re2, which cel-python imports, expect it).
+_PYTHON = ("python3", "python3-pip", "python-is-python3", "libstdc++6")
+BASE_PACKAGES = {"python": _PYTHON, "serving": (*_PYTHON, "libpython3.11", "openmpi-bin")}
+BASE_RECIPE_VERSION = "1"
+LOCAL_TARGETS = ("operator", "engine-builder-cpu", "serving-cpu", "trtllm-serve-cpu")
+PYTRITON_VERSION = "0.7.0"
+# What the CPU stages install besides our wheels and their dependencies (see the Dockerfile): the serving
+# stand-in's numpy and Pillow, the trtllm-serve double's click and soundfile, the builder's huggingface_hub
+# (its `download` extra's pin), and the CPU tritonserver (without its dependencies, which it does not use).
+CPU_STAGE_PACKAGES = ("numpy<2", "pillow", "click", "soundfile", "huggingface_hub>=0.23,<1.0")
+PYTRITON = f"nvidia-pytriton=={PYTRITON_VERSION}"
+LOCAL_REGISTRY = "localhost/mmd-operator"
+# Wheel file names of this repository's distributions.
+OWN_WHEELS = ("mmd_operator-", "mmd_engine_builder-", "mmd_testbed-")
+# The users the images run as, which Debian's essential root lacks: the NGC images' triton-server (uid
+# 1000; builder and serving pods) and the operator's non-root uid.
+_USERS = (("triton-server", 1000), ("nonroot", 65532))
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    """One built image: its reference and its OCI archive."""
+
+    target: str
+    name: str
+    archive: Path
+    seconds: float
+
+    @property
+    def size(self) -> int:
+        """Bytes of the archive (compressed layers)."""
+        return self.archive.stat().st_size
+
+
+def images_cache(layout: Layout) -> Path:
+    """Where bases, buildah's storage and pip's downloads are cached (beside the control plane)."""
+    return layout.cache_root.parent / "images"
+
+
+# -- bases ------------------------------------------------------------------------------------------------
+
+
+def _base_digest(name: str) -> str:
+    recipe = json.dumps([BASE_RECIPE_VERSION, DEBIAN_SOURCES, BASE_PACKAGES[name], _USERS])
+    return hashlib.sha256(recipe.encode()).hexdigest()[:12]
+
+
+def _rootfs_to_oci(rootfs_tar: Path, archive: Path, name: str) -> None:
+    from mmd_testbed.localcluster.ocilayout import ImageConfig, write_layer_image
+
+    config = ImageConfig(
+        env=("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"),
+        cmd=("python3",),
+    )
+    write_layer_image(archive, name, rootfs_tar, config)
+
+
+def ensure_base(layout: Layout, name: str, say: Printer) -> Path:
+    """The OCI archive of base `name` (`python` or `serving`), made by mmdebstrap when not cached."""
+    cache = images_cache(layout) / "bases"
+    archive = cache / f"{name}-{_base_digest(name)}.tar"
+    if archive.is_file():
+        return archive
+    with exclusive_lock(cache / ".lock"):
+        if archive.is_file():
+            return archive
+        if shutil.which("mmdebstrap") is None:
+            raise ImageBuildError(
+                "mmdebstrap is missing: `make node-deps` (scripts/install-node-deps.sh) installs it"
+            )
+        started = time.monotonic()
+        packages = ",".join(BASE_PACKAGES[name])
+        say(f"--> base image {name}: Debian {DEBIAN_SUITE} + {packages} (mmdebstrap)")
+        rootfs = cache / f"{name}.rootfs.tar"
+        users = "; ".join(
+            f"echo '{user}:x:{uid}:{uid}::/tmp:/usr/sbin/nologin' >> \"$1/etc/passwd\"; "
+            f"echo '{user}:x:{uid}:' >> \"$1/etc/group\""
+            for user, uid in _USERS
+        )
+        hook = (
+            # Like python:3.11-slim: pip installs into the system Python, which Debian otherwise refuses.
+            'rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED; ' + users
+        )
+        run(
+            [
+                "mmdebstrap", "--variant=essential", f"--include={packages}", "--format=tar",
+                "--dpkgopt=path-exclude=/usr/share/man/*", "--dpkgopt=path-exclude=/usr/share/doc/*",
+                "--dpkgopt=path-exclude=/usr/share/locale/*", f"--customize-hook={hook}",
+                DEBIAN_SUITE, str(rootfs), *DEBIAN_SOURCES,
+            ],
+            f"mmdebstrap of base {name}",
+        )  # fmt: skip
+        _rootfs_to_oci(rootfs, archive, f"localhost/mmd-local/base-{name}:{_base_digest(name)}")
+        rootfs.unlink()
+        for stale in cache.glob(f"{name}-*.tar"):
+            if stale != archive:
+                stale.unlink()  # a base of an earlier recipe
+        say(
+            f"    base {name}: {time.monotonic() - started:.0f} s, "
+            f"{archive.stat().st_size / 1e6:.0f} MB compressed"
+        )
+    return archive
+
+
+# -- wheelhouse -----------------------------------------------------------------------------------------
+
+
+def cpu_wheelhouse(layout: Layout, say: Printer) -> Path:
+    """The real images' wheelhouse plus the test bed's wheel and what the CPU stages install."""
+    wheelhouse = fill_wheelhouse(layout.repo_root, say)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    # The test bed's own wheel alone: the stand-ins install it without its dependencies.
+    run([*pip, "wheel", "--no-deps", "--wheel-dir", str(wheelhouse), str(layout.repo_root / "testbed")],
+        "pip wheel of the test bed")  # fmt: skip
+    download = [*pip, "download", "--dest", str(wheelhouse), "--only-binary=:all:"]
+    run([*download, "--no-deps", PYTRITON], "pip download of nvidia-pytriton")
+    run([*download, *CPU_STAGE_PACKAGES], "pip download")
+    return wheelhouse
+
+
+# -- builds -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Buildah:
+    """buildah with its own storage (overlay, unmounted after each build), chroot isolation, never pulling."""
+
+    root: Path
+
+    def command(self, *args: str) -> list[str]:
+        """A buildah argv with this storage."""
+        return [
+            "buildah", "--root", str(self.root / "storage"), "--runroot", str(self.root / "run"),
+            "--storage-driver", "overlay", *args,
+        ]  # fmt: skip
+
+
+def _inputs_digest(layout: Layout, wheelhouse: Path, bases: dict[str, Path]) -> str:
+    digest = hashlib.sha256((layout.repo_root / "Dockerfile").read_bytes())
+    for path in sorted(wheelhouse.glob("*.whl")):
+        digest.update(path.name.encode())
+        if path.name.startswith(OWN_WHEELS):
+            # Our own wheels change with the source; the others are fixed by their names (versions).
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    for name, base in sorted(bases.items()):
+        digest.update(f"{name}={base.name}".encode())
+    return digest.hexdigest()[:12]
+
+
+def build_local(
+    layout: Layout, say: Printer, targets: Sequence[str] = LOCAL_TARGETS
+) -> dict[str, BuiltImage]:
+    """Build the local images (operator and the CPU stand-ins) into `<repo>/.local/images/`."""
+    if shutil.which("buildah") is None:
+        raise ImageBuildError(
+            "buildah is missing: `make node-deps` (scripts/install-node-deps.sh) installs it"
+        )
+    out = layout.repo_root / ".local" / "images"
+    out.mkdir(parents=True, exist_ok=True)
+    # The wheelhouse and the archives live in the repository, shared by every caller in it (parallel
+    # test workers included): one build at a time, and a second caller then finds the archives.
+    with exclusive_lock(out / ".lock"):
+        return _build_local(layout, say, targets, out)
+
+
+def _build_local(layout: Layout, say: Printer, targets: Sequence[str], out: Path) -> dict[str, BuiltImage]:
+    started = time.monotonic()
+    say("==> building the local images from the Dockerfile (buildah, no registry)")
+    bases = {name: ensure_base(layout, name, say) for name in BASE_PACKAGES}
+    wheelhouse = cpu_wheelhouse(layout, say)
+    tag = "local-" + _inputs_digest(layout, wheelhouse, bases)
+    buildah = Buildah(images_cache(layout) / "buildah")
+    built: dict[str, BuiltImage] = {}
+    with exclusive_lock(images_cache(layout) / "buildah.lock"):
+        for target in targets:
+            name = f"{LOCAL_REGISTRY}/{REPOSITORIES[target]}:{tag}"
+            archive = out / f"{target}-{tag}.tar"
+            step = time.monotonic()
+            if not archive.is_file():
+                say(f"--> buildah bud --target {target} -> {name}")
+                run(
+                    buildah.command(
+                        "bud", "--isolation", "chroot", "--pull-never", "--layers=false", "--target", target,
+                        "--build-arg", f"PYTHON_IMAGE=oci-archive:{bases['python']}",
+                        "--build-arg", f"SERVING_CPU_BASE=oci-archive:{bases['serving']}",
+                        "-t", name, "-f", str(layout.repo_root / "Dockerfile"), str(layout.repo_root),
+                    ),
+                    f"building target {target}",
+                )  # fmt: skip
+                scratch = archive.with_suffix(".partial")
+                scratch.unlink(missing_ok=True)
+                run(
+                    buildah.command("push", name, f"oci-archive:{scratch}:{name}"),
+                    f"writing {target}'s archive",
+                )
+                scratch.rename(archive)
+                run(buildah.command("rmi", "--force", name), f"removing {target} from buildah's storage")
+            built[target] = BuiltImage(target, name, archive, time.monotonic() - step)
+            say(
+                f"    {target}: {built[target].seconds:.0f} s, "
+                f"{built[target].size / 1e6:.0f} MB ({archive.name})"
+            )
+    shutil.rmtree(wheelhouse, ignore_errors=True)
+    for stale in out.glob("*.tar"):
+        if stale not in {image.archive for image in built.values()}:
+            stale.unlink()  # archives of earlier builds: a few hundred MB each
+    record = {
+        target: {
+            "name": image.name,
+            "archive": str(image.archive),
+            "seconds": round(image.seconds, 1),
+            "bytes": image.size,
+        }
+        for target, image in built.items()
+    }
+    (out / "images.json").write_text(json.dumps(record, indent=2) + "\n")
+    say(f"==> local images ready in {time.monotonic() - started:.0f} s")
+    return built

@@ -1,0 +1,412 @@
+"""Bring a cluster's real nodes up and down: host checks, processes, node objects, routes, add-ons.
+
+`start` runs, for each node, in order: its network namespace and cgroups, containerd (then the add-on
+images are imported into it), the kubelet (which registers the node with its certificate). Then, as a GPU
+operator and a network plugin would on a real cluster: the node gets the GPU labels and its
+`nvidia.com/gpu` capacity (an extended resource patched into its status: the scheduler counts it, no
+container sees a GPU), and its CNI configuration once the controller manager has given it a pod range;
+the host and the other nodes route that range to it. kube-proxy and kube-router follow, and last the
+add-ons (CoreDNS, the local-path provisioner). Each step waits for its component's health, and a
+component that dies during start-up fails `up` with its log's last lines.
+
+`preflight` names what the host lacks before anything starts: root, the Debian packages (runc,
+iptables, ipset), cgroup v1 hierarchies, bridge netfilter, network namespaces.
+
+Imports: the standard library, the kubernetes client, and this package's `addons`, `network`,
+`nodebinaries`, `nodes`, `objects`, `ocilayout`, `pki`, `processes`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
+
+from kubernetes import client as k8s
+from kubernetes import dynamic
+from kubernetes.client.exceptions import ApiException
+
+from mmd_operator.vocabulary.kinds import GPU_RESOURCE
+from mmd_testbed.localcluster import addons, network, nodes, processes
+from mmd_testbed.localcluster.network import ClusterNetwork
+from mmd_testbed.localcluster.nodebinaries import NodeBinaries
+from mmd_testbed.localcluster.nodes import RealNode
+from mmd_testbed.localcluster.objects import NodePool, gpu_labels
+from mmd_testbed.localcluster.ocilayout import import_image
+from mmd_testbed.localcluster.pki import Credentials, issue_certificate
+
+FIELD_MANAGER = "mmd-localcluster"
+_LOG_TAIL_LINES = 30
+
+
+class NodeStartError(RuntimeError):
+    """A real node could not start; the message names the cause (and a log to read)."""
+
+
+class Host(Protocol):
+    """What the cluster gives the node code: its directory, credentials, API access and printer."""
+
+    state_dir: Path
+    say: Callable[[str], None]
+    bind_to_parent: bool
+
+    @property
+    def credentials(self) -> Credentials:
+        """The cluster's credential files."""
+
+    @property
+    def logs_dir(self) -> Path:
+        """Where component logs go."""
+
+    def api_client(self, token: str | None = None) -> k8s.ApiClient:
+        """An admin client (the caller closes it)."""
+
+
+# containerd refuses a unix socket path over 104 bytes (the BSD sun_path size, applied on Linux too), and
+# the longest it makes is its ttrpc socket beside the gRPC one.
+SOCKET_PATH_LIMIT = 104
+
+
+def preflight(
+    state_dir: Path | None = None, proc: Path = Path("/proc"), sys_root: Path = Path("/sys")
+) -> list[str]:
+    """What this host (or the cluster directory `state_dir`) lacks to run real nodes, one sentence each."""
+    problems = []
+    if state_dir is not None:
+        node = RealNode("real-node-0", 0, state_dir.resolve(), ClusterNetwork(0))
+        socket = node.containerd_socket.with_name(node.containerd_socket.name + ".ttrpc")
+        if len(str(socket)) > SOCKET_PATH_LIMIT:
+            problems.append(
+                f"the cluster directory {state_dir} is too long for the nodes' containerd sockets "
+                f"({socket} is {len(str(socket))} bytes; "
+                f"a unix socket path has at most {SOCKET_PATH_LIMIT}): "
+                "use a shorter --dir"
+            )
+    if os.geteuid() != 0:
+        problems.append("real nodes need root (network namespaces, cgroups, mounts); run as root")
+    missing: dict[str, list[str]] = {}
+    for command, package in nodes.HOST_COMMANDS.items():
+        found = shutil.which(command, path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        if command == "runc":
+            found = str(nodes.RUNC) if os.access(nodes.RUNC, os.X_OK) else None
+        if found is None:
+            missing.setdefault(package, []).append(command)
+    if missing:
+        listed = ", ".join(
+            f"{' and '.join(commands)} (Debian package {package})" for package, commands in missing.items()
+        )
+        problems.append(
+            f"missing on the host: {listed}; `make node-deps` (scripts/install-node-deps.sh) installs them"
+        )
+    cgroups = sys_root / "fs" / "cgroup"
+    needed = ("cpu", "cpuacct", "cpuset", "memory", "pids", "devices", "freezer")
+    absent = [name for name in needed if not (cgroups / name / "cgroup.procs").is_file()]
+    if absent:
+        problems.append(
+            f"kernel feature missing: the cgroup v1 hierarchies {', '.join(absent)} "
+            f"are not mounted under {cgroups} "
+            "(the kubelet runs here with the cgroupfs driver on cgroup v1)"
+        )
+    if not (proc / "sys" / "net" / "bridge" / "bridge-nf-call-iptables").exists():
+        problems.append(
+            f"kernel feature missing: bridge netfilter ({proc}/sys/net/bridge/bridge-nf-call-iptables); "
+            "load br_netfilter so kube-proxy and kube-router see bridged pod traffic"
+        )
+    if not (proc / "self" / "ns" / "net").exists():
+        problems.append("kernel feature missing: network namespaces (CONFIG_NET_NS)")
+    return problems
+
+
+def _tail(path: Path) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:])
+    except OSError:
+        return "(no log)"
+
+
+class NodeRunner:
+    """Starts, checks and stops the real nodes of one cluster."""
+
+    def __init__(
+        self,
+        host: Host,
+        cluster_network: ClusterNetwork,
+        pool: NodePool,
+        binaries: NodeBinaries,
+        records: dict[str, processes.ProcessRecord],
+        save: Callable[[], None],
+    ) -> None:
+        """`records` is the cluster state's process table; `save` persists it after every start."""
+        self.host = host
+        self.network = cluster_network
+        self.pool = pool
+        self.binaries = binaries
+        self.records = records
+        self.save = save
+
+    @property
+    def nodes(self) -> list[RealNode]:
+        """The real nodes of the pool."""
+        return [
+            RealNode(name, ordinal, self.host.state_dir, self.network)
+            for ordinal, name in enumerate(self.pool.node_names())
+        ]
+
+    @staticmethod
+    def issue_apiserver_certificate(credentials: Credentials) -> None:
+        """The API server's client certificate towards the kubelets (logs, exec, port-forward)."""
+        issue_certificate(
+            credentials,
+            "apiserver-kubelet-client",
+            common_name="kube-apiserver-kubelet-client",
+            organization="system:masters",
+        )
+
+    def server(self, port: int) -> str:
+        """The API server's URL as nodes and pods reach it."""
+        return f"https://{self.network.host_address}:{port}"
+
+    # -- start ------------------------------------------------------------------------------------
+
+    def start(self, api_port: int, timeout: float) -> None:
+        """Start every node, then the add-ons; wait until all are Ready."""
+        say = self.host.say
+        started = time.monotonic()
+        credentials = self.host.credentials
+        images = addons.write_addon_images(self.binaries, self.host.state_dir / "images")
+        names = addons.image_names(self.binaries)
+        with self.host.api_client() as api_client:
+            apply(api_client, addons.kube_router_rbac())
+        for node in self.nodes:
+            say(f"--> real node {node.name} at {node.address} (network namespace {node.netns})")
+            network.add_node(self.network, node.name, node.ordinal)
+            nodes.create_cgroups(node)
+            files = nodes.write_node_files(
+                node, self.binaries, credentials, self.server(api_port), names["pause"]
+            )
+            argv = nodes.commands(node, self.binaries, files)
+            self._start(node, "containerd", argv["containerd"])
+            self._wait_containerd(node, timeout)
+            for archive in images.values():
+                import_image(self.binaries.path("ctr"), node.containerd_socket, archive)
+            self._start(node, "kubelet", argv["kubelet"])
+        with self.host.api_client() as api_client:
+            core = k8s.CoreV1Api(api_client)
+            ranges = {}
+            for node in self.nodes:
+                self._wait(node, "kubelet", partial(_exists, core, node.name), "node registered", timeout)
+                self._label_and_add_gpus(core, node)
+                cidr = self._wait(node, "kubelet", partial(_pod_cidr, core, node.name), "pod range", timeout)
+                nodes.write_cni_config(node, cidr)
+                ranges[node.name] = (node.ordinal, cidr)
+            network.set_routes(self.network, ranges)
+            for node in self.nodes:
+                argv = nodes.commands(node, self.binaries, _files_of(node))
+                for component in ("kube-proxy", "kube-router"):
+                    self._start(node, component, argv[component])
+            for node in self.nodes:
+                for component in ("kubelet", "kube-proxy", "kube-router"):
+                    self._wait(node, component, partial(_healthy, node, component), "healthy", timeout)
+                self._wait(node, "kubelet", partial(_ready, core, node.name), "node Ready", timeout)
+            say(f"    {len(self.nodes)} real node(s) Ready after {time.monotonic() - started:.1f} s")
+            volumes = self.host.state_dir / "volumes"
+            volumes.mkdir(exist_ok=True)
+            apply(api_client, addons.coredns(self.network, names["coredns"]))
+            apply(
+                api_client,
+                addons.local_path_provisioner(volumes, names["local-path-provisioner"], names["busybox"]),
+            )
+            apps = k8s.AppsV1Api(api_client)
+            for namespace, name in (
+                ("kube-system", "coredns"),
+                (addons.LOCAL_PATH_NAMESPACE, "local-path-provisioner"),
+            ):
+                wait_available(apps, core, namespace, name, timeout)
+        say(
+            "    real nodes, CoreDNS and local-path-provisioner ready "
+            f"after {time.monotonic() - started:.1f} s"
+        )
+
+    def load_images(self, archives: list[Path]) -> None:
+        """Import image archives into every real node's containerd, the nodes at once."""
+        ctr = self.binaries.path("ctr")
+
+        def load(node: RealNode) -> None:
+            for archive in archives:
+                import_image(ctr, node.containerd_socket, archive)
+
+        with ThreadPoolExecutor(max_workers=len(self.nodes) or 1) as pool:
+            list(pool.map(load, self.nodes))
+
+    def _start(self, node: RealNode, component: str, argv: list[str]) -> None:
+        log = node.log(self.host.logs_dir, component)
+        record = processes.start(
+            node.record_name(component),
+            argv,
+            log,
+            env=nodes.environment(self.binaries),
+            bind_to_parent=self.host.bind_to_parent,
+        )
+        self.records[node.record_name(component)] = record
+        self.save()
+        self.host.say(f"    started {node.name} {component} (pid {record.pid}, log {log})")
+
+    def _alive_or_fail(self, node: RealNode, component: str) -> None:
+        record = self.records.get(node.record_name(component))
+        if record is None or not processes.is_alive(record):
+            log = node.log(self.host.logs_dir, component)
+            raise NodeStartError(
+                f"{node.name}: {component} exited during start-up; last lines of {log}:\n{_tail(log)}"
+            )
+
+    def _wait(
+        self, node: RealNode, component: str, check: Callable[[], Any], what: str, timeout: float
+    ) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._alive_or_fail(node, component)
+            try:
+                result = check()
+            except (ApiException, OSError):
+                result = None
+            if result:
+                return result
+            time.sleep(0.2)
+        log = node.log(self.host.logs_dir, component)
+        raise NodeStartError(
+            f"{node.name}: no {what} after {timeout:.0f} s; last lines of {log}:\n{_tail(log)}"
+        )
+
+    def _wait_containerd(self, node: RealNode, timeout: float) -> None:
+        def answers() -> bool:
+            result = subprocess.run(
+                [str(self.binaries.path("ctr")), "--address", str(node.containerd_socket), "version"],
+                capture_output=True,
+                check=False,
+                timeout=10,
+            )
+            return result.returncode == 0
+
+        self._wait(node, "containerd", answers, "answer from containerd", timeout)
+
+    def _label_and_add_gpus(self, core: k8s.CoreV1Api, node: RealNode) -> None:
+        labels = {**gpu_labels(self.pool), nodes.NODE_KIND_LABEL: nodes.REAL}
+        core.patch_node(node.name, {"metadata": {"labels": labels}})
+        # What a device plugin would advertise; the scheduler counts it, containers get no device.
+        core.patch_node_status(
+            node.name, {"status": {"capacity": {GPU_RESOURCE: str(self.pool.gpus_per_node)}}}
+        )
+
+    # -- status and stop --------------------------------------------------------------------------
+
+    def components(self) -> Iterator[tuple[RealNode, str]]:
+        """Every (node, component) in start order."""
+        for node in self.nodes:
+            for component in nodes.NODE_COMPONENTS:
+                yield node, component
+
+    def stop(self) -> list[str]:
+        """Stop every node (see `nodes.stop_node`) and tear the network down; return what was running."""
+        stopped = []
+        for node in self.nodes:
+            own = {
+                c: r
+                for c in nodes.NODE_COMPONENTS
+                if (r := self.records.get(node.record_name(c))) is not None
+            }
+            for component in nodes.stop_node(node, own):
+                stopped.append(node.record_name(component))
+                self.host.say(f"--> stopped {node.name} {component} (pid {own[component].pid})")
+            network.remove_node(self.network, node.name, node.ordinal)
+            for component in own:
+                self.records.pop(node.record_name(component), None)
+        network.teardown(self.network)
+        return stopped
+
+
+def _files_of(node: RealNode) -> nodes.NodeFiles:
+    return nodes.NodeFiles(
+        containerd_config=node.directory / "containerd" / "config.toml",
+        kubelet_config=node.directory / "kubelet" / "config.yaml",
+        kubelet_kubeconfig=node.directory / "kubelet" / "kubeconfig",
+        kube_proxy_config=node.directory / "kube-proxy" / "config.yaml",
+        kube_router_kubeconfig=node.directory / "kube-router.kubeconfig",
+    )
+
+
+def _exists(core: k8s.CoreV1Api, name: str) -> bool:
+    try:
+        core.read_node(name)
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
+
+
+def _pod_cidr(core: k8s.CoreV1Api, name: str) -> str | None:
+    node: Any = core.read_node(name)
+    return node.spec.pod_cidr  # type: ignore[no-any-return]
+
+
+def _ready(core: k8s.CoreV1Api, name: str) -> bool:
+    node: Any = core.read_node(name)
+    conditions = node.status.conditions or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions) and not any(
+        t.key == "node.kubernetes.io/not-ready" for t in node.spec.taints or []
+    )
+
+
+def _healthy(node: RealNode, component: str) -> bool:
+    url = nodes.health_url(node, component)
+    if url is None:
+        return True
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def wait_available(
+    apps: k8s.AppsV1Api, core: k8s.CoreV1Api, namespace: str, name: str, timeout: float
+) -> None:
+    """Wait until Deployment `namespace/name` has an available replica; else fail with its pods' states."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        deployment: Any = apps.read_namespaced_deployment(name, namespace)
+        if (deployment.status.available_replicas or 0) >= 1:
+            return
+        time.sleep(0.3)
+    pods: list[Any] = core.list_namespaced_pod(namespace).items
+    states = "; ".join(f"{p.metadata.name}: {p.status.phase} {_waiting_reasons(p)}" for p in pods)
+    raise NodeStartError(f"{namespace}/{name} not available after {timeout:.0f} s ({states})")
+
+
+def _waiting_reasons(pod: Any) -> str:
+    statuses = (pod.status.init_container_statuses or []) + (pod.status.container_statuses or [])
+    reasons = [s.state.waiting.reason for s in statuses if s.state and s.state.waiting]
+    return f"({', '.join(reasons)})" if reasons else ""
+
+
+def apply(api_client: k8s.ApiClient, objects: list[dict[str, Any]]) -> None:
+    """Server-side apply `objects` (cluster-scoped or namespaced) as the local cluster's field manager."""
+    client = dynamic.DynamicClient(api_client)  # type: ignore[no-untyped-call]
+    for body in objects:
+        resource = client.resources.get(api_version=body["apiVersion"], kind=body["kind"])
+        namespace = body["metadata"].get("namespace")
+        resource.server_side_apply(
+            body=body,
+            name=body["metadata"]["name"],
+            namespace=namespace,
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+        )

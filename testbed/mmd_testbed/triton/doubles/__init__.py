@@ -1,0 +1,11 @@
+"""Doubles of the GPU-only Triton models, for serving a rendered repository on a CPU tritonserver.
+
+The triton test tier, `make bench-triton` and `make demo` load the
+operator's rendered `config.pbtxt` files unchanged into the real tritonserver of the nvidia-pytriton wheel,
+with Python-backend doubles for every model whose code needs a GPU or comes from the serving image.
+
+- `repository`: writes a rendered repository with a double for every non-ensemble model;
+- `runtime` and `codec`: the doubles' behaviour, copied (as the package `triton_doubles`) beside each
+  double's `model.py` and run inside Triton's Python backend stub, so they import only numpy, Pillow,
+  the standard library and `triton_python_backend_utils`; `codec` also decodes what the doubles answer.
+"""
