@@ -73,15 +73,19 @@ from mmd_operator.api.v1alpha1 import API_VERSION, KIND, EngineSource, Multimoda
 from mmd_operator.api.validation import InvalidSpecError
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import decision
-from mmd_operator.desired.serving import repository_size
+from mmd_operator.desired.serving import configmap_size
+from mmd_operator.facts import JobFacts, Meta, Observed
+from mmd_operator.judgement import Judgement
+from mmd_operator.judgement.artifact import ArtifactState
 from mmd_operator.judgement.availability import ServingState
-from mmd_operator.judgement.engine import EngineState, pod_result
+from mmd_operator.judgement.triton import pod_result
 from mmd_operator.kube import engine_index, object_facts
 from mmd_operator.kube.client import KubeClient
-from mmd_operator.plan.resource_plan import AnyPlan, ResourcePlan
+from mmd_operator.plan.resource_plan import AnyPlan
+from mmd_operator.plan.triton import TritonPlan
 from mmd_operator.plan_memory import PlanMemory
-from mmd_operator.status import Findings, RepositoryState, report
-from mmd_operator.status.assessment import endpoints, selector_string
+from mmd_operator.status import ConfigMapState, Findings, report
+from mmd_operator.status.assessment import RUNTIME_FINDINGS, selector_string
 from mmd_operator.vocabulary import labels, names
 from mmd_testbed.localcluster import audit
 from mmd_testbed.localcluster.cluster import LocalCluster
@@ -339,24 +343,30 @@ def ready_status(
     resource: MultimodalDeployment, plan: AnyPlan, objects: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """The status the operator writes once `resource` is Ready, built by its own status code."""
-    assert isinstance(plan, ResourcePlan), "the mix holds Triton runtimes only"
+    assert isinstance(plan, TritonPlan), "the mix holds Triton runtimes only"
     name, namespace = str(resource.metadata["name"]), str(resource.metadata["namespace"])
     job, configmap, deployment = objects[1], objects[2], objects[3]
     replicas = int(deployment["spec"].get("replicas", 1))
+    artifact = ArtifactState(
+        ready=True,
+        reason=EngineSource.BUILT.value,
+        message=f"engine {plan.cache_key} built",
+        source=EngineSource.BUILT,
+        location=plan.cache_key,
+    )
+    observed = Observed(now=datetime.now(UTC), job=JobFacts(meta=Meta(name=job["metadata"]["name"])))
+    judged = Judgement(artifact=artifact, blocked=False)
+    claim = objects[0]["metadata"]["name"]
+    own = RUNTIME_FINDINGS[plan.runtime](plan, observed, judged, claim, name, namespace)
     findings = Findings(
         generation=1,
-        cache_key=plan.cache_key,
-        claim=objects[0]["metadata"]["name"],
-        job=job["metadata"]["name"],
-        derived=plan.limits,
-        engine=EngineState(
-            ready=True,
-            reason=EngineSource.BUILT.value,
-            message=f"engine {plan.cache_key} built",
-            source=EngineSource.BUILT,
-        ),
-        repository=RepositoryState(
-            name=configmap["metadata"]["name"], size=repository_size(configmap["data"]), applied=True
+        runtime=plan.runtime,
+        validated=own.validated,
+        derived=own.derived,
+        artifact=artifact,
+        artifact_status=own.artifact_status,
+        configmap=ConfigMapState(
+            name=configmap["metadata"]["name"], size=configmap_size(configmap["data"]), applied=True
         ),
         serving=ServingState(
             desired=replicas,
@@ -369,7 +379,7 @@ def ready_status(
             updated_replicas=replicas,
             replicas=replicas,
         ),
-        endpoints=endpoints(name, namespace),
+        endpoints=own.endpoints,
         selector=selector_string(name),
     )
     status = report(findings, previous=None, now=datetime.now(UTC)).status

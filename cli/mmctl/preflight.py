@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import engine_build
+from mmd_operator.desired import cache
 from mmd_operator.desired.decision import manifests
 from mmd_operator.facts import Nodes
 from mmd_operator.judgement.placement import (
@@ -48,7 +48,6 @@ from mmd_operator.kube.engine_index import EngineIndex
 from mmd_operator.kube.nodes import nodes_of
 from mmd_operator.kube.observe import missing_references
 from mmd_operator.plan.resource_plan import AnyPlan
-from mmd_operator.plan.serve_plan import ServePlan
 from mmd_operator.vocabulary import kinds, names
 
 POD_SECURITY = "pod-security.kubernetes.io/"
@@ -239,21 +238,22 @@ def _pod_spec(objects: list[dict[str, Any]], kind: str) -> dict[str, Any] | None
 
 
 def _nodes(checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan, config: OperatorConfig) -> None:
-    claim = engine_build.claim_name(resource, config)
+    claim = cache.claim_name(resource, config)
     items = checks.read(
         "nodes", "the nodes", lambda: checks.client.list(kinds.NODE.api_version, kinds.NODE.kind)
     )
     nodes = nodes_of(items)
     objects = manifests(resource, plan, config=config)
-    build, serving = _pod_spec(objects, "Job"), _pod_spec(objects, "Deployment")
-    if isinstance(plan, ServePlan):
-        pass  # the weights download pod asks for no GPU
+    job, serving = _pod_spec(objects, "Job"), _pod_spec(objects, "Deployment")
+    # A Job that asks for no GPU (the weights download) fits wherever the serving pods do.
+    if job is None or not object_facts.pod_placement(job).gpus:
+        pass
     elif _engine_built(checks, claim, plan.cache_key):
         checks.add(
             Severity.INFO, "spec.build.pod", f"engine {plan.cache_key} is built already: no build pod runs"
         )
-    elif build is not None:
-        _placement(checks, build, build_demand(resource.spec), nodes)
+    else:
+        _placement(checks, job, build_demand(resource.spec), nodes)
     if serving is not None and resource.spec.serving.replicas > 0:
         _placement(checks, serving, serving_demand(resource.spec), nodes)
 
@@ -272,7 +272,7 @@ def preflight(
     StorageClass); the defaults when not given.
     """
     config = config or OperatorConfig()
-    claim = engine_build.claim_name(resource, config)
+    claim = cache.claim_name(resource, config)
     checks = _Checks(client, namespace)
     with contextlib.suppress(_UnreadableError):
         api, kind = kinds.NAMESPACE.api_version, kinds.NAMESPACE.kind

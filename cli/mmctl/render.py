@@ -21,7 +21,6 @@ from mmd_operator.config import OperatorConfig
 from mmd_operator.desired.decision import manifest_files
 from mmd_operator.plan.repository_check import RepositoryError
 from mmd_operator.plan.resource_plan import AnyPlan, plan_resource
-from mmd_operator.plan.serve_plan import ServePlan
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2
@@ -100,19 +99,14 @@ def run_render(args: argparse.Namespace) -> int:
     if isinstance(loaded, int):
         return loaded
     resource, plan = loaded
-    write_files(out_dir, rendered_files(resource, plan))
-    name = resource.metadata.get("name")
     files = rendered_files(resource, plan)
-    if isinstance(plan, ServePlan):
-        print(f"rendered {name} ({plan.knowledge.model_type} on trtllm-serve) into {out_dir}")
-        print(f"  download key      {plan.cache_key}")
-        print("  " + "  ".join(sorted(path for path in files if "/" not in path)))
-    else:
-        print(f"rendered {name} ({plan.settings.knowledge.model_type}) into {out_dir}")
-        print(f"  cacheKey          {plan.cache_key}")
-        for model in plan.repository.configs:
-            print(f"  model_repository/{model}/config.pbtxt")
-        print("  derived.json  build_plan.json  launch.json")
+    write_files(out_dir, files)
+    print(
+        f"rendered {resource.metadata.get('name')} ({plan.spec.model.type} on {plan.runtime}) into {out_dir}"
+    )
+    print(f"  key          {plan.cache_key}")
+    for written in sorted(files):
+        print(f"  {written}")
     for name in sorted(path for path in files if path.startswith("manifests/")):
         print(f"  {name}")
     return 0

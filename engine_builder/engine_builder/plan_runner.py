@@ -27,22 +27,22 @@ import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import ValidationError
 
 from engine_builder import versions as pinned
+from engine_builder.job_report import MANIFEST_NAME, FileRecord, Frozen
 from engine_builder.plan_format import PLAN_FORMAT_VERSION, WORK_DIR, BuildPlan, BuildStep
 from engine_builder.probe import ASSUME_TRTLLM_VERSION_ENV
 from engine_builder.result_format import (
-    MANIFEST_NAME,
     UNKNOWN,
     BuildSucceeded,
-    FileRecord,
     Gpu,
     Manifest,
     StepRecord,
@@ -50,6 +50,7 @@ from engine_builder.result_format import (
 )
 
 Log = Callable[[str], None]
+EntryManifest = TypeVar("EntryManifest", bound=Frozen)
 
 _CACHE_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # What the line that explains a failure usually contains; the last such line of a step's output is
@@ -191,22 +192,21 @@ def refusals(plan: BuildPlan, found: Versions) -> list[str]:
     return problems
 
 
-def inspect_entry(entry: Path, cache_key: str, *, hashes: bool = False) -> tuple[Manifest | None, list[str]]:
-    """The manifest of a cache entry and what is wrong with the entry (nothing when it is complete).
-
-    Sizes are always compared; contents only with `hashes` (reading every engine takes a while).
-    """
+def read_manifest(entry: Path, model: type[EntryManifest]) -> tuple[EntryManifest | None, list[str]]:
+    """The `manifest.json` of a cache entry (a build's or a snapshot's), or why it cannot be read."""
     try:
-        manifest = Manifest.model_validate_json((entry / MANIFEST_NAME).read_bytes())
+        return model.model_validate_json((entry / MANIFEST_NAME).read_bytes()), []
     except FileNotFoundError:
         return None, [f"{entry} has no {MANIFEST_NAME}"]
     except (OSError, ValidationError) as error:
         return None, [f"{entry / MANIFEST_NAME} is unreadable: {str(error).splitlines()[0]}"]
+
+
+def file_problems(directory: Path, files: Mapping[str, FileRecord], *, hashes: bool = False) -> list[str]:
+    """Where the files under `directory` differ from a manifest's records (sizes; contents with `hashes`)."""
     problems = []
-    if manifest.cache_key != cache_key:
-        problems.append(f"{entry / MANIFEST_NAME} is for cacheKey {manifest.cache_key}")
-    for relative, record in manifest.files.items():
-        path = entry / relative
+    for relative, record in files.items():
+        path = directory / relative
         try:
             actual = path.stat().st_size
         except FileNotFoundError:
@@ -216,7 +216,40 @@ def inspect_entry(entry: Path, cache_key: str, *, hashes: bool = False) -> tuple
             problems.append(f"{relative} has {actual} bytes, the manifest {record.size}")
         elif hashes and sha256_of(path) != record.sha256:
             problems.append(f"{relative} does not match its sha256")
-    return manifest, problems
+    return problems
+
+
+def record_files(root: Path) -> dict[str, FileRecord]:
+    """Every file under `root` by its `/`-separated relative path, its bytes on disk when this returns."""
+    return {
+        path.relative_to(root).as_posix(): FileRecord(
+            size=path.stat().st_size, sha256=sha256_of(path, sync=True)
+        )
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def write_manifest(work: Path, manifest: Frozen) -> None:
+    """Write `manifest` last into the entry being made in `work`, durably."""
+    with (work / MANIFEST_NAME).open("w") as handle:
+        handle.write(manifest.model_dump_json(indent=2) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    fsync_dir(work)
+
+
+def inspect_entry(entry: Path, cache_key: str, *, hashes: bool = False) -> tuple[Manifest | None, list[str]]:
+    """The manifest of a cache entry and what is wrong with the entry (nothing when it is complete).
+
+    Sizes are always compared; contents only with `hashes` (reading every engine takes a while).
+    """
+    manifest, problems = read_manifest(entry, Manifest)
+    if manifest is None:
+        return None, problems
+    if manifest.cache_key != cache_key:
+        problems.append(f"{entry / MANIFEST_NAME} is for cacheKey {manifest.cache_key}")
+    return manifest, problems + file_problems(entry, manifest.files, hashes=hashes)
 
 
 def check_engines(work: Path, plan: BuildPlan) -> list[str]:
@@ -455,13 +488,7 @@ def _build_in(
         raise BuildError("the engines disagree with the plan: " + "; ".join(problems), step="verify")
     log(f"checked {', '.join(e.config_path for e in plan.expectations)} against the plan")
 
-    files = {
-        path.relative_to(work).as_posix(): FileRecord(
-            size=path.stat().st_size, sha256=sha256_of(path, sync=True)
-        )
-        for path in sorted(work.rglob("*"))
-        if path.is_file()
-    }
+    files = record_files(work)
     manifest = Manifest(
         cache_key=plan.cache_key,
         plan=plan,
@@ -472,9 +499,5 @@ def _build_in(
         created=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     log(f"hashed {len(files)} files, {size(sum(f.size for f in files.values()))}; writing {MANIFEST_NAME}")
-    with (work / MANIFEST_NAME).open("w") as handle:
-        handle.write(manifest.model_dump_json(indent=2) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    fsync_dir(work)
+    write_manifest(work, manifest)
     return manifest

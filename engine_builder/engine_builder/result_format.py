@@ -3,35 +3,26 @@
 `manifest.json`, written last into `<cache dir>/<cacheKey>/`, describes one finished cache entry: the plan,
 the versions and GPU it was built with, every file's size and sha256, each step's duration.
 
-The termination message is one JSON line the build Job leaves in `/dev/termination-log`: a short summary
-on success (cacheKey, versions, sizes), the reason on failure (step, exit code, last error line). The
-operator reads it from the pod status without mounting the volume, parses it with
-`parse_termination_message`, and records successes in its own engine index so that later resources with
+The termination message is one JSON line the build Job leaves in `/dev/termination-log` (`job_report`'s
+protocol, shared with the weights download): a short summary on success (cacheKey, versions, sizes), the
+reason on failure (step, exit code, last error line). The operator reads it from the pod status with
+`parse_termination_message` and records successes in its own engine index, so that later resources with
 the same cacheKey are cache hits without a Job.
 
-Pure pydantic and standard library; imports nothing of ours but the plan format. The operator may import
+Pure pydantic and standard library; imports the plan format and `job_report`. The operator may import
 this module.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-
+from engine_builder.job_report import FileRecord, JobFailed, JobReports, JobSucceeded
+from engine_builder.job_report import Frozen as _Frozen
 from engine_builder.plan_format import BuildPlan
 
 RESULT_FORMAT_VERSION = 1
-MANIFEST_NAME = "manifest.json"
 UNKNOWN = "unknown"
-# Kubernetes keeps at most 4096 bytes of a termination message.
-TERMINATION_MESSAGE_LIMIT = 4096
-# A failure reason is clipped to this many characters, so a message stays near 2 KiB even in 4-byte UTF-8.
-REASON_LIMIT = 480
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Versions(_Frozen):
@@ -50,13 +41,6 @@ class Gpu(_Frozen):
     name: str = UNKNOWN
     compute_capability: str = UNKNOWN
     count: int = 0
-
-
-class FileRecord(_Frozen):
-    """One file of a cache entry."""
-
-    size: int
-    sha256: str
 
 
 class StepRecord(_Frozen):
@@ -88,18 +72,16 @@ class Manifest(_Frozen):
         return dict(sorted(sizes.items()))
 
 
-class BuildSucceeded(_Frozen):
+class BuildSucceeded(JobSucceeded):
     """The success summary: what the operator records about a finished cache entry."""
 
     result: Literal["succeeded"] = "succeeded"
     format_version: int = RESULT_FORMAT_VERSION
     cache_key: str
-    cache_hit: bool
     versions: Versions
     gpu: Gpu
-    total_bytes: int
+    # Bytes per top-level directory of the entry.
     sizes: dict[str, int]
-    seconds: float
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, *, cache_hit: bool, seconds: float) -> BuildSucceeded:
@@ -116,40 +98,14 @@ class BuildSucceeded(_Frozen):
         )
 
 
-class BuildFailed(_Frozen):
+class BuildFailed(JobFailed):
     """Why a build failed; `reason` is the one line a person reads (in the condition message)."""
 
-    result: Literal["failed"] = "failed"
     format_version: int = RESULT_FORMAT_VERSION
     cache_key: str | None = None
-    step: str | None = None
-    exit_code: int | None = None
-    reason: str
 
 
-BuildResult = Annotated[BuildSucceeded | BuildFailed, Field(discriminator="result")]
-_RESULT: TypeAdapter[BuildSucceeded | BuildFailed] = TypeAdapter(BuildResult)
-
-
-def termination_message(result: BuildSucceeded | BuildFailed) -> str:
-    """The one JSON line for `/dev/termination-log`, always well below Kubernetes' 4096-byte limit."""
-    if isinstance(result, BuildFailed) and len(result.reason) > REASON_LIMIT:
-        result = result.model_copy(update={"reason": result.reason[: REASON_LIMIT - 1] + "…"})
-    return result.model_dump_json()
-
-
-def parse_termination_message(text: str | None) -> BuildSucceeded | BuildFailed:
-    """Read a build container's termination message; never raises.
-
-    The last line that is one of our results wins. Anything else (an empty message, a crash's log tail
-    under `terminationMessagePolicy: FallbackToLogsOnError`) becomes a failure whose reason is the last
-    non-empty line, so the condition message still says something true.
-    """
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    for line in reversed(lines):
-        try:
-            return _RESULT.validate_json(line)
-        except ValidationError:
-            continue
-    reason = lines[-1][:REASON_LIMIT] if lines else "the build container left no termination message"
-    return BuildFailed(reason=reason)
+# The one JSON line of a result for `/dev/termination-log`, and its reading back (`job_report`).
+REPORTS = JobReports.of(BuildSucceeded, BuildFailed, "the build container left no termination message")
+termination_message = REPORTS.message
+parse_termination_message = REPORTS.parse

@@ -27,14 +27,21 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from engine_builder.plan_runner import CacheLayout, duration, fsync_dir, locked, sha256_of, size
+from engine_builder.job_report import MANIFEST_NAME
+from engine_builder.plan_runner import (
+    CacheLayout,
+    duration,
+    file_problems,
+    fsync_dir,
+    locked,
+    read_manifest,
+    record_files,
+    size,
+    write_manifest,
+)
 from engine_builder.weights_format import (
-    MANIFEST_NAME,
     DownloadPlan,
     DownloadSucceeded,
-    FileRecord,
     WeightsManifest,
     is_commit,
     snapshot_directory,
@@ -122,25 +129,12 @@ def resolve(plan: DownloadPlan, token: str | None) -> str:
 
 def inspect_snapshot(entry: Path, snapshot_key: str) -> tuple[WeightsManifest | None, list[str]]:
     """The manifest of a snapshot entry and what is wrong with the entry (nothing when it is complete)."""
-    try:
-        manifest = WeightsManifest.model_validate_json((entry / MANIFEST_NAME).read_bytes())
-    except FileNotFoundError:
-        return None, [f"{entry} has no {MANIFEST_NAME}"]
-    except (OSError, ValidationError) as error:
-        return None, [f"{entry / MANIFEST_NAME} is unreadable: {str(error).splitlines()[0]}"]
-    problems = []
+    manifest, problems = read_manifest(entry, WeightsManifest)
+    if manifest is None:
+        return None, problems
     if manifest.snapshot_key != snapshot_key:
         problems.append(f"{entry / MANIFEST_NAME} is for snapshot {manifest.snapshot_key}")
-    directory = entry / snapshot_directory(manifest.repo)
-    for relative, record in manifest.files.items():
-        try:
-            actual = (directory / relative).stat().st_size
-        except FileNotFoundError:
-            problems.append(f"{relative} is missing")
-            continue
-        if actual != record.size:
-            problems.append(f"{relative} has {actual} bytes, the manifest {record.size}")
-    return manifest, problems
+    return manifest, problems + file_problems(entry / snapshot_directory(manifest.repo), manifest.files)
 
 
 def _summary(
@@ -221,13 +215,7 @@ def _download_into(
     except Exception as error:
         raise _explain(error, plan, "download") from None
     shutil.rmtree(target / HUB_METADATA, ignore_errors=True)
-    files = {
-        path.relative_to(target).as_posix(): FileRecord(
-            size=path.stat().st_size, sha256=sha256_of(path, sync=True)
-        )
-        for path in sorted(target.rglob("*"))
-        if path.is_file()
-    }
+    files = record_files(target)
     manifest = WeightsManifest(
         snapshot_key=snapshot_key,
         repo=plan.repo,
@@ -237,10 +225,6 @@ def _download_into(
     )
     for directory in sorted({path.parent for path in target.rglob("*")} | {target}, reverse=True):
         fsync_dir(directory)
-    with (work / MANIFEST_NAME).open("w") as handle:
-        handle.write(manifest.model_dump_json(indent=2) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    fsync_dir(work)
+    write_manifest(work, manifest)
     log(f"hashed {len(files)} files, {size(sum(f.size for f in files.values()))}; wrote {MANIFEST_NAME}")
     return manifest

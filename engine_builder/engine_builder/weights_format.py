@@ -13,9 +13,10 @@ is its own resolution, so its two keys are one. A branch or tag is resolved by t
 commit; the operator records the resolution next to the engines in the claim's index, and every later
 resource naming that repository and revision is served the recorded commit without a Job.
 
-The termination message is one JSON line, like a build's: `DownloadSucceeded` or `DownloadFailed`.
+The termination message is one JSON line, `DownloadSucceeded` or `DownloadFailed`, in `job_report`'s
+protocol, the build's too.
 
-Pure pydantic and standard library; imports nothing of ours. The operator may import this module.
+Pure pydantic and standard library; imports `job_report`. The operator may import this module.
 """
 
 from __future__ import annotations
@@ -23,15 +24,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from engine_builder.job_report import FileRecord, JobFailed, JobReports, JobSucceeded
+from engine_builder.job_report import Frozen as _Frozen
 
 WEIGHTS_FORMAT_VERSION = 1
 WEIGHTS_KEY_LENGTH = 20
-MANIFEST_NAME = "manifest.json"
-# Kubernetes keeps at most 4096 bytes of a termination message; a reason is clipped well below.
-REASON_LIMIT = 480
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
@@ -56,10 +55,6 @@ def snapshot_directory(repo: str) -> str:
     return repo.rsplit("/", 1)[-1]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
 class DownloadPlan(_Frozen):
     """What the download Job fetches. Holds no secret: the token comes from a file the Job mounts."""
 
@@ -68,13 +63,6 @@ class DownloadPlan(_Frozen):
     key: str
     repo: str
     revision: str
-
-
-class FileRecord(_Frozen):
-    """One file of a snapshot."""
-
-    size: int
-    sha256: str
 
 
 class WeightsManifest(_Frozen):
@@ -89,60 +77,28 @@ class WeightsManifest(_Frozen):
     created: str
 
 
-class DownloadSucceeded(_Frozen):
+class DownloadSucceeded(JobSucceeded):
     """The success summary: what the operator records about a snapshot and the revision's resolution."""
 
-    result: Literal["downloaded"] = "downloaded"
     format_version: int = WEIGHTS_FORMAT_VERSION
+    result: Literal["downloaded"] = "downloaded"
+    # The download's key (of the revision a spec names) and the snapshot's (of the commit it resolved to).
     key: str
     repo: str
     revision: str
     commit: str
     snapshot_key: str
     files: int
-    total_bytes: int
-    seconds: float
-    # True when the snapshot was already complete (another Job, an earlier run): nothing was fetched.
-    cache_hit: bool = False
 
 
-class DownloadFailed(_Frozen):
-    """Why a download failed; `reason` is the one line a person reads (in the condition message)."""
+class DownloadFailed(JobFailed):
+    """Why a download failed; `reason` is the one line a person reads (in the condition message).
 
-    result: Literal["failed"] = "failed"
+    Its `step` is resolve (the revision), download (the files) or store (the cache volume).
+    """
+
     format_version: int = WEIGHTS_FORMAT_VERSION
     key: str | None = None
-    # resolve (the revision), download (the files) or store (the cache volume); None: it died first.
-    step: str | None = None
-    exit_code: int | None = None
-    reason: str
-
-
-DownloadResult = Annotated[DownloadSucceeded | DownloadFailed, Field(discriminator="result")]
-_RESULT: TypeAdapter[DownloadSucceeded | DownloadFailed] = TypeAdapter(DownloadResult)
-
-
-def termination_message(result: DownloadSucceeded | DownloadFailed) -> str:
-    """The one JSON line for `/dev/termination-log`."""
-    if isinstance(result, DownloadFailed) and len(result.reason) > REASON_LIMIT:
-        result = result.model_copy(update={"reason": result.reason[: REASON_LIMIT - 1] + "…"})
-    return result.model_dump_json()
-
-
-def parse_termination_message(text: str | None) -> DownloadSucceeded | DownloadFailed:
-    """Read a download container's termination message; never raises.
-
-    The last line that is one of our results wins; anything else becomes a failure whose reason is the
-    last non-empty line (a crash's log tail under `FallbackToLogsOnError`).
-    """
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    for line in reversed(lines):
-        try:
-            return _RESULT.validate_json(line)
-        except ValidationError:
-            continue
-    reason = lines[-1][:REASON_LIMIT] if lines else "the download container left no termination message"
-    return DownloadFailed(reason=reason)
 
 
 class RevisionResolved(_Frozen):
@@ -152,3 +108,11 @@ class RevisionResolved(_Frozen):
     repo: str
     revision: str
     commit: str
+
+
+# The one JSON line of a result for `/dev/termination-log`, and its reading back (`job_report`).
+REPORTS = JobReports.of(
+    DownloadSucceeded, DownloadFailed, "the download container left no termination message"
+)
+termination_message = REPORTS.message
+parse_termination_message = REPORTS.parse

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 from engine_builder import versions
+from mmd_operator.api.validation import spec_runtime
 from mmd_operator.knowledge import Runtime
 
 DEFAULT_CLAIM = "mmd-engine-cache"
@@ -106,16 +107,17 @@ class OperatorConfig:
         if not isinstance(spec, Mapping):
             return spec
         filled = dict(spec)
-        images = (
-            # trtllm-serve has no build image in its spec (the download Job runs the operator's builder).
-            (("serving", "image", self.trtllm_serve_image, versions.TRTLLM_SERVE_IMAGE),)
-            if spec.get("runtime") == Runtime.TRTLLM_SERVE
-            else (
+        images = {
+            Runtime.TRITON_TRTLLM_ENGINE: (
                 ("engine", "builderImage", self.builder_image, versions.BUILDER_IMAGE),
                 ("serving", "image", self.serving_image, versions.SERVING_IMAGE),
-            )
-        )
-        for section, key, image, pinned in images:
+            ),
+            # trtllm-serve has no build image in its spec (the download Job runs the operator's builder).
+            Runtime.TRTLLM_SERVE: (
+                ("serving", "image", self.trtllm_serve_image, versions.TRTLLM_SERVE_IMAGE),
+            ),
+        }
+        for section, key, image, pinned in images[spec_runtime(spec)]:
             given = filled.get(section)
             if image != pinned and (given is None or isinstance(given, Mapping)):
                 filled[section] = {key: image, **(given or {})}

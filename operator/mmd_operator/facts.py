@@ -128,7 +128,7 @@ class PodPhase(StrEnum):
 
 @dataclass(frozen=True)
 class PodFacts:
-    """One pod of a build Job or of a serving Deployment."""
+    """One pod of a Job (a build or a download) or of a serving Deployment."""
 
     meta: Meta
     phase: PodPhase
@@ -142,8 +142,8 @@ class PodFacts:
     # The termination message of a finished container, and its exit code.
     termination_message: str | None = None
     exit_code: int | None = None
-    # The model repository ConfigMap the pod mounts (serving pods).
-    repository: str | None = None
+    # The content ConfigMap the pod mounts (serving pods): the model repository, or `--config`.
+    configmap: str | None = None
     node: str | None = None
     # Ready=False while its containers are ready: the node controller's mark when the node stopped
     # reporting (a kubelet never writes that combination).
@@ -156,7 +156,7 @@ class PodFacts:
 
 @dataclass(frozen=True)
 class JobFacts:
-    """A build Job."""
+    """A Job that makes an artifact: a build, or a weights download."""
 
     meta: Meta
     succeeded: bool = False
@@ -191,7 +191,8 @@ class DeploymentFacts:
     available_replicas: int = 0
     # The Progressing condition's reason when the controller gave up (ProgressDeadlineExceeded).
     progress_failure: str | None = None
-    repository: str | None = None
+    # The content ConfigMap its pod template mounts.
+    configmap: str | None = None
     # Who owns spec.replicas in server-side apply terms: (field manager, operation) pairs, such as
     # ("mmd-operator", "Apply") or the autoscaler's ("kube-controller-manager", "Update").
     replicas_managers: tuple[tuple[str, str], ...] = ()
@@ -244,22 +245,22 @@ class MissingReference:
 class Observed:
     """Everything one reconcile of one resource observed.
 
-    `engine` is the engine index's entry for the resource's cacheKey; `job` and `build_pods` are the
-    build of that cacheKey in the resource's claim (on trtllm-serve: the download of its weights);
-    `stale_jobs` and `stale_claims` are children the resource owns that its current spec no longer uses.
+    `artifact` is the engine index's entry of what the resource's plan needs made (an engine built, or
+    on trtllm-serve the snapshot of the revision's commit); `job` and `job_pods` are the Job that makes it
+    (a build, or a download) in the resource's claim; `stale_jobs` and `stale_claims` are children the
+    resource owns that its current spec no longer uses.
     """
 
     now: datetime
     claim: ClaimFacts | None = None
-    engine: BuildSucceeded | None = None
-    # trtllm-serve: the commit the revision resolved to (known from the index, or the revision itself),
-    # and the index's entry of that commit's snapshot. `job` and `build_pods` are then the download's.
+    artifact: BuildSucceeded | DownloadSucceeded | None = None
+    # trtllm-serve: the commit the revision resolved to (known from the index, or the revision itself).
     resolved_commit: str | None = None
-    weights: DownloadSucceeded | None = None
     job: JobFacts | None = None
-    build_pods: tuple[PodFacts, ...] = ()
+    job_pods: tuple[PodFacts, ...] = ()
     missing: tuple[MissingReference, ...] = ()
-    repositories: tuple[Meta, ...] = ()
+    # The resource's content ConfigMaps: its model repositories, or trtllm-serve's `--config`.
+    configmaps: tuple[Meta, ...] = ()
     deployment: DeploymentFacts | None = None
     serving_pods: tuple[PodFacts, ...] = ()
     stale_jobs: tuple[JobFacts, ...] = ()

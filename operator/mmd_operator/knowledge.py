@@ -740,18 +740,25 @@ def serve_types_where(predicate: str) -> list[str]:
     return sorted(t.value for t, k in SERVE_KNOWLEDGE.items() if getattr(k, predicate))
 
 
+# Each runtime's table, behind one face: what it serves and what requests to a type may carry.
+_TABLES: Mapping[Runtime, Mapping[ModelType, ModelKnowledge | ServeKnowledge]] = MappingProxyType(
+    {Runtime.TRITON_TRTLLM_ENGINE: KNOWLEDGE, Runtime.TRTLLM_SERVE: SERVE_KNOWLEDGE}
+)
+
+
 def types_of(runtime: Runtime) -> list[str]:
     """The model types `runtime` serves, sorted."""
-    table = KNOWLEDGE if runtime is Runtime.TRITON_TRTLLM_ENGINE else SERVE_KNOWLEDGE
-    return sorted(t.value for t in table)
+    return sorted(t.value for t in _TABLES[runtime])
 
 
 def modalities_of(runtime: Runtime, model_type: ModelType | str) -> frozenset[Modality]:
     """What requests to `model_type` on `runtime` may carry besides text."""
-    kind = ModelType(model_type)
-    if runtime is Runtime.TRITON_TRTLLM_ENGINE:
-        return KNOWLEDGE[kind].modalities
-    return SERVE_KNOWLEDGE[kind].modalities
+    return _TABLES[runtime][ModelType(model_type)].modalities
+
+
+def types_taking(runtime: Runtime, modality: Modality) -> list[str]:
+    """The model types `runtime` serves whose requests may carry `modality`, sorted."""
+    return sorted(t.value for t, known in _TABLES[runtime].items() if modality in known.modalities)
 
 
 def checkpoint_heads() -> dict[str, Heads]:

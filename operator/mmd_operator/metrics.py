@@ -3,6 +3,8 @@
 - `mmd_reconciles_total{outcome}`: changed (something was written), unchanged, error;
 - `mmd_reconcile_duration_seconds`: one reconcile, from cache read to last write;
 - `mmd_builds_total{outcome}` and `mmd_build_duration_seconds`: engine builds as their Jobs finish;
+  which runtime's artifacts feed these and the cache lookups is one table (`ARTIFACT_METRICS`): the
+  engines, not (yet) the weights downloads;
 - `mmd_resources{phase}`: resources per phase;
 - `mmd_engine_cache_lookups_total{result}`: a resource's cacheKey found in the engine index (hit) or not;
 - `mmd_api_requests_total{method}`: requests of the operator's own client (kopf's watches not counted);
@@ -18,10 +20,14 @@ from __future__ import annotations
 
 import threading
 from collections import Counter as Tally
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from mmd_operator.api.v1alpha1 import Phase
+from mmd_operator.knowledge import Runtime
 
 RECONCILES = Counter("mmd_reconciles", "Reconciles of MultimodalDeployments, by outcome", ["outcome"])
 RECONCILE_SECONDS = Histogram(
@@ -51,6 +57,34 @@ LEADER_TRANSITIONS = Counter(
     "mmd_leader_transitions",
     "Changes of this process's leadership: acquired, released (at shutdown) or lost",
     ["change"],
+)
+
+
+@dataclass(frozen=True)
+class ArtifactMetrics:
+    """The metrics one runtime's artifact feeds: its Jobs' outcomes and durations, its cache lookups."""
+
+    outcomes: Counter
+    seconds: Histogram
+    lookups: Counter
+
+    def looked_up(self, found: bool) -> None:
+        """A resource's new key was found in the engine index, or not."""
+        self.lookups.labels(result="hit" if found else "miss").inc()
+
+    def finished(self, *, succeeded: bool, seconds: float | None = None) -> None:
+        """A Job finished; `seconds` is how long it ran, as its program measured it."""
+        self.outcomes.labels(outcome="succeeded" if succeeded else "failed").inc()
+        if seconds is not None:
+            self.seconds.observe(seconds)
+
+
+# What each runtime's artifact feeds (None: nothing yet).
+ARTIFACT_METRICS: Mapping[Runtime, ArtifactMetrics | None] = MappingProxyType(
+    {
+        Runtime.TRITON_TRTLLM_ENGINE: ArtifactMetrics(BUILDS, BUILD_SECONDS, ENGINE_CACHE),
+        Runtime.TRTLLM_SERVE: None,
+    }
 )
 
 

@@ -18,17 +18,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from engine_builder.result_format import BuildSucceeded
 from mmd_operator import metrics
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND, MultimodalDeploymentStatus, Phase
-from mmd_operator.api.validation import InvalidSpecError
+from mmd_operator.api.validation import InvalidSpecError, spec_runtime
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import engine_build, scaling
+from mmd_operator.desired import cache, scaling
 from mmd_operator.desired.decision import desired_state
 from mmd_operator.facts import Observed
 from mmd_operator.judgement import Judgement, judge
+from mmd_operator.judgement.artifact import JobWords
+from mmd_operator.judgement.judge import ARTIFACT_WORDS
 from mmd_operator.judgement.placement import build_demand
-from mmd_operator.knowledge import Runtime
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.events import EventRecorder
@@ -36,7 +36,6 @@ from mmd_operator.kube.nodes import NodeDirectory
 from mmd_operator.kube.observe import observe
 from mmd_operator.kube.settling import REREAD_SECONDS, UNSETTLED, SpecSettling
 from mmd_operator.kube.writes import WriteCount, Writer
-from mmd_operator.plan.serve_plan import ServePlan
 from mmd_operator.plan_memory import PlanMemory, Use
 from mmd_operator.status import Findings, Report, previous_status, report, transition
 from mmd_operator.status.assessment import assess
@@ -150,10 +149,9 @@ class Reconciler:
         count = WriteCount()
         planned = self.plans.plan(body)
         if isinstance(planned, InvalidSpecError):
-            spec = body.get("spec")
-            serve = isinstance(spec, Mapping) and spec.get("runtime") == Runtime.TRTLLM_SERVE
+            runtime = spec_runtime(body.get("spec"))
             result = report(
-                Findings(generation=generation, problems=planned.problems, serve=serve),
+                Findings(generation=generation, runtime=runtime, problems=planned.problems),
                 previous=previous,
                 now=now,
             )
@@ -163,36 +161,20 @@ class Reconciler:
 
         resource, checked = planned
         plan = checked.plan
-        serve = isinstance(plan, ServePlan)
-        download = plan.download if isinstance(plan, ServePlan) else None
-        claim = engine_build.claim_name(resource, self.config)
+        claim = cache.claim_name(resource, self.config)
         first_look = self.plans.record_use((namespace, name), Use(plan.cache_key, claim))
+        counted = metrics.ARTIFACT_METRICS[plan.runtime]
 
         def look() -> Observed:
-            return observe(
-                self.store,
-                self.client,
-                resource,
-                cache_key=plan.cache_key,
-                claim=claim,
-                now=now,
-                nodes=self.nodes,
-                download=download,
-            )
+            return observe(self.store, self.client, resource, plan, claim=claim, now=now, nodes=self.nodes)
 
         observed = look()
-        if (
-            not serve
-            and first_look
-            and (previous is None or previous.engine is None or previous.engine.cache_key != plan.cache_key)
-        ):
-            metrics.ENGINE_CACHE.labels(result="hit" if observed.engine is not None else "miss").inc()
+        if counted is not None and first_look and _new_key(previous, plan.cache_key):
+            counted.looked_up(observed.artifact is not None)
         build = build_demand(resource.spec)
 
         def judged_now() -> Judgement:
-            return judge(
-                plan.cache_key, observed, previous, generation, build, serve=serve, download=download
-            )
+            return judge(plan, observed, previous, generation, build)
 
         judged = judged_now()
         decision = desired_state(resource, plan, observed, judged, config=self.config)
@@ -210,9 +192,8 @@ class Reconciler:
         )
         if decision.record is not None:
             self.writer.record_build(namespace, claim, decision.record, count)
-            if isinstance(decision.record, BuildSucceeded):
-                metrics.BUILDS.labels(outcome="succeeded").inc()
-                metrics.BUILD_SECONDS.observe(decision.record.seconds)  # as the builder measured it
+            if counted is not None:
+                counted.finished(succeeded=True, seconds=decision.record.seconds)
 
         if count.total:
             # Report what the world looks like after these writes, not before them.
@@ -222,13 +203,13 @@ class Reconciler:
             resource, plan, observed, judged, decision.rendered, claim=claim, warnings=checked.warnings
         )
         result = report(findings, previous=previous, now=now)
-        engine = judged.engine
-        if engine.reason == "BuildFailed" and not _reported(previous, "BuildFailed"):
-            metrics.BUILDS.labels(outcome="failed").inc()
+        artifact, words = judged.artifact, ARTIFACT_WORDS[plan.runtime]
+        if counted is not None and artifact.reason == words.failed and not _reported(previous, words):
+            counted.finished(succeeded=False)
         self._write_status(body, previous, result, count)
         _log_transition(namespace, name, previous, result)
         requeue = result.recheck_after
-        if observed.missing or engine.retry:
+        if observed.missing or artifact.retry:
             requeue = min(requeue or self.config.retry_seconds, self.config.retry_seconds)
         if count.total:
             _log.debug(
@@ -269,10 +250,16 @@ def _log_transition(
         (_log.warning if change.failing else _log.info)("%s/%s %s", namespace, name, change.text)
 
 
-def _reported(previous: MultimodalDeploymentStatus | None, reason: str) -> bool:
+def _reported(previous: MultimodalDeploymentStatus | None, words: JobWords) -> bool:
+    """Whether the status shows the artifact's Job failed already (it was counted then)."""
     if previous is None:
         return False
-    return any(c.type == "EngineReady" and c.reason == reason for c in previous.conditions)
+    return any(c.type == words.condition and c.reason == words.failed for c in previous.conditions)
+
+
+def _new_key(previous: MultimodalDeploymentStatus | None, cache_key: str) -> bool:
+    """Whether the status shows another engine than `cache_key`'s (or none): its lookup is new."""
+    return previous is None or previous.engine is None or previous.engine.cache_key != cache_key
 
 
 __all__ = ["ApiError", "Outcome", "Reconciler"]

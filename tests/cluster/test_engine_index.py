@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from engine_builder.result_format import BuildFailed, BuildSucceeded, termination_message
-from mmd_operator.judgement.engine import pod_result
+from mmd_operator.judgement.triton import pod_result
 from mmd_operator.kube import object_facts
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.kube.engine_index import EngineIndex, record_build

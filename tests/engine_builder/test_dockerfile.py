@@ -202,7 +202,7 @@ def test_the_trtllm_serve_image_is_the_pinned_release_image_checked_against_the_
 
 @pytest.mark.parametrize("stage", ["trtllm-serve", "trtllm-serve-cpu"])
 def test_the_trtllm_serve_images_meet_the_image_contract(stage: str) -> None:
-    from mmd_operator.desired.serve import HOME
+    from mmd_operator.desired.trtllm_serve import HOME
     from mmd_operator.plan.launch import HTTP_PORT
 
     _, named = stages()

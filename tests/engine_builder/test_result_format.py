@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from engine_builder.job_report import REASON_LIMIT, TERMINATION_MESSAGE_LIMIT
 from engine_builder.plan_runner import last_error_line
 from engine_builder.result_format import (
-    REASON_LIMIT,
-    TERMINATION_MESSAGE_LIMIT,
     BuildFailed,
     parse_termination_message,
     termination_message,

@@ -14,7 +14,8 @@ import yaml
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired.decision import manifest_files
-from mmd_operator.plan.resource_plan import AnyPlan, ResourcePlan, plan_resource
+from mmd_operator.plan.resource_plan import AnyPlan, plan_resource
+from mmd_operator.plan.triton import TritonPlan
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 ALL_EXAMPLE_PATHS = sorted(EXAMPLES_DIR.glob("*.yaml"))
@@ -34,10 +35,10 @@ def plan_any_example(example: str | Path) -> tuple[MultimodalDeployment, AnyPlan
     return plan_resource(yaml.safe_load(path.read_text()))
 
 
-def plan_example(example: str | Path) -> tuple[MultimodalDeployment, ResourcePlan]:
+def plan_example(example: str | Path) -> tuple[MultimodalDeployment, TritonPlan]:
     """The resource and engine plan of a triton-trtllm-engine example."""
     resource, plan = plan_any_example(example)
-    assert isinstance(plan, ResourcePlan), f"{example} is a trtllm-serve example"
+    assert isinstance(plan, TritonPlan), f"{example} is a trtllm-serve example"
     return resource, plan
 
 

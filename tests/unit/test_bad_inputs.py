@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from mmd_operator.api.validation import check_spec, check_update
-from mmd_operator.desired import serving
+from mmd_operator.desired import serving, triton
 from mmd_operator.plan.resource_plan import plan_resource
 from tests.support.bad_inputs import (
     CASES,
@@ -113,5 +113,5 @@ def test_no_spec_can_render_a_repository_over_the_configmap_limit() -> None:
         ("mllama", {}),
     ):
         _, plan = plan_resource(document("largest", model, {"spec": patch}))
-        largest = max(largest, serving.repository_size(serving.repository_data(plan)))
+        largest = max(largest, serving.configmap_size(triton.repository_data(plan)))
     assert 0 < largest < serving.CONFIGMAP_DATA_LIMIT // 20

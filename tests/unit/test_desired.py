@@ -17,8 +17,8 @@ from engine_builder.result_format import BuildFailed, termination_message
 from mmd_operator.api.v1alpha1 import MultimodalDeployment, Phase
 from mmd_operator.api.validation import Problem
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import engine_build
-from mmd_operator.desired.decision import Desired, desired_state, manifests
+from mmd_operator.desired import cache, triton
+from mmd_operator.desired.decision import Desired, desired_state, manifests, owner_of
 from mmd_operator.facts import (
     AutoscalerFacts,
     ClaimFacts,
@@ -33,12 +33,14 @@ from mmd_operator.facts import (
     PodPhase,
 )
 from mmd_operator.judgement import judge
-from mmd_operator.judgement.engine import describe_failure
+from mmd_operator.judgement.artifact import describe_failure
 from mmd_operator.judgement.placement import build_demand
+from mmd_operator.knowledge import Runtime
 from mmd_operator.plan.model_repository import ModelRepository
-from mmd_operator.plan.resource_plan import ResourcePlan
-from mmd_operator.status import SPEC_WARNINGS, Findings, report, transition
+from mmd_operator.plan.triton import TritonPlan
+from mmd_operator.status import Findings, report, transition
 from mmd_operator.status.assessment import assess
+from mmd_operator.status.report import SPEC_WARNINGS
 from mmd_operator.vocabulary import hashing, labels, names
 from mmd_operator.vocabulary.ownership import ObjectKey
 from tests.support.builds import summary
@@ -59,7 +61,7 @@ MODELS = {
 }
 
 
-def example(name: str = "llava", **spec_changes: Any) -> tuple[MultimodalDeployment, ResourcePlan]:
+def example(name: str = "llava", **spec_changes: Any) -> tuple[MultimodalDeployment, TritonPlan]:
     resource, plan = plan_example(name)
     if spec_changes:
         document = resource.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -102,12 +104,12 @@ class Decided(Desired):
     findings: Findings | None = None
 
 
-def decide(resource: MultimodalDeployment, plan: ResourcePlan, previous: Any = None, **facts: Any) -> Decided:
+def decide(resource: MultimodalDeployment, plan: TritonPlan, previous: Any = None, **facts: Any) -> Decided:
     observed = Observed(now=NOW, **{"claim": bound_claim(), **facts})
     generation = int(resource.metadata.get("generation", 1))
-    judged = judge(plan.cache_key, observed, previous, generation, build_demand(resource.spec))
+    judged = judge(plan, observed, previous, generation, build_demand(resource.spec))
     decision = desired_state(resource, plan, observed, judged, config=CONFIG)
-    claim = engine_build.claim_name(resource, CONFIG)
+    claim = cache.claim_name(resource, CONFIG)
     findings = assess(resource, plan, observed, judged, decision.rendered, claim=claim)
     fields = {field.name: getattr(decision, field.name) for field in dataclasses.fields(decision)}
     return Decided(**fields, findings=findings)
@@ -255,7 +257,7 @@ def test_a_new_resource_gets_claim_job_repository_and_service_but_no_deployment(
 
 def test_a_cache_key_in_the_engine_index_means_no_job_and_a_deployment() -> None:
     resource, plan = example()
-    decision = decide(resource, plan, engine=summary(plan.cache_key))
+    decision = decide(resource, plan, artifact=summary(plan.cache_key))
     assert kinds(decision) == ["ConfigMap", "Deployment", "Service"]
     status = status_of(decision)
     assert status.engine.source == "CacheHit" and condition(status, "EngineReady").status == "True"
@@ -265,7 +267,7 @@ def test_a_running_build_keeps_the_deployment_away_and_says_where_it_builds() ->
     resource, plan = example()
     job = JobFacts(meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)))
     pod = PodFacts(meta=meta("build-pod", created=NOW), phase=PodPhase.RUNNING, node="gpu-node-2")
-    decision = decide(resource, plan, job=job, build_pods=(pod,))
+    decision = decide(resource, plan, job=job, job_pods=(pod,))
     assert "Job" not in kinds(decision) and "Deployment" not in kinds(decision)
     engine = condition(status_of(decision), "EngineReady")
     assert (engine.reason, engine.message) == (
@@ -283,13 +285,13 @@ def test_a_build_waiting_for_its_engine_cache_claim_is_pending_until_the_claim_b
         phase=PodPhase.PENDING,
         unschedulable="0/4 nodes are available: pod has unbound immediate PersistentVolumeClaims.",
     )
-    for facts in ({}, {"job": job, "build_pods": (pod,)}):
+    for facts in ({}, {"job": job, "job_pods": (pod,)}):
         status = status_of(decide(resource, plan, claim=unbound, **facts))
         assert status.phase is Phase.PENDING
         assert condition(status, "EngineReady").message == (
             "waiting for the engine-cache claim mmd-engine-cache to be bound (it is Pending)"
         )
-    assert status_of(decide(resource, plan, job=job, build_pods=(pod,))).phase is Phase.BUILDING
+    assert status_of(decide(resource, plan, job=job, job_pods=(pod,))).phase is Phase.BUILDING
 
 
 def test_a_build_pod_the_scheduler_cannot_place_reports_its_message() -> None:
@@ -297,18 +299,16 @@ def test_a_build_pod_the_scheduler_cannot_place_reports_its_message() -> None:
     job = JobFacts(meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)))
     message = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
     pod = PodFacts(meta=meta("build-pod"), phase=PodPhase.PENDING, unschedulable=message)
-    engine = condition(status_of(decide(resource, plan, job=job, build_pods=(pod,))), "EngineReady")
+    engine = condition(status_of(decide(resource, plan, job=job, job_pods=(pod,))), "EngineReady")
     assert engine.reason == "InsufficientGPUs" and message in engine.message
 
 
-def _recipe(resource: MultimodalDeployment, plan: ResourcePlan) -> str:
-    job = engine_build.build_job(resource, plan, namespace="default", claim="mmd-engine-cache", owner=ME)
+def _recipe(resource: MultimodalDeployment, plan: TritonPlan) -> str:
+    job = triton.build_job(owner_of(resource, CONFIG), plan)
     return str(job["metadata"]["annotations"][labels.BUILD_RECIPE])
 
 
-def _failed_job(
-    plan: ResourcePlan, resource: MultimodalDeployment | None = None
-) -> tuple[JobFacts, PodFacts]:
+def _failed_job(plan: TritonPlan, resource: MultimodalDeployment | None = None) -> tuple[JobFacts, PodFacts]:
     recipe = _recipe(resource or example()[0], plan)
     job = JobFacts(
         meta=Meta(
@@ -335,7 +335,7 @@ def _failed_job(
 def test_a_failed_build_reports_the_builders_step_and_reason_verbatim_and_is_not_retried() -> None:
     resource, plan = example()
     job, pod = _failed_job(plan)
-    decision = decide(resource, plan, job=job, build_pods=(pod,))
+    decision = decide(resource, plan, job=job, job_pods=(pod,))
     status = status_of(decision)
     assert status.phase is Phase.FAILED
     assert (
@@ -347,16 +347,16 @@ def test_a_failed_build_reports_the_builders_step_and_reason_verbatim_and_is_not
     )
     assert decision.delete == () and "Job" not in kinds(decision)
     # Reported at this generation: looking again changes nothing.
-    again = decide(resource, plan, previous=status, job=job, build_pods=(pod,))
+    again = decide(resource, plan, previous=status, job=job, job_pods=(pod,))
     assert again.delete == () and status_of(again, previous=status) == status
 
 
 def test_a_failed_build_is_built_again_once_the_spec_changed_since_it_was_reported() -> None:
     resource, plan = example()
     job, pod = _failed_job(plan)
-    reported = status_of(decide(resource, plan, job=job, build_pods=(pod,)))
+    reported = status_of(decide(resource, plan, job=job, job_pods=(pod,)))
     changed = resource.model_copy(update={"metadata": {**resource.metadata, "generation": 2}})
-    retry = decide(changed, plan, previous=reported, job=job, build_pods=(pod,))
+    retry = decide(changed, plan, previous=reported, job=job, job_pods=(pod,))
     assert retry.delete == (ObjectKey("batch/v1", "Job", job.meta.name),)
     deleting = dataclasses.replace(job, meta=dataclasses.replace(job.meta, deleting=True))
     assert "Job" not in kinds(decide(changed, plan, previous=reported, job=deleting))  # not while it goes
@@ -370,8 +370,8 @@ def test_a_failed_build_of_another_recipe_is_built_again_at_once() -> None:
     job, pod = _failed_job(plan)
     fixed, fixed_plan = example(build={"backoffLimit": 3})
     assert fixed_plan.cache_key == plan.cache_key and _recipe(fixed, fixed_plan) != _recipe(resource, plan)
-    reported = status_of(decide(fixed, fixed_plan, job=job, build_pods=(pod,)))
-    again = decide(fixed, fixed_plan, previous=reported, job=job, build_pods=(pod,))
+    reported = status_of(decide(fixed, fixed_plan, job=job, job_pods=(pod,)))
+    again = decide(fixed, fixed_plan, previous=reported, job=job, job_pods=(pod,))
     assert again.delete == (ObjectKey("batch/v1", "Job", job.meta.name),)
 
 
@@ -384,7 +384,7 @@ def test_a_successful_build_is_recorded_and_the_deployment_follows() -> None:
     pod = PodFacts(
         meta=meta("p", created=NOW), phase=PodPhase.SUCCEEDED, termination_message=termination_message(built)
     )
-    decision = decide(resource, plan, job=job, build_pods=(pod,))
+    decision = decide(resource, plan, job=job, job_pods=(pod,))
     assert decision.record == built and "Deployment" in kinds(decision)
     assert status_of(decision).engine.source == "Built"
 
@@ -397,7 +397,7 @@ def test_a_job_that_reports_another_cache_key_is_a_failure_not_an_engine() -> No
     pod = PodFacts(
         meta=meta("p"), phase=PodPhase.SUCCEEDED, termination_message=termination_message(summary("0" * 20))
     )
-    decision = decide(resource, plan, job=job, build_pods=(pod,))
+    decision = decide(resource, plan, job=job, job_pods=(pod,))
     assert decision.record is None and "Deployment" not in kinds(decision)
     assert "reported cacheKey 00000000000000000000" in condition(status_of(decision), "EngineReady").message
 
@@ -444,26 +444,26 @@ def test_a_claim_created_with_retention_delete_is_joined_by_every_user() -> None
 def test_superseded_repositories_are_deleted_only_once_nothing_uses_them() -> None:
     resource, plan = example()
     engine = summary(plan.cache_key)
-    current = decide(resource, plan, engine=engine).manifest("ConfigMap")
+    current = decide(resource, plan, artifact=engine).manifest("ConfigMap")
     assert current is not None
     name = current["metadata"]["name"]
     older, oldest = meta("llava-repo-aaaaaaaaaa", owners=(ME,)), meta("llava-repo-bbbbbbbbbb", owners=(ME,))
-    in_use = DeploymentFacts(meta=meta("llava"), repository="llava-repo-aaaaaaaaaa")
+    in_use = DeploymentFacts(meta=meta("llava"), configmap="llava-repo-aaaaaaaaaa")
     decision = decide(
         resource,
         plan,
-        engine=engine,
-        repositories=(meta(name, owners=(ME,)), older, oldest),
+        artifact=engine,
+        configmaps=(meta(name, owners=(ME,)), older, oldest),
         deployment=in_use,
     )
     assert decision.delete == (ObjectKey("v1", "ConfigMap", "llava-repo-bbbbbbbbbb"),)
-    pod = PodFacts(meta=meta("llava-1"), phase=PodPhase.RUNNING, repository="llava-repo-bbbbbbbbbb")
+    pod = PodFacts(meta=meta("llava-1"), phase=PodPhase.RUNNING, configmap="llava-repo-bbbbbbbbbb")
     assert (
         decide(
             resource,
             plan,
-            engine=engine,
-            repositories=(older, oldest),
+            artifact=engine,
+            configmaps=(older, oldest),
             deployment=in_use,
             serving_pods=(pod,),
         ).delete
@@ -496,23 +496,23 @@ def test_a_repository_over_the_configmap_limit_is_refused_clearly() -> None:
     huge = ModelRepository(
         configs={**plan.repository.configs, "ensemble": "x" * 1_100_000}, assembly=plan.repository.assembly
     )
-    decision = decide(resource, dataclasses.replace(plan, repository=huge), engine=summary(plan.cache_key))
+    decision = decide(resource, dataclasses.replace(plan, repository=huge), artifact=summary(plan.cache_key))
     assert "ConfigMap" not in kinds(decision) and "Deployment" not in kinds(decision)
     status = status_of(decision)
     assert status.phase is Phase.FAILED and condition(status, "Ready").reason == "RepositoryTooLarge"
     assert "a ConfigMap holds at most 1 MiB" in condition(status, "ModelRepositoryReady").message
 
 
-def served(resource: MultimodalDeployment, plan: ResourcePlan) -> dict[str, Any]:
+def served(resource: MultimodalDeployment, plan: TritonPlan) -> dict[str, Any]:
     """Facts of a resource whose engine is built and whose repository ConfigMap is applied."""
-    configmap = decide(resource, plan, engine=summary(plan.cache_key)).manifest("ConfigMap")
+    configmap = decide(resource, plan, artifact=summary(plan.cache_key)).manifest("ConfigMap")
     assert configmap is not None
     repository = meta(configmap["metadata"]["name"], owners=(ME,), applied=hashing.applied_hash(configmap))
-    return {"engine": summary(plan.cache_key), "repositories": (repository,)}
+    return {"artifact": summary(plan.cache_key), "configmaps": (repository,)}
 
 
 def live_deployment(
-    resource: MultimodalDeployment, plan: ResourcePlan, *, replicas: int = 1, ready: int | None = None
+    resource: MultimodalDeployment, plan: TritonPlan, *, replicas: int = 1, ready: int | None = None
 ) -> DeploymentFacts:
     """The Deployment the operator applied for this spec, rolled out, with `ready` pods ready."""
     ready = replicas if ready is None else ready
@@ -528,8 +528,8 @@ def live_deployment(
     )
 
 
-def _deployment(resource: MultimodalDeployment, plan: ResourcePlan) -> dict[str, Any]:
-    decision = decide(resource, plan, engine=summary(plan.cache_key))
+def _deployment(resource: MultimodalDeployment, plan: TritonPlan) -> dict[str, Any]:
+    decision = decide(resource, plan, artifact=summary(plan.cache_key))
     manifest = decision.manifest("Deployment")
     assert manifest is not None
     return manifest
@@ -695,7 +695,7 @@ def test_reconciling_and_stalled_say_what_the_phase_says_in_the_kstatus_conventi
         Phase.DEGRADED: status_of(
             decide(resource, plan, **served(resource, plan), deployment=down, serving_pods=(crash,))
         ),
-        Phase.FAILED: status_of(decide(resource, plan, job=job, build_pods=(pod,))),
+        Phase.FAILED: status_of(decide(resource, plan, job=job, job_pods=(pod,))),
     }
     for phase, status in samples.items():
         assert status.phase is phase
@@ -789,20 +789,21 @@ def _every_state_short_of_ready() -> dict[str, Any]:
     def trouble(*pods: PodFacts, deployment: DeploymentFacts = wide_live) -> Any:
         return status_of(decide(wide, wide_plan, **wide_done, deployment=deployment, serving_pods=pods))
 
-    invalid = Findings(generation=1, problems=[Problem("spec.engine.maxSeqLen", "must be greater than 2048")])
+    problem = Problem("spec.engine.maxSeqLen", "must be greater than 2048")
+    invalid = Findings(generation=1, runtime=Runtime.TRITON_TRTLLM_ENGINE, problems=[problem])
     return {
         "InvalidSpec": report(invalid, previous=None, now=NOW).status,
         "BuildPending (creating the Job)": status_of(decide(resource, plan)),
         "BuildPending (the Job starts)": status_of(decide(resource, plan, job=job)),
-        "BuildPending (its pod starts)": status_of(decide(resource, plan, job=job, build_pods=(starting,))),
+        "BuildPending (its pod starts)": status_of(decide(resource, plan, job=job, job_pods=(starting,))),
         "BuildPending (the claim is not bound)": status_of(decide(resource, plan, claim=unbound)),
-        "BuildRunning": status_of(decide(resource, plan, job=job, build_pods=(running,))),
+        "BuildRunning": status_of(decide(resource, plan, job=job, job_pods=(running,))),
         "BuildRunning (between attempts)": status_of(
-            decide(resource, plan, job=retried, build_pods=(failed_pod,))
+            decide(resource, plan, job=retried, job_pods=(failed_pod,))
         ),
-        "BuildFailed": status_of(decide(resource, plan, job=failed_job, build_pods=(failed_pod,))),
-        "InsufficientGPUs (build)": status_of(decide(resource, plan, job=job, build_pods=(stuck,))),
-        "Unschedulable (build)": status_of(decide(resource, plan, job=job, build_pods=(unmatched,))),
+        "BuildFailed": status_of(decide(resource, plan, job=failed_job, job_pods=(failed_pod,))),
+        "InsufficientGPUs (build)": status_of(decide(resource, plan, job=job, job_pods=(stuck,))),
+        "Unschedulable (build)": status_of(decide(resource, plan, job=job, job_pods=(unmatched,))),
         "SecretNotFound": missing(
             Missing.SECRET,
             "spec.model.source.huggingface.tokenSecretRef",
@@ -822,9 +823,9 @@ def _every_state_short_of_ready() -> dict[str, Any]:
             "create the claim",
         ),
         "RepositoryTooLarge": status_of(
-            decide(resource, dataclasses.replace(plan, repository=huge), engine=summary(plan.cache_key))
+            decide(resource, dataclasses.replace(plan, repository=huge), artifact=summary(plan.cache_key))
         ),
-        "Rendering": status_of(decide(resource, plan, engine=summary(plan.cache_key))),
+        "Rendering": status_of(decide(resource, plan, artifact=summary(plan.cache_key))),
         "Deploying": status_of(decide(resource, plan, **done)),
         "RolloutInProgress": status_of(
             decide(resource, plan, **done, deployment=dataclasses.replace(two, updated_replicas=1))
@@ -880,7 +881,7 @@ def test_with_autoscaling_the_deployment_has_no_replicas_and_an_autoscaler_and_a
     None
 ):
     resource, plan = example(serving__autoscaling=AUTOSCALING)
-    decision = decide(resource, plan, engine=summary(plan.cache_key))
+    decision = decide(resource, plan, artifact=summary(plan.cache_key))
     assert kinds(decision) == [
         "ConfigMap",
         "Deployment",
@@ -1006,5 +1007,5 @@ def test_a_disruption_budget_exists_only_when_more_than_one_serving_pod_can_run(
     spec_changes: dict[str, Any], budget: bool
 ) -> None:
     resource, plan = example(**spec_changes)
-    decision = decide(resource, plan, engine=summary(plan.cache_key))
+    decision = decide(resource, plan, artifact=summary(plan.cache_key))
     assert (decision.manifest("PodDisruptionBudget") is not None) is budget

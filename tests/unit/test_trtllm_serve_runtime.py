@@ -18,12 +18,14 @@ from mmd_operator.config import OperatorConfig
 from mmd_operator.desired.decision import manifests
 from mmd_operator.facts import JobFacts, Meta, Observed, PodFacts, PodPhase
 from mmd_operator.judgement.availability import serving_state
-from mmd_operator.judgement.placement import serving_demand
-from mmd_operator.judgement.weights import weights_state
+from mmd_operator.judgement.placement import GpuDemand, serving_demand
+from mmd_operator.judgement.trtllm_serve import WORDS, weights_state
+from mmd_operator.knowledge import Runtime
 from mmd_operator.kube.engine_index import EngineIndex
-from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
-from mmd_operator.plan.serve_plan import ServePlan
-from mmd_operator.status import Findings, RepositoryState, report
+from mmd_operator.plan.resource_plan import plan_resource
+from mmd_operator.plan.triton import TritonPlan
+from mmd_operator.plan.trtllm_serve import TrtllmServePlan
+from mmd_operator.status import ConfigMapState, Findings, report
 from mmd_testbed.trtllm_serve import config as serve_config
 from mmd_testbed.trtllm_serve.cli import build as build_command
 from mmd_testbed.trtllm_serve.facts import PINNED_VERSION, load
@@ -34,7 +36,7 @@ from tests.support.examples import EXAMPLE_PATHS, SERVE_EXAMPLE_PATHS
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def serve_plan(path: Path, **spec: Any) -> tuple[Any, ServePlan]:
+def serve_plan(path: Path, **spec: Any) -> tuple[Any, TrtllmServePlan]:
     document = yaml.safe_load(path.read_text())
     for section, fields in spec.items():
         if isinstance(fields, dict):
@@ -42,7 +44,7 @@ def serve_plan(path: Path, **spec: Any) -> tuple[Any, ServePlan]:
         else:
             document["spec"][section] = fields
     resource, plan = plan_resource(document)
-    assert isinstance(plan, ServePlan)
+    assert isinstance(plan, TrtllmServePlan)
     return resource, plan
 
 
@@ -93,7 +95,7 @@ def test_naming_the_engine_runtime_changes_nothing(path: Path) -> None:
     named = copy.deepcopy(document)
     named["spec"]["runtime"] = "triton-trtllm-engine"
     (resource, plan), (named_resource, named_plan) = plan_resource(document), plan_resource(named)
-    assert isinstance(plan, ResourcePlan) and isinstance(named_plan, ResourcePlan)
+    assert isinstance(plan, TritonPlan) and isinstance(named_plan, TritonPlan)
     assert named_plan.cache_key == plan.cache_key and named_plan.files() == plan.files()
     config = OperatorConfig()
     assert manifests(named_resource, named_plan, config=config) == manifests(resource, plan, config=config)
@@ -127,7 +129,7 @@ def test_a_volume_source_downloads_nothing_and_mounts_the_claim() -> None:
     assert {"name": "model-source", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}} in (
         deployment["volumes"]
     )
-    state = weights_state(None, Observed(now=NOW), None, 1)
+    state = weights_state(plan, Observed(now=NOW), None, 1, NO_GPUS)
     assert (state.ready, state.reason) == (True, "Volume")
 
 
@@ -150,27 +152,30 @@ def test_without_a_policy_in_the_spec_the_pods_reach_only_dns() -> None:
     ]
 
 
-def _downloading(plan: ServePlan) -> Observed:
+NO_GPUS = GpuDemand(role="build", pods=1, gpus_per_pod=0)
+
+
+def _downloading(plan: TrtllmServePlan) -> Observed:
     assert plan.download is not None
     job = JobFacts(meta=Meta(name=f"download-{plan.download.key}"))
     pod = PodFacts(meta=Meta(name="download-x"), phase=PodPhase.RUNNING, node="gpu-node-1")
-    return Observed(now=NOW, job=job, build_pods=(pod,))
+    return Observed(now=NOW, job=job, job_pods=(pod,))
 
 
 def test_a_download_in_progress_reads_downloading_then_ready_with_the_commit() -> None:
     resource, plan = serve_plan(Path("examples/qwen2_5_vl.yaml"))
     assert plan.download is not None
-    state = weights_state(plan.download, _downloading(plan), None, 1)
+    state = weights_state(plan, _downloading(plan), None, 1, NO_GPUS)
     assert state.reason == "Downloading" and "in pod download-x on gpu-node-1" in state.message
     serving = serving_state(
-        None, (), desired=1, applied=False, engine_ready=False, now=NOW, startup_budget=1800,
-        demand=serving_demand(resource.spec), waits_for="weights",
+        None, (), desired=1, applied=False, artifact_ready=False, now=NOW, startup_budget=1800,
+        demand=serving_demand(resource.spec), waits_for=WORDS,
     )  # fmt: skip
     findings = Findings(
         generation=1,
-        serve=True,
-        engine=state,
-        repository=RepositoryState(name="qwen2-5-vl-repo-x", size=10, applied=True),
+        runtime=Runtime.TRTLLM_SERVE,
+        artifact=state,
+        configmap=ConfigMapState(name="qwen2-5-vl-repo-x", size=10, applied=True),
         serving=serving,
     )
     status = report(findings, previous=None, now=NOW).status
@@ -185,8 +190,8 @@ def test_a_download_in_progress_reads_downloading_then_ready_with_the_commit() -
     again = EngineIndex.from_configmap_data(index.to_configmap_data())
     assert again == index and again.resolved(done.key) == done.commit
     assert again.snapshot(weights_key(done.repo, done.commit)) == done
-    observed = Observed(now=NOW, resolved_commit=done.commit, weights=done)
-    ready = weights_state(plan.download, observed, None, 1)
+    observed = Observed(now=NOW, resolved_commit=done.commit, artifact=done)
+    ready = weights_state(plan, observed, None, 1, NO_GPUS)
     assert (ready.ready, ready.reason) == (True, "CacheHit")
     assert ready.message.startswith(f"{done.repo}@main is commit {done.commit}: snapshot {done.snapshot_key}")
 
@@ -201,7 +206,7 @@ def test_a_report_of_another_download_or_an_inconsistent_one_is_no_result() -> N
         pod = PodFacts(
             meta=Meta(name="d"), phase=PodPhase.SUCCEEDED, termination_message=message, exit_code=0
         )
-        found = weights_state(plan.download, Observed(now=NOW, job=job, build_pods=(pod,)), None, 1)
+        found = weights_state(plan, Observed(now=NOW, job=job, job_pods=(pod,)), None, 1, NO_GPUS)
         return found.ready, found.message
 
     ready, message = state_of(good.model_dump_json())

@@ -24,6 +24,7 @@ from celpy.evaluation import CELEvalError, CELFunction
 from pydantic import ValidationError
 
 from mmd_operator.api import crdgen, v1alpha1
+from mmd_operator.knowledge import Runtime
 
 
 @dataclass(frozen=True, order=True)
@@ -199,6 +200,15 @@ def _with_defaults(value: Any, schema: Mapping[str, Any]) -> Any:
     if isinstance(value, list):
         return [_with_defaults(item, schema.get("items", {})) for item in value]
     return value
+
+
+def spec_runtime(spec: object) -> Runtime:
+    """The runtime a spec document names, read before (or without) validating it.
+
+    Its default when it names none, or names one that does not exist (the spec is then refused for that).
+    """
+    named = spec.get("runtime") if isinstance(spec, Mapping) else None
+    return Runtime(named) if named in tuple(Runtime) else Runtime.TRITON_TRTLLM_ENGINE
 
 
 def stored_spec(document: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from mmd_operator.facts import DeploymentFacts, Nodes, PodFacts, PodPhase
+from mmd_operator.judgement.artifact import JobWords
 from mmd_operator.judgement.placement import GpuDemand, unschedulable
 
 
@@ -115,29 +116,29 @@ def serving_state(
     *,
     desired: int,
     applied: bool,
-    engine_ready: bool,
+    artifact_ready: bool,
     now: datetime,
     startup_budget: float,
     demand: GpuDemand,
+    waits_for: JobWords,
     nodes: Nodes | None = None,
-    waits_for: str = "engine",
     autoscaled_from: int | None = None,
 ) -> ServingState:
     """The serving state.
 
-    `waits_for` names what the pods wait for before they exist (`engine`, or `weights` on trtllm-serve).
+    `waits_for` names what the pods wait for before they exist: the runtime's artifact.
     `applied` says whether the live Deployment is the one the current spec wants, `demand` what the
     serving pods ask of the scheduler and `nodes` what the nodes offer (None: not known).
     `autoscaled_from`: an autoscaler sets the replicas, from this minimum; its steps above it are no
     rollout (see `_scaling`).
     """
     if deployment is None:
-        if not engine_ready:
-            condition = "WeightsReady" if waits_for == "weights" else "EngineReady"
-            reason = f"{waits_for.capitalize()}NotReady"
+        if not artifact_ready:
+            artifact, condition = waits_for.artifact, waits_for.condition
+            reason = f"{artifact.capitalize()}NotReady"
             return ServingState(
-                desired, False, False, False, reason, f"waiting for the {waits_for}",
-                summary=f"waiting for the {waits_for}; the {condition} condition says where it is.",
+                desired, False, False, False, reason, f"waiting for the {artifact}",
+                summary=f"waiting for the {artifact}; the {condition} condition says where it is.",
             )  # fmt: skip
         return ServingState(
             desired, False, False, False, "Deploying", "creating the Deployment",

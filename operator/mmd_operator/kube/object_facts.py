@@ -189,7 +189,7 @@ def pod(obj: Mapping[str, Any]) -> PodFacts:
     terminated = next(
         (c["state"]["terminated"] for c in containers if (c.get("state") or {}).get("terminated")), None
     )
-    repository = next(
+    configmap = next(
         (
             v["configMap"]["name"]
             for v in spec.get("volumes") or []
@@ -209,7 +209,7 @@ def pod(obj: Mapping[str, Any]) -> PodFacts:
         started=timestamp(status.get("startTime")),
         termination_message=terminated.get("message") if terminated else None,
         exit_code=int(terminated["exitCode"]) if terminated and "exitCode" in terminated else None,
-        repository=repository,
+        configmap=configmap,
         node=spec.get("nodeName"),
         node_lost=status.get("phase") == "Running"
         and ready is not None
@@ -258,7 +258,7 @@ def deployment(obj: Mapping[str, Any]) -> DeploymentFacts:
         ready_replicas=int(status.get("readyReplicas", 0)),
         available_replicas=int(status.get("availableReplicas", 0)),
         progress_failure=progress_failure,
-        repository=(template.get("annotations") or {}).get(labels.REPOSITORY),
+        configmap=(template.get("annotations") or {}).get(labels.REPOSITORY),
         replicas_managers=replicas_managers(obj),
     )
 

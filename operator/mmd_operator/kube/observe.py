@@ -2,17 +2,23 @@
 
 Children come from the watch-fed cache. The API server is asked directly only for what the operator
 does not watch and only while it matters: whether the Hugging Face token Secret (and its key) and the
-model source claims exist, before a build Job is created; and the nodes, while a pod cannot be scheduled
-(from the node directory's shared listing). A Secret's value is never read into memory beyond the API
-response, and never logged. Imports the cache, the client, the node directory and the facts.
+model source claims exist, before an artifact's Job is created; and the nodes, while a pod cannot be
+scheduled (from the node directory's shared listing). Where the artifact is looked for (its Job, its
+index entry, its claim) is the runtime's, looked up once by the plan's runtime. A Secret's value is never
+read into memory beyond the API response, and never logged. Imports the cache, the client, the node
+directory, the plan and the facts.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
+from types import MappingProxyType
 
-from engine_builder.weights_format import DownloadPlan, is_commit, weights_key
+from engine_builder.result_format import BuildSucceeded
+from engine_builder.weights_format import DownloadSucceeded, is_commit, weights_key
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.facts import ClaimFacts, JobFacts, Meta, Missing, MissingReference, Observed, PodFacts
 from mmd_operator.knowledge import Runtime
@@ -20,6 +26,9 @@ from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.kube.engine_index import EngineIndex
 from mmd_operator.kube.nodes import NodeDirectory, requested_by_node, scheduler_node_count
+from mmd_operator.plan.resource_plan import AnyPlan
+from mmd_operator.plan.triton import TritonPlan
+from mmd_operator.plan.trtllm_serve import TrtllmServePlan
 from mmd_operator.vocabulary import labels, names
 
 
@@ -74,46 +83,69 @@ def missing_references(
     return missing
 
 
+@dataclass(frozen=True)
+class _Lookup:
+    """Where a runtime's artifact is looked for: its Job, its index entry, the claim it lives in."""
+
+    job: str | None = None
+    artifact: BuildSucceeded | DownloadSucceeded | None = None
+    resolved_commit: str | None = None
+    claim: str | None = None
+
+
+def _engine(plan: TritonPlan, index: EngineIndex, claim: str) -> _Lookup:
+    return _Lookup(
+        job=names.build_job(plan.cache_key, claim), artifact=index.get(plan.cache_key), claim=claim
+    )
+
+
+def _weights(plan: TrtllmServePlan, index: EngineIndex, claim: str) -> _Lookup:
+    download = plan.download
+    if download is None:  # a PersistentVolumeClaim source: no Job, no index entry, no engine-cache claim
+        return _Lookup()
+    resolved = download.revision if is_commit(download.revision) else index.resolved(download.key)
+    return _Lookup(
+        job=names.download_job(download.key, claim),
+        artifact=index.snapshot(weights_key(download.repo, resolved)) if resolved else None,
+        resolved_commit=resolved,
+        claim=claim,
+    )
+
+
+# Each runtime's lookup; a third runtime is one function and one row here.
+_LOOKUPS: Mapping[Runtime, Callable[..., _Lookup]] = MappingProxyType(
+    {Runtime.TRITON_TRTLLM_ENGINE: _engine, Runtime.TRTLLM_SERVE: _weights}
+)
+
+
 def observe(
     store: cached.Cache,
     client: KubeClient,
     resource: MultimodalDeployment,
+    plan: AnyPlan,
     *,
-    cache_key: str,
     claim: str,
     now: datetime,
     nodes: NodeDirectory | None = None,
-    download: DownloadPlan | None = None,
 ) -> Observed:
-    """The facts of `resource`, whose current plan has `cache_key` and uses `claim`.
+    """The facts of `resource`, whose current plan is `plan` and whose spec names `claim`.
 
-    On trtllm-serve, `download` is the plan's weights download (None for a PersistentVolumeClaim source,
-    which has no Job and no index entry). The nodes come from `nodes` while one of the resource's pods
-    cannot be scheduled.
+    The nodes come from `nodes` while one of the resource's pods cannot be scheduled.
     """
     instance = str(resource.metadata["name"])
     namespace = str(resource.metadata["namespace"])
     uid = str(resource.metadata.get("uid", ""))
-    claim_facts: ClaimFacts | None = store.get(cached.CLAIMS, namespace, claim)
     index = store.get(cached.CONFIGMAPS, namespace, names.engine_index(claim))
     index = index if isinstance(index, EngineIndex) else EngineIndex()
-    serve = resource.spec.serving_runtime is Runtime.TRTLLM_SERVE
-    engine = None if serve else index.get(cache_key)
-    resolved, weights, job_name = None, None, ""
-    if not serve:
-        job_name = names.build_job(cache_key, claim)
-    elif download is not None:
-        job_name = names.download_job(download.key, claim)
-        resolved = download.revision if is_commit(download.revision) else index.resolved(download.key)
-        weights = index.snapshot(weights_key(download.repo, resolved)) if resolved else None
-    job: JobFacts | None = store.get(cached.JOBS, namespace, job_name) if job_name else None
-    build_pods: tuple[PodFacts, ...] = (
-        tuple(store.pods_of_job(namespace, job_name)) if job is not None else ()
+    lookup = _LOOKUPS[plan.runtime](plan, index, claim)
+    job: JobFacts | None = store.get(cached.JOBS, namespace, lookup.job) if lookup.job else None
+    job_pods: tuple[PodFacts, ...] = (
+        tuple(store.pods_of_job(namespace, lookup.job)) if job and lookup.job else ()
     )
     missing: list[MissingReference] = []
-    if engine is None and weights is None and job is None:
+    if lookup.artifact is None and job is None:
         missing = missing_references(client, resource, namespace)
-    repositories = tuple(
+    configmaps = tuple(
         value
         for value in store.of_instance(cached.CONFIGMAPS, namespace, instance)
         if isinstance(value, Meta) and value.label(labels.COMPONENT) == labels.MODEL_REPOSITORY
@@ -123,26 +155,24 @@ def observe(
         for pod in store.of_instance(cached.PODS, namespace, instance)
         if pod.meta.label(labels.COMPONENT) == labels.SERVING
     )
-    stuck = next((pod for pod in build_pods + serving_pods if pod.unschedulable), None)
+    stuck = next((pod for pod in job_pods + serving_pods if pod.unschedulable), None)
     listed = nodes.nodes(scheduler_node_count(stuck.unschedulable)) if stuck and nodes is not None else None
     if listed is not None:
         listed = dataclasses.replace(listed, requested=requested_by_node(store.all(cached.PODS)))
-    stale_jobs = tuple(j for j in store.owned_by(cached.JOBS, namespace, uid) if j.meta.name != job_name)
-    # A PersistentVolumeClaim source on trtllm-serve uses no engine-cache claim.
-    used_claim = claim if not serve or download is not None else None
+    stale_jobs = tuple(j for j in store.owned_by(cached.JOBS, namespace, uid) if j.meta.name != lookup.job)
     stale_claims = tuple(
-        c for c in store.owned_by(cached.CLAIMS, namespace, uid) if c.meta.name != used_claim
+        c for c in store.owned_by(cached.CLAIMS, namespace, uid) if c.meta.name != lookup.claim
     )
+    claim_facts: ClaimFacts | None = store.get(cached.CLAIMS, namespace, claim) if lookup.claim else None
     return Observed(
         now=now,
-        claim=claim_facts if used_claim is not None else None,
-        engine=engine,
-        resolved_commit=resolved,
-        weights=weights,
+        claim=claim_facts,
+        artifact=lookup.artifact,
+        resolved_commit=lookup.resolved_commit,
         job=job,
-        build_pods=build_pods,
+        job_pods=job_pods,
         missing=tuple(missing),
-        repositories=repositories,
+        configmaps=configmaps,
         deployment=store.get(cached.DEPLOYMENTS, namespace, names.serving(instance)),
         serving_pods=serving_pods,
         stale_jobs=stale_jobs,

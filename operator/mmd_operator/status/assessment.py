@@ -1,28 +1,53 @@
 """What one reconcile found, assembled for `report` after the writes: the assess step.
 
 From the world observed after the writes, the judgement of it and what the decision rendered: whether
-the repository ConfigMap and the Deployment carry what was decided, how serving is doing (with
-autoscaling: against the pods the autoscaler set, and what the autoscaler reports), and the Service's
-endpoints; the spec's warnings are carried through. Decides nothing to write. Pure: imports
-the api models, the plan, the facts, the judgement and the vocabulary.
+the content ConfigMap and the Deployment carry what was decided, how serving is doing (with autoscaling:
+against the pods the autoscaler set, and what the autoscaler reports), and the Service's endpoints; the
+spec's warnings are carried through. What the status says of the artifact (where it is, what keys it,
+the limits derived for it) and the endpoints are the runtime's, looked up once by the plan's runtime
+(`RUNTIME_FINDINGS`). Decides nothing to write. Pure: imports the api models, the plan, the facts, the
+judgement and the vocabulary.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 from engine_builder.weights_format import DownloadSucceeded
-from mmd_operator.api.v1alpha1 import Endpoints, MultimodalDeployment, WeightsSource, WeightsStatus
+from mmd_operator.api.v1alpha1 import (
+    DerivedLimits,
+    Endpoints,
+    EngineStatus,
+    MultimodalDeployment,
+    WeightsSource,
+    WeightsStatus,
+)
 from mmd_operator.facts import Meta, Observed
-from mmd_operator.judgement import Judgement, Rendered, snapshot_key
+from mmd_operator.judgement import Judgement, Rendered
 from mmd_operator.judgement.autoscaling import autoscaling_state
 from mmd_operator.judgement.availability import serving_state
+from mmd_operator.judgement.judge import ARTIFACT_WORDS
 from mmd_operator.judgement.placement import serving_demand
+from mmd_operator.knowledge import Runtime
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from mmd_operator.plan.resource_plan import AnyPlan
-from mmd_operator.plan.serve_plan import ServePlan
-from mmd_operator.status import Findings, RepositoryState
+from mmd_operator.plan.triton import TritonPlan
+from mmd_operator.plan.trtllm_serve import TrtllmServePlan
+from mmd_operator.status.report import ConfigMapState, Findings
 from mmd_operator.vocabulary import labels, names
+
+
+@dataclass(frozen=True)
+class RuntimeFindings:
+    """The runtime's part of the findings."""
+
+    validated: str
+    endpoints: Endpoints
+    artifact_status: Mapping[str, Any] = field(default_factory=dict)
+    derived: DerivedLimits | None = None
 
 
 def _carries(meta: Meta | None, digest: str | None) -> bool:
@@ -30,41 +55,65 @@ def _carries(meta: Meta | None, digest: str | None) -> bool:
     return meta is not None and digest is not None and meta.annotation(labels.APPLIED_HASH) == digest
 
 
-def endpoints(instance: str, namespace: str) -> Endpoints:
-    """In-cluster URLs of the Service."""
-    host = f"{names.serving(instance)}.{namespace}.svc"
-    return Endpoints(
-        http=f"http://{host}:{HTTP_PORT}",
-        grpc=f"grpc://{host}:{GRPC_PORT}",
-        metrics=f"http://{host}:{METRICS_PORT}/metrics",
+def _live_job(observed: Observed) -> str | None:
+    job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
+    return job.meta.name if job is not None else None
+
+
+def _host(instance: str, namespace: str) -> str:
+    return f"{names.serving(instance)}.{namespace}.svc"
+
+
+def _triton(
+    plan: TritonPlan, observed: Observed, judgement: Judgement, claim: str, instance: str, namespace: str
+) -> RuntimeFindings:
+    """The engine (`status.engine`), its limits, and tritonserver's HTTP, gRPC and metrics endpoints."""
+    host = _host(instance, namespace)
+    engine = EngineStatus(
+        cache_key=plan.cache_key,
+        claim=claim,
+        path=f"/{plan.cache_key}",
+        job=_live_job(observed),
+        source=judgement.artifact.source,
+    )
+    return RuntimeFindings(
+        validated=f"engine cacheKey {plan.cache_key}",
+        endpoints=Endpoints(
+            http=f"http://{host}:{HTTP_PORT}",
+            grpc=f"grpc://{host}:{GRPC_PORT}",
+            metrics=f"http://{host}:{METRICS_PORT}/metrics",
+        ),
+        artifact_status={"engine": engine},
+        derived=plan.limits,
     )
 
 
-def serve_endpoints(instance: str, namespace: str) -> Endpoints:
-    """In-cluster URLs of a trtllm-serve Service: the OpenAI API and its Prometheus metrics."""
-    host = f"{names.serving(instance)}.{namespace}.svc"
-    return Endpoints(
+def _trtllm_serve(
+    plan: TrtllmServePlan, observed: Observed, judgement: Judgement, claim: str, instance: str, namespace: str
+) -> RuntimeFindings:
+    """The weights, the OpenAI API and the metrics endpoints.
+
+    `status.weights` says the source, the resolved commit and where the snapshot lies.
+    """
+    host = _host(instance, namespace)
+    endpoints = Endpoints(
         http=f"http://{host}:{HTTP_PORT}/v1", metrics=f"http://{host}:{METRICS_PORT}/prometheus/metrics"
     )
-
-
-def _weights(plan: ServePlan, observed: Observed, judgement: Judgement, claim: str) -> WeightsStatus:
-    """What status.weights says: the source, the resolved commit and where the snapshot lies."""
-    engine = judgement.engine
-    source = engine.source if engine.ready else None
+    artifact = judgement.artifact
+    source = WeightsSource(artifact.source) if artifact.ready and artifact.source else None
     download = plan.download
     if download is None:
         pvc = plan.spec.model.source.pvc
-        return WeightsStatus(
-            claim=pvc.claim_name if pvc else None,
-            path=plan.snapshot_path(None),
-            source=WeightsSource(source) if source else None,
+        weights = WeightsStatus(
+            claim=pvc.claim_name if pvc else None, path=plan.snapshot_path(None), source=source
         )
-    key = snapshot_key(observed, judgement)
-    record = engine.record
+        return RuntimeFindings(
+            "weights on the model.source.pvc claim", endpoints, artifact_status={"weights": weights}
+        )
+    key = artifact.location
+    record = artifact.record
     commit = observed.resolved_commit or (record.commit if isinstance(record, DownloadSucceeded) else None)
-    job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
-    return WeightsStatus(
+    weights = WeightsStatus(
         repo=download.repo,
         revision=download.revision,
         commit=commit,
@@ -72,9 +121,18 @@ def _weights(plan: ServePlan, observed: Observed, judgement: Judgement, claim: s
         snapshot_key=key,
         claim=claim,
         path=plan.snapshot_path(key) if key else None,
-        job=job.meta.name if job is not None else None,
-        source=WeightsSource(source) if source else None,
+        job=_live_job(observed),
+        source=source,
     )
+    return RuntimeFindings(
+        f"weights download key {download.key}", endpoints, artifact_status={"weights": weights}
+    )
+
+
+# Each runtime's part of the findings; a third runtime is one function and one row here.
+RUNTIME_FINDINGS: Mapping[Runtime, Callable[..., RuntimeFindings]] = MappingProxyType(
+    {Runtime.TRITON_TRTLLM_ENGINE: _triton, Runtime.TRTLLM_SERVE: _trtllm_serve}
+)
 
 
 def selector_string(instance: str) -> str:
@@ -95,17 +153,16 @@ def assess(
     """The findings of `resource` in the world `observed`, which `judgement` judged, with `warnings`."""
     instance = str(resource.metadata["name"])
     namespace = str(resource.metadata.get("namespace", "default"))
-    engine = judgement.engine
-    live_repositories = {meta.name: meta for meta in observed.repositories}
-    repository = RepositoryState(
-        name=rendered.repository,
-        size=rendered.repository_size,
+    artifact = judgement.artifact
+    live_configmaps = {meta.name: meta for meta in observed.configmaps}
+    configmap = ConfigMapState(
+        name=rendered.configmap,
+        size=rendered.configmap_size,
         too_large=rendered.too_large,
-        applied=_carries(live_repositories.get(rendered.repository), rendered.repository_digest),
-        held=engine.message if judgement.blocked else None,
+        applied=_carries(live_configmaps.get(rendered.configmap), rendered.configmap_digest),
+        held=artifact.message if judgement.blocked else None,
     )
     live_deployment = observed.deployment
-    serve = isinstance(plan, ServePlan)
     autoscaling_spec = resource.spec.serving.autoscaling
     autoscaling = None
     desired = resource.spec.serving.replicas
@@ -120,38 +177,25 @@ def assess(
         observed.serving_pods,
         desired=desired,
         applied=live_deployment is not None and _carries(live_deployment.meta, rendered.deployment_digest),
-        engine_ready=engine.ready,
+        artifact_ready=artifact.ready,
         now=observed.now,
         startup_budget=float(resource.spec.serving.probes.startup_timeout_seconds),
         demand=serving_demand(resource.spec),
         nodes=observed.nodes,
-        waits_for="weights" if serve else "engine",
+        waits_for=ARTIFACT_WORDS[plan.runtime],
         autoscaled_from=autoscaling_spec.min_replicas if autoscaling_spec is not None else None,
     )
-    if isinstance(plan, ServePlan):
-        return Findings(
-            generation=int(resource.metadata.get("generation", 1)),
-            serve=True,
-            weights=_weights(plan, observed, judgement, claim),
-            engine=engine,
-            repository=repository,
-            serving=serving,
-            endpoints=serve_endpoints(instance, namespace),
-            selector=selector_string(instance),
-            warnings=warnings,
-            autoscaling=autoscaling,
-        )
-    job = observed.job if observed.job is not None and not observed.job.meta.deleting else None
+    own = RUNTIME_FINDINGS[plan.runtime](plan, observed, judgement, claim, instance, namespace)
     return Findings(
         generation=int(resource.metadata.get("generation", 1)),
-        cache_key=plan.cache_key,
-        claim=claim,
-        job=job.meta.name if job is not None else None,
-        derived=plan.limits,
-        engine=engine,
-        repository=repository,
+        runtime=plan.runtime,
+        validated=own.validated,
+        derived=own.derived,
+        artifact=artifact,
+        artifact_status=own.artifact_status,
+        configmap=configmap,
         serving=serving,
-        endpoints=endpoints(instance, namespace),
+        endpoints=own.endpoints,
         selector=selector_string(instance),
         warnings=warnings,
         autoscaling=autoscaling,

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from engine_builder.result_format import BuildFailed, termination_message
 from mmd_operator.plan.model_repository import ModelRepository
-from mmd_operator.plan.resource_plan import ResourcePlan, plan_resource
+from mmd_operator.plan.resource_plan import plan_resource
+from mmd_operator.plan.triton import TritonPlan
 from mmd_testbed.demo.common import (
     GROUP,
     NAMESPACE,
@@ -156,7 +157,7 @@ def kwok_demo(args: argparse.Namespace) -> int:
             configmap = demo.core.read_namespaced_config_map(repository, NAMESPACE)
             configs = {key.removesuffix(".pbtxt"): text for key, text in configmap.data.items()}
             _, plan = plan_resource(demo.get("llava"))
-            assert isinstance(plan, ResourcePlan)
+            assert isinstance(plan, TritonPlan)
             assert configs == dict(plan.repository.configs), "the ConfigMap is not what the plan renders"
             served_plan = dataclasses.replace(
                 plan, repository=ModelRepository(configs=configs, assembly=plan.repository.assembly)

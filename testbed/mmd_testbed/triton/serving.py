@@ -14,7 +14,7 @@ from pathlib import Path
 from mmctl.triton.client import TritonClient
 from mmd_operator.knowledge import ModelKnowledge, RepositoryLayout
 from mmd_operator.plan.launch import LaunchPlan, Ports, launch_plan
-from mmd_operator.plan.resource_plan import ResourcePlan
+from mmd_operator.plan.triton import TritonPlan
 from mmd_testbed.triton.doubles.repository import write_repository
 from mmd_testbed.triton.localserver import MPI_ENV, LocalServer, TritonInstall, free_port_set, running
 
@@ -24,7 +24,7 @@ class Served:
     """A running server on one rendered repository."""
 
     name: str
-    plan: ResourcePlan
+    plan: TritonPlan
     repository: Path
     ports: Ports
     log: Path
@@ -63,7 +63,7 @@ class Served:
 @contextlib.contextmanager
 def serve(
     name: str,
-    plan: ResourcePlan,
+    plan: TritonPlan,
     install: TritonInstall,
     workdir: Path,
     say: Callable[[str], None],

@@ -20,14 +20,14 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
 from engine_builder import versions
 from engine_builder.weights_format import DownloadPlan, is_commit, snapshot_directory, weights_key
 from mmd_operator.api.v1alpha1 import MultimodalDeploymentSpec
-from mmd_operator.knowledge import Modality, ServeKnowledge, serve_knowledge_of
+from mmd_operator.knowledge import Modality, Runtime, ServeKnowledge, serve_knowledge_of
 from mmd_operator.plan.launch import HTTP_PORT
 from mmd_operator.plan.settings import ENGINE_MOUNT
 
@@ -42,8 +42,10 @@ SERVE_DEFAULTS = {"max_batch_size": 2048, "max_num_tokens": 8192}
 
 
 @dataclass(frozen=True)
-class ServePlan:
+class TrtllmServePlan:
     """Everything the operator derives from a trtllm-serve spec."""
+
+    runtime: ClassVar[Runtime] = Runtime.TRTLLM_SERVE
 
     spec: MultimodalDeploymentSpec
     knowledge: ServeKnowledge
@@ -119,7 +121,7 @@ class ServePlan:
         files = {
             "derived.json": json.dumps(self.derived_summary(), indent=2) + "\n",
             CONFIG_FILE: self.config_yaml,
-            "launch.json": json.dumps({"argv": self.argv(self._known_snapshot())}, indent=2) + "\n",
+            "launch.json": json.dumps({"argv": self.argv(self.artifact_location)}, indent=2) + "\n",
         }
         if self.download is not None:
             files["download_plan.json"] = self.download.model_dump_json(indent=2) + "\n"
@@ -131,7 +133,12 @@ class ServePlan:
         hub = self.spec.model.source.huggingface
         return hub.revision if hub is not None and is_commit(hub.revision) else None
 
-    def _known_snapshot(self) -> str | None:
+    @property
+    def artifact_location(self) -> str | None:
+        """The snapshot's key in the cache claim when the spec alone tells it: a commit's.
+
+        None for a branch or tag (the download Job resolves it) and for a PersistentVolumeClaim source.
+        """
         return self.cache_key if self.download_commit is not None else None
 
 
@@ -164,7 +171,7 @@ def llm_args(spec: MultimodalDeploymentSpec, knowledge: ServeKnowledge) -> dict[
     return config
 
 
-def plan_serve(spec: MultimodalDeploymentSpec) -> ServePlan:
+def plan_trtllm_serve(spec: MultimodalDeploymentSpec) -> TrtllmServePlan:
     """The trtllm-serve plan of a valid spec."""
     knowledge = serve_knowledge_of(spec.model.type)
     hub, pvc = spec.model.source.huggingface, spec.model.source.pvc
@@ -177,7 +184,7 @@ def plan_serve(spec: MultimodalDeploymentSpec) -> ServePlan:
         identity = json.dumps({"pvc": pvc.claim_name, "path": "/" + pvc.path.strip("/")}, sort_keys=True)
         key = hashlib.sha256(identity.encode()).hexdigest()[:20]
     modalities = spec.serving.modalities
-    return ServePlan(
+    return TrtllmServePlan(
         spec=spec,
         knowledge=knowledge,
         cache_key=key,

@@ -1,0 +1,70 @@
+"""The judgement of one reconcile: the artifact (engine or weights) and whether its Job waits on a reference.
+
+`judge` looks the runtime's artifact rules up by the plan's runtime (`ARTIFACT_STATES`: one row per
+runtime) and reads the observed facts with them once; `desired` decides what to write from the judgement
+and `status` reports it. `Rendered` is what the decision built that the status reports on. Pure: imports
+the api models, the facts, the plan and this package's runtime modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from mmd_operator.api.v1alpha1 import MultimodalDeploymentStatus
+from mmd_operator.facts import Observed
+from mmd_operator.judgement import triton, trtllm_serve
+from mmd_operator.judgement.artifact import ArtifactState, JobWords
+from mmd_operator.judgement.placement import GpuDemand
+from mmd_operator.knowledge import Runtime
+from mmd_operator.plan.resource_plan import AnyPlan
+
+# Each runtime's artifact: how its state is read (plan, observed, previous status, generation, the build
+# pod's GPU demand), and its words. A third runtime is one module and one row here.
+ARTIFACT_STATES: Mapping[Runtime, Callable[..., ArtifactState[Any, Any]]] = MappingProxyType(
+    {Runtime.TRITON_TRTLLM_ENGINE: triton.engine_state, Runtime.TRTLLM_SERVE: trtllm_serve.weights_state}
+)
+ARTIFACT_WORDS: Mapping[Runtime, JobWords] = MappingProxyType(
+    {Runtime.TRITON_TRTLLM_ENGINE: triton.WORDS, Runtime.TRTLLM_SERVE: trtllm_serve.WORDS}
+)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The artifact of the resource's plan, and whether its Job waits on a missing reference."""
+
+    artifact: ArtifactState[Any, Any]
+    # A Secret or source claim the Job needs is missing: nothing is created until it appears.
+    blocked: bool
+
+
+def judge(
+    plan: AnyPlan,
+    observed: Observed,
+    previous: MultimodalDeploymentStatus | None,
+    generation: int,
+    build: GpuDemand,
+) -> Judgement:
+    """Judge the world `observed` for `plan`.
+
+    `previous` is the last status written, `build` what the build pod asks of the scheduler.
+    """
+    artifact = ARTIFACT_STATES[plan.runtime](plan, observed, previous, generation, build)
+    blocked = bool(observed.missing) and not artifact.ready and observed.job is None
+    return Judgement(artifact=artifact, blocked=blocked)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """What the decision built that the status reports on: the content ConfigMap and the Deployment."""
+
+    # The ConfigMap of the pods' configuration: the model repository, or trtllm-serve's `--config`.
+    configmap: str
+    configmap_size: int
+    # Over the ConfigMap size limit: not applied.
+    too_large: bool
+    # The digests their manifests carry once applied (None: no Deployment is wanted yet).
+    configmap_digest: str
+    deployment_digest: str | None

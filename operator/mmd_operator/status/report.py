@@ -1,0 +1,427 @@
+"""The status a resource shows: phase, conditions with classified reasons, and the events to post.
+
+`assessment.assess` gathers what one reconcile found after its writes; `report` turns it (the spec's
+problems or its plan, the artifact, the content ConfigMap, the serving pods, the spec's warnings) into the
+status subresource and the Kubernetes Events of any phase change, new failure, new warnings or change of
+the number of pods the autoscaler wants. The runtime's words (its conditions' names, the phase while its
+artifact is made) come from one table (`RUNTIME_WORDS`). Warnings are a
+note in `status.warnings` and never hold Ready back. Ready is True only when every condition is, for
+this generation, with the rollout finished; while it is not, its message is one sentence a person acts
+on (what is wrong, and what to do or where to look), and the condition it comes from keeps the
+details. A condition keeps its lastTransitionTime while its
+status does not change, so an unchanged world gives an identical status and the operator writes
+nothing. Decides no write. Pure: imports the api models and the judgement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import ValidationError
+
+from mmd_operator.api.v1alpha1 import (
+    MAX_WARNINGS,
+    WARNING_MAX_LENGTH,
+    AutoscalingStatus,
+    Condition,
+    ConditionStatus,
+    DerivedLimits,
+    Endpoints,
+    MultimodalDeploymentStatus,
+    Phase,
+)
+from mmd_operator.api.validation import Problem
+from mmd_operator.judgement.artifact import ArtifactState
+from mmd_operator.judgement.autoscaling import AUTOSCALING, AutoscalingState
+from mmd_operator.judgement.availability import ServingState
+from mmd_operator.judgement.judge import ARTIFACT_WORDS
+from mmd_operator.knowledge import Runtime
+
+VALIDATED = "Validated"
+AVAILABLE = "Available"
+READY = "Ready"
+# The two abnormal-true conditions of the kstatus convention, which Flux, kpt and Argo CD read: True while
+# the operator still works towards Ready, or while it cannot get there without a change.
+RECONCILING = "Reconciling"
+STALLED = "Stalled"
+# A condition message is capped so a status always fits (the CRD allows 32 KiB).
+MESSAGE_LIMIT = 4000
+# The reason of the Warning event that lists the spec's warnings when they change.
+SPEC_WARNINGS = "SpecWarnings"
+_FAILED_REASONS = frozenset(
+    {"InvalidSpec", "RepositoryTooLarge", *(w.failed for w in ARTIFACT_WORDS.values())}
+)
+
+
+@dataclass(frozen=True)
+class RuntimeWords:
+    """How the status of one runtime names what it shows."""
+
+    # The condition of the content ConfigMap: the model repository, or trtllm-serve's `--config`.
+    config_condition: str
+    # The phase while the artifact is being made.
+    making: Phase
+    # When the content ConfigMap is created while its Job waits: "once the engine can be built".
+    once: str
+
+
+# Each runtime's words; the artifact's condition is the judgement's (`ARTIFACT_WORDS`).
+RUNTIME_WORDS: Mapping[Runtime, RuntimeWords] = MappingProxyType(
+    {
+        Runtime.TRITON_TRTLLM_ENGINE: RuntimeWords(
+            "ModelRepositoryReady", Phase.BUILDING, "the engine can be built"
+        ),
+        Runtime.TRTLLM_SERVE: RuntimeWords(
+            "ServingConfigReady", Phase.DOWNLOADING, "the weights can be downloaded"
+        ),
+    }
+)
+
+
+@dataclass(frozen=True)
+class ConfigMapState:
+    """The content ConfigMap: the model repository, or trtllm-serve's `--config`."""
+
+    name: str
+    size: int
+    too_large: bool = False
+    applied: bool = False
+    # Why it is not created yet (the build is blocked on a missing reference), if so.
+    held: str | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post about the resource."""
+
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """The status to write, the events to post, and when to look again without an event."""
+
+    status: MultimodalDeploymentStatus
+    events: tuple[Event, ...]
+    recheck_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What one reconcile found, the input of `report`."""
+
+    generation: int
+    runtime: Runtime
+    problems: Sequence[Problem] = ()
+    # The Validated condition's message: what the valid spec's artifact is keyed by.
+    validated: str = ""
+    derived: DerivedLimits | None = None
+    artifact: ArtifactState[Any, Any] | None = None
+    # The status fields that say where the artifact is: `engine` (an EngineStatus) or `weights`.
+    artifact_status: Mapping[str, Any] = field(default_factory=dict)
+    configmap: ConfigMapState | None = None
+    serving: ServingState | None = None
+    endpoints: Endpoints | None = None
+    selector: str | None = None
+    # Traps the spec walks into (`api.warning_rules`), "path: message" each; never a reason to wait.
+    warnings: Sequence[str] = ()
+    # The autoscaler, with serving.autoscaling.
+    autoscaling: AutoscalingState | None = None
+
+    @property
+    def artifact_condition(self) -> str:
+        """EngineReady, or WeightsReady on trtllm-serve."""
+        return ARTIFACT_WORDS[self.runtime].condition
+
+    @property
+    def words(self) -> RuntimeWords:
+        """The runtime's words."""
+        return RUNTIME_WORDS[self.runtime]
+
+
+def _clip(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    return message if len(message) <= limit else message[: limit - 1] + "…"
+
+
+def _condition(kind: str, ok: bool | None, reason: str, message: str, generation: int) -> Condition:
+    status = (
+        ConditionStatus.UNKNOWN if ok is None else (ConditionStatus.TRUE if ok else ConditionStatus.FALSE)
+    )
+    return Condition(
+        type=kind, status=status, reason=reason, message=_clip(message), observed_generation=generation
+    )
+
+
+def _conditions(findings: Findings) -> list[Condition]:
+    generation = findings.generation
+    if findings.problems:
+        problems = "; ".join(str(problem) for problem in findings.problems)
+        count = len(findings.problems)
+        rules = f"{count} rule{'s' if count != 1 else ''}"
+        message = f"the spec breaks {rules}: {problems}"
+        summary = (
+            f"the spec breaks {rules}, so nothing changes until it is fixed: {problems} "
+            "(mmctl validate -f shows the same offline)."
+        )
+        unknown = "not evaluated: the spec is invalid"
+        return [
+            _condition(VALIDATED, False, "InvalidSpec", message, generation),
+            _condition(findings.artifact_condition, None, "InvalidSpec", unknown, generation),
+            _condition(findings.words.config_condition, None, "InvalidSpec", unknown, generation),
+            _condition(AVAILABLE, None, "InvalidSpec", unknown, generation),
+            _condition(READY, False, "InvalidSpec", summary, generation),
+        ]
+    artifact, configmap, serving = findings.artifact, findings.configmap, findings.serving
+    assert artifact is not None and configmap is not None and serving is not None
+    conditions = [
+        _condition(VALIDATED, True, "Valid", findings.validated, generation),
+        _condition(
+            findings.artifact_condition, artifact.ready, artifact.reason, artifact.message, generation
+        ),
+    ]
+    config_condition = findings.words.config_condition
+    too_large = f"the rendered repository takes {configmap.size} bytes; a ConfigMap holds at most 1 MiB"
+    repository_summary = f"applying the model repository ConfigMap {configmap.name}; nothing to do yet."
+    if configmap.too_large:
+        repo = _condition(config_condition, False, "RepositoryTooLarge", too_large, generation)
+        repository_summary = f"{too_large}: report it as a bug, with the spec."
+    elif configmap.held is not None:
+        repository_summary = artifact.summary or artifact.message
+        repo = _condition(
+            config_condition,
+            False,
+            artifact.reason,
+            f"ConfigMap {configmap.name} is created once {findings.words.once}: {configmap.held}",
+            generation,
+        )
+    elif configmap.applied:
+        repo = _condition(config_condition, True, "Rendered", f"ConfigMap {configmap.name}", generation)
+    else:
+        repo = _condition(
+            config_condition, False, "Rendering", f"applying ConfigMap {configmap.name}", generation
+        )
+    conditions.append(repo)
+    conditions.append(_condition(AVAILABLE, serving.available, serving.reason, serving.message, generation))
+    scaling = findings.autoscaling
+    if scaling is not None:
+        conditions.append(_condition(AUTOSCALING, scaling.ok, scaling.reason, scaling.message, generation))
+    ready_checks = [
+        (artifact.ready, artifact.reason, artifact.summary or artifact.message),
+        (repo.status is ConditionStatus.TRUE, repo.reason, repository_summary),
+        (serving.rolled_out and serving.available, serving.reason, serving.summary or serving.message),
+    ]
+    failing = next(((reason, message) for ok, reason, message in ready_checks if not ok), None)
+    if failing is None:
+        conditions.append(_condition(READY, True, "Ready", serving.message, generation))
+    else:
+        conditions.append(_condition(READY, False, failing[0], failing[1], generation))
+    return conditions
+
+
+def _phase(findings: Findings, conditions: list[Condition]) -> Phase:
+    ready = next(c for c in conditions if c.type == READY)
+    if findings.problems or ready.reason in _FAILED_REASONS:
+        return Phase.FAILED
+    artifact, serving = findings.artifact, findings.serving
+    assert artifact is not None and serving is not None
+    if artifact.failed:
+        return Phase.FAILED
+    if not artifact.ready:
+        if artifact.waiting_for_claim:
+            return Phase.PENDING
+        return findings.words.making
+    if ready.status is ConditionStatus.TRUE:
+        return Phase.READY
+    if serving.trouble:
+        return Phase.DEGRADED
+    return Phase.DEPLOYING
+
+
+_IN_PROGRESS = frozenset({Phase.PENDING, Phase.BUILDING, Phase.DOWNLOADING, Phase.DEPLOYING})
+_STALLED = frozenset({Phase.FAILED, Phase.DEGRADED})
+
+
+def _progress_conditions(phase: Phase, conditions: list[Condition], generation: int) -> list[Condition]:
+    """Reconciling and Stalled, which say the same as the phase in the words GitOps tools read."""
+    ready = next(c for c in conditions if c.type == READY)
+    if phase in _IN_PROGRESS:
+        reconciling = _condition(RECONCILING, True, ready.reason, ready.message, generation)
+    else:
+        reconciling = _condition(RECONCILING, False, str(phase), f"nothing in progress: {phase}", generation)
+    if phase in _STALLED:
+        stalled = _condition(STALLED, True, ready.reason, ready.message, generation)
+    else:
+        stalled = _condition(STALLED, False, str(phase), f"not stalled: {phase}", generation)
+    return [reconciling, stalled]
+
+
+def _keep_transition_times(
+    conditions: list[Condition], previous: MultimodalDeploymentStatus | None, now: datetime
+) -> list[Condition]:
+    before = {c.type: c for c in previous.conditions} if previous is not None else {}
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    kept = []
+    for condition in conditions:
+        old = before.get(condition.type)
+        since = stamp
+        if old is not None and old.status == condition.status and old.last_transition_time:
+            since = old.last_transition_time
+        kept.append(condition.model_copy(update={"last_transition_time": since}))
+    return kept
+
+
+def _warning_event(
+    status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
+) -> tuple[Event, ...]:
+    """A Warning event when the spec's warnings change to some (none when they clear or stay)."""
+    if not status.warnings or (previous is not None and previous.warnings == status.warnings):
+        return ()
+    count = len(status.warnings)
+    message = f"{count} warning{'s' if count != 1 else ''} about the spec: {'; '.join(status.warnings)}"
+    return (Event("Warning", SPEC_WARNINGS, _clip(message)),)
+
+
+def _scaled_event(
+    status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
+) -> tuple[Event, ...]:
+    """A Normal event when, under autoscaling, the number of serving pods wanted changes."""
+    now = status.autoscaling
+    if now is None or previous is None or previous.autoscaling is None:
+        return ()
+    before, after = previous.replicas, status.replicas
+    if before is None or after is None or before == after:
+        return ()
+    message = (
+        f"scaled the serving pods {'up' if after > before else 'down'} from {before} to {after} "
+        f"(HorizontalPodAutoscaler {now.horizontal_pod_autoscaler} on {now.metric})"
+    )
+    return (Event("Normal", "Autoscaled", message),)
+
+
+def _events(
+    status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
+) -> tuple[Event, ...]:
+    return (
+        _phase_events(status, previous) + _warning_event(status, previous) + _scaled_event(status, previous)
+    )
+
+
+def _phase_events(
+    status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
+) -> tuple[Event, ...]:
+    ready = next(c for c in status.conditions if c.type == READY)
+    old_phase = previous.phase if previous is not None else None
+    old_ready = (
+        next((c for c in previous.conditions if c.type == READY), None) if previous is not None else None
+    )
+    warning = status.phase in (Phase.FAILED, Phase.DEGRADED)
+    if status.phase != old_phase:
+        return (Event("Warning" if warning else "Normal", str(status.phase), ready.message),)
+    if (
+        warning
+        and old_ready is not None
+        and (old_ready.reason, old_ready.message) != (ready.reason, ready.message)
+    ):
+        return (Event("Warning", ready.reason, ready.message),)
+    return ()
+
+
+def previous_status(resource: Mapping[str, Any]) -> MultimodalDeploymentStatus | None:
+    """The status `resource` shows, or None: none yet, or written by another version (recomputed)."""
+    if not resource.get("status"):
+        return None
+    try:
+        return MultimodalDeploymentStatus.model_validate(resource["status"])
+    except ValidationError:
+        return None
+
+
+def _autoscaling_status(state: AutoscalingState | None) -> AutoscalingStatus | None:
+    if state is None:
+        return None
+    scaled = state.last_scale_time
+    return AutoscalingStatus(
+        horizontal_pod_autoscaler=state.autoscaler,
+        metric=state.metric or None,
+        desired_replicas=state.desired_replicas,
+        current_replicas=state.current_replicas,
+        last_scale_time=scaled.strftime("%Y-%m-%dT%H:%M:%SZ") if scaled is not None else None,
+    )
+
+
+def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, now: datetime) -> Report:
+    """The status and events of `findings`; `previous` is the status the resource shows now."""
+    conditions = _conditions(findings)
+    phase = _phase(findings, conditions)
+    conditions += _progress_conditions(phase, conditions, findings.generation)
+    conditions = _keep_transition_times(conditions, previous, now)
+    serving = findings.serving
+    status = MultimodalDeploymentStatus(
+        observed_generation=findings.generation,
+        phase=phase,
+        conditions=conditions,
+        derived=findings.derived,
+        **findings.artifact_status,
+        model_repository=findings.configmap.name if findings.configmap is not None else None,
+        endpoints=findings.endpoints,
+        replicas=serving.desired if serving is not None else None,
+        updated_replicas=serving.updated_replicas if serving is not None else None,
+        ready_replicas=serving.ready_replicas if serving is not None else None,
+        selector=findings.selector,
+        autoscaling=_autoscaling_status(findings.autoscaling),
+        warnings=[_clip(w, WARNING_MAX_LENGTH) for w in findings.warnings[:MAX_WARNINGS]] or None,
+    )
+    if findings.problems and previous is not None:
+        # An invalid spec changes nothing that runs: keep showing what does.
+        status = status.model_copy(
+            update={
+                "derived": previous.derived,
+                "engine": previous.engine,
+                "weights": previous.weights,
+                "model_repository": previous.model_repository,
+                "endpoints": previous.endpoints,
+                "replicas": previous.replicas,
+                "updated_replicas": previous.updated_replicas,
+                "ready_replicas": previous.ready_replicas,
+                "selector": previous.selector,
+                "autoscaling": previous.autoscaling,
+            }
+        )
+    recheck = serving.recheck_after if serving is not None else None
+    return Report(status=status, events=_events(status, previous), recheck_after=recheck)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A change an admin tailing the operator's log should see."""
+
+    # True: the resource entered a failing phase, or its failure changed reason; False: it recovered.
+    failing: bool
+    text: str
+
+
+def _ready_condition(status: MultimodalDeploymentStatus | None) -> Condition | None:
+    if status is None:
+        return None
+    return next((c for c in status.conditions if c.type == READY), None)
+
+
+def transition(
+    previous: MultimodalDeploymentStatus | None, status: MultimodalDeploymentStatus
+) -> Transition | None:
+    """What changed for the log between the status `previous` and `status`; None when nothing did."""
+    before, now = _ready_condition(previous), _ready_condition(status)
+    was = (previous.phase, before.reason) if previous is not None and before is not None else None
+    if status.phase in _STALLED and now is not None:
+        if was == (status.phase, now.reason):
+            return None  # still failing the same way
+        return Transition(failing=True, text=f"is {status.phase}: {now.reason}: {now.message}")
+    if previous is not None and previous.phase in _STALLED:
+        return Transition(failing=False, text=f"recovered: {status.phase}")
+    return None
