@@ -1,0 +1,477 @@
+"""The cross-field CEL rules of the spec, as `x-kubernetes-validations` entries on the whole spec.
+
+`spec_rules` lists them: what each model type takes (from `mmd_operator.knowledge`), what each runtime
+takes, immutable fields, and autoscaling against replicas, the runtime's metrics and the GPU budget.
+Rules that read one model's fields only sit on that model. Pure: imports pydantic's JSON types,
+`mmd_operator.knowledge`, `mmd_operator.scaling_metrics` and the package's `cel`; none of the models.
+"""
+
+from __future__ import annotations
+
+from pydantic import JsonValue
+from pydantic.config import JsonDict
+
+from mmd_operator.api.v1alpha1.cel import REQUIRED, cel_list, cel_rule
+from mmd_operator.knowledge import (
+    KNOWLEDGE,
+    Heads,
+    Modality,
+    ModelType,
+    Runtime,
+    checkpoint_heads,
+    modalities_of,
+    serve_types_where,
+    types_of,
+    types_where,
+)
+from mmd_operator.scaling_metrics import SCALING_METRICS
+
+# The model types whose model.variant names a Whisper checkpoint.
+WHISPER_TYPES = types_where("whisper_variants")
+# The tensor-parallel sizes a spec may ask for (engine.tensorParallelSize).
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
+
+
+def _only_for(attribute: str, condition: str, what: str, field_path: str) -> JsonDict:
+    """A rule allowing `condition` only for model types whose knowledge flag `attribute` is set."""
+    allowed = types_where(attribute)
+    return cel_rule(
+        f"!({condition}) || self.model.type in {cel_list(allowed)}",
+        f"{what} is supported only for model types {', '.join(allowed)}; model.type is {{self.model.type}}",
+        field_path=field_path,
+    )
+
+
+def _engine_and_common_rules() -> list[JsonDict]:
+    lora_types = types_where("lora")
+    encoder_decoder = types_where("encoder_decoder")
+    whisper = ", ".join(WHISPER_TYPES)
+    rules: list[JsonDict] = [
+        # A transition rule: only an update can break it (the API server gives it the stored spec as oldSelf).
+        cel_rule(
+            "self.model.type == oldSelf.model.type",
+            "model.type is immutable ({oldSelf.model.type}, now {self.model.type}): another model type is "
+            "another deployment (engines, repository layout and serving pods all differ); create a new "
+            "MultimodalDeployment instead",
+            field_path=".model.type",
+        ),
+        cel_rule(
+            f"!(self.model.type in {cel_list(WHISPER_TYPES)}) || has(self.model.variant)",
+            f"model.variant is required for {whisper} (the Whisper checkpoint, e.g. large-v3)",
+            field_path=".model.variant",
+            reason=REQUIRED,
+        ),
+        _only_for("whisper_variants", "has(self.model.variant)", "model.variant", ".model.variant"),
+        cel_rule(
+            f"!(self.model.type in {cel_list(lora_types)}) || has(self.model.lora)",
+            f"model.lora is required for {', '.join(lora_types)}",
+            field_path=".model.lora",
+            reason=REQUIRED,
+        ),
+        _only_for("lora", "has(self.model.lora)", "model.lora", ".model.lora"),
+        _only_for(
+            "multi_image",
+            "self.engine.maxImagesPerRequest > 1",
+            "maxImagesPerRequest above 1 (here {self.engine.maxImagesPerRequest})",
+            ".engine.maxImagesPerRequest",
+        ),
+        # engine.vision is stored only when the user writes it (no empty defaults), hence has() first.
+        _only_for(
+            "video",
+            "has(self.engine.vision) && has(self.engine.vision.maxPatchesPerRequest)",
+            "engine.vision.maxPatchesPerRequest ({self.engine.vision.maxPatchesPerRequest})",
+            ".engine.vision.maxPatchesPerRequest",
+        ),
+        _only_for(
+            "has_vision_engine",
+            "has(self.engine.vision) && has(self.engine.vision.maxBatchSize)",
+            "engine.vision.maxBatchSize ({self.engine.vision.maxBatchSize})",
+            ".engine.vision.maxBatchSize",
+        ),
+        _only_for(
+            "uses_prompt_table",
+            "has(self.engine.maxMultimodalLen)",
+            "maxMultimodalLen ({self.engine.maxMultimodalLen})",
+            ".engine.maxMultimodalLen",
+        ),
+        _only_for(
+            "encoder_decoder",
+            "has(self.engine.maxEncoderInputLen)",
+            "maxEncoderInputLen ({self.engine.maxEncoderInputLen})",
+            ".engine.maxEncoderInputLen",
+        ),
+        _only_for(
+            "fp8_kv_cache", "self.engine.kvCacheDtype == 'fp8'", "kvCacheDtype fp8", ".engine.kvCacheDtype"
+        ),
+        _only_for(
+            "image_urls",
+            "self.serving.imageUrlInput",
+            "imageUrlInput (the server fetching image URLs)",
+            ".serving.imageUrlInput",
+        ),
+        _only_for("kv_cache_reuse", "self.serving.kvCacheReuse", "kvCacheReuse", ".serving.kvCacheReuse"),
+        _only_for(
+            "chunked_context", "self.serving.chunkedContext", "chunkedContext", ".serving.chunkedContext"
+        ),
+        cel_rule(
+            f"!has(self.serving.crossKvCacheFraction) || self.model.type in {cel_list(encoder_decoder)}",
+            "crossKvCacheFraction must not be set for decoder-only model types (TensorRT-LLM refuses it); "
+            f"it applies to {', '.join(encoder_decoder)}; model.type is {{self.model.type}}",
+            field_path=".serving.crossKvCacheFraction",
+        ),
+        _only_for(
+            "bls",
+            "has(self.serving.enableBls) && self.serving.enableBls",
+            "enableBls (the tensorrt_llm_bls entry point)",
+            ".serving.enableBls",
+        ),
+        cel_rule(
+            "!self.serving.accumulateTokens || self.serving.streaming",
+            "accumulateTokens needs streaming: set serving.streaming to true",
+            field_path=".serving.accumulateTokens",
+        ),
+        cel_rule(
+            "!has(self.serving.tritonMaxBatchSize) || !has(self.engine.maxBatchSize) || "
+            "self.serving.tritonMaxBatchSize <= self.engine.maxBatchSize",
+            "serving.tritonMaxBatchSize ({self.serving.tritonMaxBatchSize}) must not exceed "
+            "engine.maxBatchSize ({self.engine.maxBatchSize})",
+            field_path=".serving.tritonMaxBatchSize",
+        ),
+        cel_rule(
+            "!has(self.serving.maxBeamWidth) || !has(self.engine.maxBeamWidth) || "
+            "self.serving.maxBeamWidth <= self.engine.maxBeamWidth",
+            "serving.maxBeamWidth ({self.serving.maxBeamWidth}) must not exceed engine.maxBeamWidth "
+            "({self.engine.maxBeamWidth})",
+            field_path=".serving.maxBeamWidth",
+        ),
+        cel_rule(
+            f"!(self.model.type in {cel_list(WHISPER_TYPES)}) || !has(self.serving.maxBeamWidth) || "
+            "self.serving.maxBeamWidth == 1",
+            f"serving.maxBeamWidth ({{self.serving.maxBeamWidth}}) must be 1 for {whisper}: whisper_bls "
+            "sends no beam width and the executor refuses requests whose beam width differs from the served "
+            "one",
+            field_path=".serving.maxBeamWidth",
+        ),
+        _only_for("whisper_variants", "self.serving.zeroPad", "zeroPad", ".serving.zeroPad"),
+    ]
+    for model_type in WHISPER_TYPES:
+        knowledge = KNOWLEDGE[ModelType(model_type)]
+        supported = [v.name for v in knowledge.whisper_variants if not v.english_only]
+        english = [v.name for v in knowledge.whisper_variants if v.english_only]
+        rules.append(
+            cel_rule(
+                f"self.model.type != '{model_type}' || !has(self.model.variant) || "
+                f"self.model.variant in {cel_list(supported)}",
+                f"model.variant ({{self.model.variant}}) for {model_type} must be one of "
+                f"{', '.join(supported)}"
+                + (
+                    f" (English-only {', '.join(english)} are not supported: whisper_bls decodes with the "
+                    "multilingual tokenizer)"
+                    if english
+                    else ""
+                ),
+                field_path=".model.variant",
+            )
+        )
+    # The rules about fields whose meaning is the engine runtime's hold only there; on trtllm-serve its own
+    # rules (below) say what these fields may be.
+    return [_on_engine(rule) if rule.get("fieldPath") in _ENGINE_RULE_PATHS else rule for rule in rules]
+
+
+# The runtime a spec names, in CEL (a spec that names none is served by triton-trtllm-engine).
+SERVE_RUNTIME = f"has(self.runtime) && self.runtime == '{Runtime.TRTLLM_SERVE}'"
+ENGINE_RUNTIME = f"!has(self.runtime) || self.runtime == '{Runtime.TRITON_TRTLLM_ENGINE}'"
+_RUNTIME_OF_SELF = f"(has(self.runtime) ? self.runtime : '{Runtime.TRITON_TRTLLM_ENGINE}')"
+_RUNTIME_OF_OLD = f"(has(oldSelf.runtime) ? oldSelf.runtime : '{Runtime.TRITON_TRTLLM_ENGINE}')"
+_ENGINE_RULE_PATHS = frozenset(
+    {
+        ".engine.maxImagesPerRequest",
+        ".engine.vision.maxPatchesPerRequest",
+        ".engine.vision.maxBatchSize",
+        ".engine.maxMultimodalLen",
+        ".engine.maxEncoderInputLen",
+        ".engine.kvCacheDtype",
+        ".serving.imageUrlInput",
+        ".serving.kvCacheReuse",
+        ".serving.chunkedContext",
+        ".serving.enableBls",
+        ".serving.accumulateTokens",
+        ".serving.tritonMaxBatchSize",
+        ".serving.maxBeamWidth",
+    }
+)
+
+
+def _on_engine(rule: JsonDict) -> JsonDict:
+    """`rule`, holding only on the triton-trtllm-engine runtime."""
+    return {**rule, "rule": f"({SERVE_RUNTIME}) || ({rule['rule']})"}
+
+
+def _serve_only_for(attribute: str, condition: str, what: str, field_path: str) -> JsonDict:
+    """On trtllm-serve, `condition` only for the model types whose serve knowledge flag `attribute` is set."""
+    allowed = serve_types_where(attribute)
+    return cel_rule(
+        f"!({SERVE_RUNTIME}) || !({condition}) || self.model.type in {cel_list(allowed)}",
+        f"{what} is supported on trtllm-serve only for model types {', '.join(allowed)} (TensorRT-LLM "
+        "1.2.1's multimodal support matrix); model.type is {self.model.type}",
+        field_path=field_path,
+    )
+
+
+# Fields with no meaning on trtllm-serve: (field path from the spec, the condition that it is set, its value
+# in the message or None, what it belongs to). Fields the CRD defaults are compared with their default.
+_BUILD = "a setting of the TensorRT engine build, and trtllm-serve builds nothing"
+_TRITON = "a setting of Triton's TensorRT-LLM backend (runtime triton-trtllm-engine)"
+_NOT_ON_SERVE: tuple[tuple[str, str, str | None, str], ...] = (
+    ("engine.builderImage", "has(self.engine.builderImage)", "self.engine.builderImage", _BUILD),
+    ("engine.maxInputLen", "has(self.engine.maxInputLen)", "self.engine.maxInputLen", _BUILD),
+    ("engine.maxMultimodalLen", "has(self.engine.maxMultimodalLen)", "self.engine.maxMultimodalLen", _BUILD),
+    (
+        "engine.maxEncoderInputLen",
+        "has(self.engine.maxEncoderInputLen)",
+        "self.engine.maxEncoderInputLen",
+        _BUILD,
+    ),
+    ("engine.maxBeamWidth", "has(self.engine.maxBeamWidth)", "self.engine.maxBeamWidth", _BUILD),
+    ("engine.vision", "has(self.engine.vision)", None, _BUILD),
+    (
+        "engine.weightOnlyPrecision",
+        "self.engine.weightOnlyPrecision != 'none'",
+        "self.engine.weightOnlyPrecision",
+        _BUILD,
+    ),
+    ("engine.calibrationSize", "self.engine.calibrationSize != 512", "self.engine.calibrationSize", _BUILD),
+    (
+        "engine.maxImagesPerRequest",
+        "self.engine.maxImagesPerRequest != 1",
+        "self.engine.maxImagesPerRequest",
+        _BUILD,
+    ),
+    (
+        "model.hiddenSize",
+        "has(self.model.hiddenSize)",
+        "self.model.hiddenSize",
+        "sizes Triton's CUDA memory pool",
+    ),
+    (
+        "serving.tritonMaxBatchSize",
+        "has(self.serving.tritonMaxBatchSize)",
+        "self.serving.tritonMaxBatchSize",
+        _TRITON,
+    ),
+    (
+        "serving.streaming",
+        "self.serving.streaming",
+        "self.serving.streaming",
+        _TRITON + "; OpenAI clients ask for streaming per request",
+    ),
+    ("serving.maxBeamWidth", "has(self.serving.maxBeamWidth)", "self.serving.maxBeamWidth", _TRITON),
+    ("serving.enableBls", "has(self.serving.enableBls)", "self.serving.enableBls", _TRITON),
+    ("serving.accumulateTokens", "self.serving.accumulateTokens", "self.serving.accumulateTokens", _TRITON),
+    (
+        "serving.imageUrlInput",
+        "self.serving.imageUrlInput",
+        "self.serving.imageUrlInput",
+        "a Triton input; trtllm-serve always fetches the http(s) image URLs clients send, and "
+        "serving.networkPolicy.egress decides where it may connect",
+    ),
+    (
+        "serving.batchSchedulerPolicy",
+        "has(self.serving.batchSchedulerPolicy)",
+        "self.serving.batchSchedulerPolicy",
+        _TRITON,
+    ),
+    (
+        "serving.excludeInputInOutput",
+        "has(self.serving.excludeInputInOutput)",
+        "self.serving.excludeInputInOutput",
+        _TRITON,
+    ),
+    (
+        "serving.batchingStrategy",
+        "self.serving.batchingStrategy != 'inflight_fused_batching'",
+        "self.serving.batchingStrategy",
+        _TRITON,
+    ),
+    (
+        "serving.logitsDatatype",
+        "self.serving.logitsDatatype != 'TYPE_FP32'",
+        "self.serving.logitsDatatype",
+        _TRITON,
+    ),
+    (
+        "serving.queue",
+        "self.serving.queue.maxQueueDelayMicroseconds != 0 || "
+        "self.serving.queue.preprocessingMaxQueueDelayMicroseconds != 20000 || "
+        "self.serving.queue.maxQueueSize != 0",
+        None,
+        "Triton's dynamic batching",
+    ),
+    (
+        "serving.instances",
+        "self.serving.instances.preprocessing != 1 || self.serving.instances.postprocessing != 1 || "
+        "has(self.serving.instances.bls)",
+        None,
+        "Triton's Python model instances",
+    ),
+    ("serving.loraCache", "has(self.serving.loraCache)", None, _TRITON),
+    ("serving.modelCodePath", "has(self.serving.modelCodePath)", "self.serving.modelCodePath", _TRITON),
+    (
+        "serving.cudaMemoryPoolBytes",
+        "has(self.serving.cudaMemoryPoolBytes)",
+        "self.serving.cudaMemoryPoolBytes",
+        _TRITON,
+    ),
+)
+
+
+def _not_on_serve(path: str, present: str, value: str | None, belongs: str) -> JsonDict:
+    shown = f" ({{{value}}})" if value is not None else ""
+    return cel_rule(
+        f"!({SERVE_RUNTIME}) || !({present})",
+        f"{path}{shown} has no meaning on runtime trtllm-serve: it is {belongs}; leave it out",
+        field_path=f".{path}",
+    )
+
+
+def _modality_rules() -> list[JsonDict]:
+    """serving.modalities names only what the model type takes on its runtime: one rule per modality."""
+    rules = []
+    for modality in Modality:
+        takers = {
+            runtime: [t for t in types_of(runtime) if modality in modalities_of(runtime, t)]
+            for runtime in Runtime
+        }
+        serve, engine = takers[Runtime.TRTLLM_SERVE], takers[Runtime.TRITON_TRTLLM_ENGINE]
+        who = " and by ".join(
+            f"{', '.join(types)} on {runtime}" for runtime, types in takers.items() if types
+        )
+        rules.append(
+            cel_rule(
+                f"!has(self.serving.modalities) || !('{modality}' in self.serving.modalities) || "
+                f"(({SERVE_RUNTIME}) ? self.model.type in {cel_list(serve)} : "
+                f"self.model.type in {cel_list(engine)})",
+                f"serving.modalities names {modality}, which the model type does not take on its runtime "
+                f"({modality} is taken by {who}; model.type is {{self.model.type}} on runtime "
+                f"{{{_RUNTIME_OF_SELF}}})",
+                field_path=".serving.modalities",
+            )
+        )
+    return rules
+
+
+def _heads_rules() -> list[JsonDict]:
+    """On trtllm-serve, the tensor-parallel size must split the heads of a known checkpoint.
+
+    One rule per head count that some allowed size cannot split, naming the sizes that can.
+    """
+    by_heads: dict[Heads, list[str]] = {}
+    for repo, heads in checkpoint_heads().items():
+        by_heads.setdefault(heads, []).append(repo)
+    rules = []
+    for heads, repos in by_heads.items():
+        sizes = [size for size in TENSOR_PARALLEL_SIZES if heads.split_by(size)]
+        if len(sizes) == len(TENSOR_PARALLEL_SIZES):
+            continue
+        rules.append(
+            cel_rule(
+                f"!({SERVE_RUNTIME}) || !has(self.model.source.huggingface) || "
+                f"!(self.model.source.huggingface.repo in {cel_list(repos)}) || "
+                f"self.engine.tensorParallelSize in {sizes}",
+                "engine.tensorParallelSize ({self.engine.tensorParallelSize}) cannot split the checkpoint's "
+                "heads among its ranks: every rank needs whole attention heads, and key-value heads are "
+                "split or, when fewer than the ranks, replicated; {self.model.source.huggingface.repo} has "
+                f"{heads.attention} attention heads and {heads.key_value} key-value heads, so the size can "
+                f"be {', '.join(map(str, sizes[:-1]))} or {sizes[-1]}",
+                field_path=".engine.tensorParallelSize",
+            )
+        )
+    return rules
+
+
+def _runtime_rules() -> list[JsonDict]:
+    serve_types, engine_types = types_of(Runtime.TRTLLM_SERVE), types_of(Runtime.TRITON_TRTLLM_ENGINE)
+    return [
+        cel_rule(
+            f"{_RUNTIME_OF_SELF} == {_RUNTIME_OF_OLD}",
+            f"runtime is immutable ({{{_RUNTIME_OF_OLD}}}, now {{{_RUNTIME_OF_SELF}}}): the other runtime "
+            "serves from other files in the engine cache with other pods and another API; create a new "
+            "MultimodalDeployment instead",
+            field_path=".runtime",
+        ),
+        cel_rule(
+            f"!({SERVE_RUNTIME}) || self.model.type in {cel_list(serve_types)}",
+            "model.type ({self.model.type}) is not served by runtime trtllm-serve: TensorRT-LLM 1.2.1's "
+            f"PyTorch backend lists no multimodal support for it (it serves {', '.join(serve_types)}); leave "
+            "runtime out to build engines for it with triton-trtllm-engine",
+            field_path=".model.type",
+        ),
+        cel_rule(
+            f"!({ENGINE_RUNTIME}) || self.model.type in {cel_list(engine_types)}",
+            "model.type ({self.model.type}) is served only by runtime trtllm-serve: there is no TensorRT "
+            f"engine recipe for it (triton-trtllm-engine serves {', '.join(engine_types)}); set spec.runtime "
+            "to trtllm-serve",
+            field_path=".model.type",
+        ),
+        *_modality_rules(),
+        *_heads_rules(),
+        _serve_only_for(
+            "fp8_kv_cache", "self.engine.kvCacheDtype == 'fp8'", "kvCacheDtype fp8", ".engine.kvCacheDtype"
+        ),
+        _serve_only_for(
+            "kv_cache_reuse", "self.serving.kvCacheReuse", "kvCacheReuse", ".serving.kvCacheReuse"
+        ),
+        _serve_only_for(
+            "chunked_prefill",
+            "self.serving.chunkedContext",
+            "chunkedContext (enable_chunked_prefill)",
+            ".serving.chunkedContext",
+        ),
+        *(_not_on_serve(*entry) for entry in _NOT_ON_SERVE),
+    ]
+
+
+def _autoscaling_rules() -> list[JsonDict]:
+    """`serving.autoscaling` against the rest of the spec: replicas, the runtime's metrics, the GPU budget."""
+    autoscaling = "self.serving.autoscaling"
+    rules = [
+        # `replicas` is stored as 1 when left out (the scale subresource needs a value), so 1 reads as unset.
+        cel_rule(
+            f"!has({autoscaling}) || self.serving.replicas == 1",
+            "serving.replicas ({self.serving.replicas}) cannot be set together with serving.autoscaling: "
+            "the HorizontalPodAutoscaler sets the number of serving pods itself, between minReplicas "
+            f"({{{autoscaling}.minReplicas}}) and maxReplicas ({{{autoscaling}.maxReplicas}}); leave "
+            "replicas out (the default the API server stores, 1, is ignored while autoscaling is on), or "
+            "remove serving.autoscaling to set a fixed number",
+            field_path=".serving.replicas",
+        ),
+        cel_rule(
+            f"!has({autoscaling}) || !has({autoscaling}.maxGpus) || "
+            f"{autoscaling}.maxReplicas * self.engine.tensorParallelSize <= {autoscaling}.maxGpus",
+            f"serving.autoscaling.maxReplicas ({{{autoscaling}.maxReplicas}}) pods of "
+            "engine.tensorParallelSize ({self.engine.tensorParallelSize}) GPUs each need more GPUs than "
+            f"serving.autoscaling.maxGpus ({{{autoscaling}.maxGpus}}) allows; lower maxReplicas or raise "
+            f"maxGpus ({{{autoscaling}.maxReplicas}} x {{self.engine.tensorParallelSize}} = "
+            f"{{{autoscaling}.maxReplicas * self.engine.tensorParallelSize}} GPUs; maxReplicas may be at "
+            f"most {{{autoscaling}.maxGpus / self.engine.tensorParallelSize}})",
+            field_path=".serving.autoscaling.maxReplicas",
+        ),
+    ]
+    for facts in SCALING_METRICS.values():
+        for runtime, why in facts.unavailable.items():
+            others = [other.metric for other in SCALING_METRICS.values() if runtime in other.sources]
+            rules.append(
+                cel_rule(
+                    f"!has({autoscaling}) || {autoscaling}.metric.name != '{facts.metric}' || "
+                    f"{_RUNTIME_OF_SELF} != '{runtime}'",
+                    f"serving.autoscaling.metric.name {facts.metric} is not available on runtime {runtime}: "
+                    f"{why}; scale on {' or '.join(others)} instead",
+                    field_path=".serving.autoscaling.metric.name",
+                )
+            )
+    return rules
+
+
+def spec_rules() -> list[JsonValue]:
+    """Every cross-field rule of the spec, as `MultimodalDeploymentSpec` carries them."""
+    return [*_engine_and_common_rules(), *_runtime_rules(), *_autoscaling_rules()]

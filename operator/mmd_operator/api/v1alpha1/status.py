@@ -1,0 +1,207 @@
+"""`status`: what the operator observed and decided, as it writes it to the status subresource.
+
+Phase, conditions, derived limits, the engine or weights served, endpoints, the autoscaler's decision and
+the spec's warnings. Pure: imports pydantic and the package's `schema`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field
+
+from mmd_operator.api.v1alpha1.schema import Schema
+
+# Status warnings: at most this many, each at most this long (a status always fits).
+MAX_WARNINGS = 32
+WARNING_MAX_LENGTH = 4096
+
+
+class ConditionStatus(StrEnum):
+    """Status of a condition, as in metav1.Condition."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(Schema):
+    """One aspect of the resource's state, in the shape of metav1.Condition."""
+
+    type: str = Field(max_length=316)
+    """Condition type: Validated, EngineReady (trtllm-serve: WeightsReady), ModelRepositoryReady
+    (trtllm-serve: ServingConfigReady), Available, Autoscaling (with serving.autoscaling; never holds
+    Ready back), Ready, and the kstatus pair Reconciling (True while work towards Ready goes on) and
+    Stalled (True when Failed or Degraded)."""
+    status: ConditionStatus
+    """True, False or Unknown."""
+    reason: str = Field(max_length=1024)
+    """CamelCase reason, for programs."""
+    message: str = Field("", max_length=32768)
+    """Explanation, for people."""
+    last_transition_time: str | None = None
+    """When the status last changed (RFC 3339)."""
+    observed_generation: int | None = Field(None, ge=0)
+    """The metadata.generation this condition was computed for."""
+
+
+class DerivedLimits(Schema):
+    """Build limits and serving sizes computed from the spec and the model type."""
+
+    max_batch_size: int
+    """Engine max batch size."""
+    max_input_len: int
+    """Engine max input length."""
+    max_seq_len: int
+    """Engine max sequence length."""
+    max_beam_width: int
+    """Engine max beam width."""
+    max_num_tokens: int | None = None
+    """Engine max tokens per step, when set."""
+    max_multimodal_len: int | None = None
+    """Prompt-table rows: batch x features per image x images."""
+    max_encoder_input_len: int | None = None
+    """Encoder input limit (encoder-decoder types)."""
+    vision_max_batch_size: int | None = None
+    """Vision engine batch."""
+    max_num_images: int | None = None
+    """Images per request, as preprocessing expects."""
+    triton_max_batch_size: int
+    """Triton max_batch_size of every model."""
+    triton_max_beam_width: int
+    """Beam width `tensorrt_llm` serves; requests must use exactly this width."""
+    cuda_memory_pool_bytes: int
+    """CUDA memory pool on GPU 0."""
+
+
+class Phase(StrEnum):
+    """Summary of where the resource is, for printer columns."""
+
+    PENDING = "Pending"
+    BUILDING = "Building"
+    # trtllm-serve: the weights are being downloaded into the engine cache.
+    DOWNLOADING = "Downloading"
+    DEPLOYING = "Deploying"
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    FAILED = "Failed"
+
+
+class EngineSource(StrEnum):
+    """Where a ready engine came from."""
+
+    CACHE_HIT = "CacheHit"
+    BUILT = "Built"
+
+
+class EngineStatus(Schema):
+    """The engine this resource serves, or is building."""
+
+    cache_key: str | None = None
+    """Digest of every input that changes the engine bytes; names the cache entry."""
+    claim: str | None = None
+    """Engine-cache PersistentVolumeClaim holding the entry."""
+    path: str | None = None
+    """Directory of the entry inside the claim."""
+    job: str | None = None
+    """Build Job of this cacheKey, while there is one."""
+    source: EngineSource | None = None
+    """CacheHit (found in the engine index, no Job) or Built (by the Job); empty until ready."""
+
+
+class WeightsSource(StrEnum):
+    """Where the weights a trtllm-serve resource serves came from."""
+
+    CACHE_HIT = "CacheHit"
+    DOWNLOADED = "Downloaded"
+    # A model.source.pvc claim: served where it lies, nothing downloaded.
+    VOLUME = "Volume"
+
+
+class WeightsStatus(Schema):
+    """The Hugging Face snapshot a trtllm-serve resource serves, or is downloading."""
+
+    repo: str | None = None
+    """Repository, as the spec names it."""
+    revision: str | None = None
+    """Revision, as the spec names it."""
+    commit: str | None = None
+    """The commit the revision resolved to (recorded in the claim's index the first time, then reused)."""
+    download_key: str | None = None
+    """Digest of repository and revision: names the download Job."""
+    snapshot_key: str | None = None
+    """Digest of repository and commit: names the snapshot's directory in the claim."""
+    claim: str | None = None
+    """Engine-cache PersistentVolumeClaim holding the snapshot (or the model.source.pvc claim)."""
+    path: str | None = None
+    """Where the serving pods find the model."""
+    job: str | None = None
+    """The download Job, while there is one."""
+    source: WeightsSource | None = None
+    """CacheHit (found in the index, no Job), Downloaded (by the Job) or Volume; empty until ready."""
+
+
+class Endpoints(Schema):
+    """In-cluster addresses of the Triton server."""
+
+    http: str | None = None
+    """HTTP/REST (KServe v2 protocol, generate endpoints; on trtllm-serve the OpenAI API, `/v1`)."""
+    grpc: str | None = None
+    """gRPC (KServe v2 protocol, streaming)."""
+    metrics: str | None = None
+    """Prometheus metrics of the server."""
+
+
+class AutoscalingStatus(Schema):
+    """The serving Deployment's HorizontalPodAutoscaler, as it last reported (with serving.autoscaling)."""
+
+    horizontal_pod_autoscaler: str | None = None
+    """Its name (`kubectl describe hpa <name>` shows the metric's value and the autoscaler's events)."""
+    metric: str | None = None
+    """The custom metric it reads (custom.metrics.k8s.io, served by prometheus-adapter)."""
+    desired_replicas: int | None = None
+    """Serving pods it wants now."""
+    current_replicas: int | None = None
+    """Serving pods it saw at its last look."""
+    last_scale_time: str | None = None
+    """When it last changed the number of serving pods (RFC 3339)."""
+
+
+class MultimodalDeploymentStatus(Schema):
+    """Observed state, written by the operator."""
+
+    observed_generation: int | None = None
+    """The metadata.generation the status describes."""
+    phase: Phase | None = None
+    """Pending, Building (trtllm-serve: Downloading), Deploying, Ready, Degraded or Failed."""
+    conditions: list[Condition] = Field(default_factory=list, max_length=16)
+    """Validated, EngineReady, ModelRepositoryReady, Available and the summary Ready."""
+    derived: DerivedLimits | None = None
+    """Build limits and sizes computed from the spec."""
+    engine: EngineStatus | None = None
+    """The engine being served or built (triton-trtllm-engine)."""
+    weights: WeightsStatus | None = None
+    """The snapshot being served or downloaded (trtllm-serve)."""
+    model_repository: str | None = None
+    """ConfigMap holding the rendered model repository the pods use (on trtllm-serve: the generated
+    `--config` YAML)."""
+    endpoints: Endpoints | None = None
+    """Where to send requests."""
+    replicas: int | None = None
+    """Serving pods wanted: spec.serving.replicas, or with autoscaling what the autoscaler set."""
+    updated_replicas: int | None = None
+    """Serving pods running the current model repository and engine."""
+    ready_replicas: int | None = None
+    """Serving pods ready."""
+    selector: str | None = None
+    """Label selector of the serving pods (for the scale subresource and autoscalers)."""
+    autoscaling: AutoscalingStatus | None = None
+    """The autoscaler's decision, with serving.autoscaling (the Autoscaling condition says it in words)."""
+    warnings: list[Annotated[str, Field(max_length=WARNING_MAX_LENGTH)]] | None = Field(
+        None, max_length=MAX_WARNINGS
+    )
+    """Traps the spec walks into that the API server admits but a real cluster punishes (a ReadWriteOnce
+    engine cache with several replicas, a model revision that is not a commit, ...), one `field path:
+    message` each: the words `kubectl apply` prints where the chart's admission policy is installed, and
+    `mmctl validate` offline. A note only: they never hold Ready back."""
