@@ -10,7 +10,7 @@
 #   trtllm-serve         the trtllm-serve runtime's serving image: TensorRT-LLM's release image, as it is
 #   engine-builder-cpu   CPU stand-ins of the three above for the local cluster's real pods (no GPU): the
 #   serving-cpu          same paths, a CPU tritonserver, doubles of the GPU parts, the trtllm-serve double
-#   trtllm-serve-cpu     (docs/real-pods.md)
+#   trtllm-serve-cpu     (docs/development/real-pods.md)
 #
 #   make images REGISTRY=registry.example.com/ml PUSH=1                   # the four real images
 #
@@ -162,7 +162,7 @@ ENV HOME=/tmp
 USER 1000:1000
 ENTRYPOINT ["python3", "-m", "engine_builder"]
 
-# CPU stand-in of `trtllm-serve`: the trtllm-serve double (docs/trtllm-serve-double.md) behind a two-line
+# CPU stand-in of `trtllm-serve`: the trtllm-serve double (docs/development/trtllm-serve-double.md) behind a two-line
 # `trtllm-serve` on PATH, under the same contract: the operator's argv unchanged, uid and gid 1000, a
 # writable $HOME at /home/trtllm-serve, port 8000. It serves a snapshot's config.json, not a model. From the
 # test bed's wheel, without the rest of the test bed's dependencies.

@@ -30,6 +30,10 @@ lint: venv
 	$(BIN)/mypy
 	@echo "==> import-linter (layering and distributions in docs/architecture.md)"
 	$(BIN)/lint-imports
+	@echo "==> house rules: sizes, the README's bound, package docstrings, no pointers out of the repository"
+	$(BIN)/python -m tools.lint.house
+	@echo "==> the runtime is asked once (tools/lint/runtime_branches.py)"
+	$(BIN)/python -m tools.lint.runtime_branches
 	@echo "==> vulture (dead code; tools/lint/dead_code_allowlist.py says what only looks unused)"
 	$(BIN)/vulture operator/mmd_operator engine_builder/engine_builder cli/mmctl testbed benchmarks tests \
 		scripts tools \
@@ -62,7 +66,7 @@ generate: venv
 demo: venv triton-server node-deps
 	$(BIN)/python -m mmd_testbed.demo $(ARGS)
 
-# A real scale-up and scale-down on real nodes (docs/real-pods.md#autoscaling-under-load): the real-pod tier's
+# A real scale-up and scale-down on real nodes (docs/development/real-pods.md#autoscaling-under-load): the real-pod tier's
 # cluster with its metrics path (Prometheus, prometheus-adapter), the operator from its chart, a bounded
 # load on llava's Service; prints the timeline and writes out/autoscale/timeline.{md,png,json}. About 10
 # minutes with the images built; `make test` runs a shorter version of the same test.
@@ -78,7 +82,7 @@ clean:
 images: venv
 	$(BIN)/python -m tools.images --registry $(REGISTRY) $(if $(PUSH),--push) $(if $(TOOL),--tool $(TOOL)) $(ARGS)
 
-# Local Kubernetes control plane (docs/local-cluster.md). The first `cluster-up` builds the binaries
+# Local Kubernetes control plane (docs/development/local-cluster.md). The first `cluster-up` builds the binaries
 # from the Go module proxy into $(XDG_CACHE_HOME)/mmd-operator/controlplane/ (about 12 min on 2 cores).
 .PHONY: cluster-build cluster-up cluster-down cluster-status cluster-kubeconfig
 
@@ -98,25 +102,25 @@ cluster-kubeconfig: venv
 	@$(BIN)/python -m mmd_testbed cluster kubeconfig --shell
 
 # What real nodes need from Debian (runc, iptables, ipset, buildah, mmdebstrap, busybox-static); the rest
-# is built from the Go module proxy (docs/real-pods.md).
+# is built from the Go module proxy (docs/development/real-pods.md).
 .PHONY: node-deps
 node-deps:
 	@scripts/install-node-deps.sh
 
-# The triton tier's real tritonserver (nvidia-pytriton wheel) and Open MPI (docs/triton-tier.md).
+# The triton tier's real tritonserver (nvidia-pytriton wheel) and Open MPI (docs/development/triton-tier.md).
 .PHONY: triton-server bench-triton
 
 triton-server: venv
 	@scripts/install-tritonserver.sh $(VENV)
 
-# The operator at scale against the API server's floor (docs/benchmark.md): N = 100, 300 and 1000, the
+# The operator at scale against the API server's floor (docs/development/benchmark.md): N = 100, 300 and 1000, the
 # steady state and the latencies; writes benchmarks/results/ and exits non-zero when a target is missed.
 # About 12 minutes on 2 cores. ARGS="--sizes 100,300" or ARGS=--short for less.
 .PHONY: bench
 bench: venv
 	$(BIN)/python -m benchmarks.operator_scale $(ARGS)
 
-# Faults and the soak at full count (docs/reliability.md): 20 operator
+# Faults and the soak at full count (docs/development/reliability.md): 20 operator
 # SIGKILL rounds over 50 resources, 3 API server and etcd restarts, 5 rounds of each pod fault, 2 lost
 # nodes, 10 elected leaders killed, then 30 minutes of random applies, changes and deletes with faults
 # mixed in. About an hour; `make test` runs a few rounds and a 60 s soak.

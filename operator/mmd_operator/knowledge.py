@@ -566,11 +566,12 @@ def types_where(predicate: str) -> list[str]:
 #
 # Sources: the PyTorch backend's "Multimodal Feature Support Matrix" in
 # docs/source/models/supported-models.md, the 1.2-era version (it lists NemotronH_Nano_VL_V2 and Qwen3Next
-# but not yet Qwen3-VL; the v1.2.1 tag itself could not be read, see docs/trtllm-serve-double.md), for the
-# architectures, modalities, chunked prefill and KV-cache reuse; a feature the matrix marks No or N/A, or
-# a type it does not list, is not offered. The matrix has no FP8
-# KV-cache column: it is offered only where the language model is of a family TensorRT-LLM quantizes with an
-# FP8 KV cache (Llama, Mistral, Qwen2), not verified for the multimodal wrappers (decided conservatively).
+# but not yet Qwen3-VL; the v1.2.1 tag itself could not be read, see
+# docs/development/trtllm-serve-double.md), for the architectures, modalities, chunked prefill and
+# KV-cache reuse; a feature the matrix marks No or N/A, or a type it does not list, is not offered. The
+# matrix has no FP8 KV-cache column: it is offered only where the language model is of a family
+# TensorRT-LLM quantizes with an FP8 KV cache (Llama, Mistral, Qwen2), not verified for the multimodal
+# wrappers (decided conservatively).
 # Head counts are those of each checkpoint's text model (config.json), listed only where known.
 
 
@@ -749,11 +750,6 @@ _TABLES: Mapping[Runtime, Mapping[ModelType, ModelKnowledge | ServeKnowledge]] =
 def types_of(runtime: Runtime) -> list[str]:
     """The model types `runtime` serves, sorted."""
     return sorted(t.value for t in _TABLES[runtime])
-
-
-def modalities_of(runtime: Runtime, model_type: ModelType | str) -> frozenset[Modality]:
-    """What requests to `model_type` on `runtime` may carry besides text."""
-    return _TABLES[runtime][ModelType(model_type)].modalities
 
 
 def types_taking(runtime: Runtime, modality: Modality) -> list[str]:

@@ -167,6 +167,11 @@ def source(metric: ScalingMetric, runtime: Runtime) -> MetricSource | None:
     return SCALING_METRICS[metric].sources.get(runtime)
 
 
+def metrics_of(runtime: Runtime) -> list[ScalingMetric]:
+    """The metrics `runtime`'s pods expose, in the table's order."""
+    return [facts.metric for facts in SCALING_METRICS.values() if runtime in facts.sources]
+
+
 def adapter_rules(window: str = RATE_WINDOW) -> list[dict[str, Any]]:
     """prometheus-adapter's `rules` for every custom metric of the table, rates over `window`.
 

@@ -5,7 +5,7 @@
 - `trtllm_serve`: the trtllm-serve double;
 - `build_tools`: the GPU build tools' and the Hub's doubles;
 - `demo`: `make demo`;
-- `cluster_cli`: `python -m mmd_testbed cluster ...`, the local cluster's command line.
+- `cli`: `python -m mmd_testbed cluster ...` and `... images build`, the test bed's command line.
 
 It may import the operator, the builder and mmctl (it tests them); none of them imports it.
 """

@@ -18,7 +18,7 @@ from typing import Any
 
 from mmd_testbed.localcluster import hub, images
 from mmd_testbed.localcluster.binaries import BuildError, ensure_binaries
-from mmd_testbed.localcluster.cluster import REAL_NODE_PREFIX, ClusterError, LocalCluster
+from mmd_testbed.localcluster.cluster import ClusterError, LocalCluster
 from mmd_testbed.localcluster.layout import Layout, LayoutError, default_state_dir
 from mmd_testbed.localcluster.metricsbinaries import ensure_metrics_binaries
 from mmd_testbed.localcluster.network import NetworkError
@@ -26,6 +26,7 @@ from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
 from mmd_testbed.localcluster.objects import GPU_MODELS, NodePool
 from mmd_testbed.localcluster.ocilayout import ImageLoadError
 from mmd_testbed.localcluster.realnodes import NodeStartError
+from mmd_testbed.localcluster.state import REAL_NODE_PREFIX
 from tools.images import ImageBuildError, print_values
 
 # `status` exit codes: everything healthy, something dead or unhealthy, nothing started.
@@ -66,7 +67,7 @@ def _register_cluster(subparsers: Any) -> None:
         "--metrics",
         action="store_true",
         help="after the real nodes, Prometheus and prometheus-adapter (custom.metrics.k8s.io) as pods, "
-        "so HorizontalPodAutoscalers scale on the serving pods' metrics (docs/local-cluster.md)",
+        "so HorizontalPodAutoscalers scale on the serving pods' metrics (docs/development/local-cluster.md)",
     )
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for each step")
     up.set_defaults(handler=_up)

@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from mmd_testbed.localcluster import network, realnodes
-from mmd_testbed.localcluster.cluster import REAL_NODE_PREFIX, LocalCluster
+from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.objects import NodePool
 from mmd_testbed.localcluster.realnodes import NodeStartError
+from mmd_testbed.localcluster.state import REAL_NODE_PREFIX
 
 pytestmark = pytest.mark.pods
 

@@ -17,8 +17,8 @@ Two ways to give the sources:
 
 The first reads each file at the tag with `git show` and records the commit; the second reads files laid out
 like the repository under DIR and copies their provenance from the sources file (see
-docs/trtllm-serve-double.md for what was read, from where, and why not the tag). The output is the JSON
-file the double loads (default: its package's data file); nothing else is written.
+docs/development/trtllm-serve-double.md for what was read, from where, and why not the tag). The output
+is the JSON file the double loads (default: its package's data file); nothing else is written.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ read-only, the YAML from the content ConfigMap, the Hub set offline (the snapsho
 writable home in an emptyDir. Probes use `/health`. The Service carries the OpenAI port and, as
 `metrics`, the same port again: trtllm-serve serves `/prometheus/metrics` there.
 
-The server fetches any http(s) image URL a client sends (docs/trtllm-serve-double.md), so without
+The server fetches any http(s) image URL a client sends (docs/development/trtllm-serve-double.md), so without
 `serving.networkPolicy` the pods get a policy that lets them connect nowhere but DNS; with it, the spec's
 policy, on the one port. Pure: imports the api models, the plan, the shared builders and the vocabulary.
 """

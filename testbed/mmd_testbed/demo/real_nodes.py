@@ -27,9 +27,10 @@ from kubernetes.client.exceptions import ApiException
 
 from mmd_testbed.demo.common import NAMESPACE, ROOT, Demo, example, leave_cluster, ready, say, step
 from mmd_testbed.localcluster import hub, images
-from mmd_testbed.localcluster.cluster import REAL_NODE_PREFIX, LocalCluster
+from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.layout import Layout, default_state_dir
 from mmd_testbed.localcluster.objects import NodePool
+from mmd_testbed.localcluster.state import REAL_NODE_PREFIX
 from mmd_testbed.triton import media
 from tools.images import chart_values
 

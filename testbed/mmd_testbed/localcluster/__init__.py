@@ -1,19 +1,32 @@
-"""A real local Kubernetes control plane for tests and the demo, without a container runtime.
+"""A real local Kubernetes cluster for tests and the demo, without a container runtime on the host.
 
-etcd, kube-apiserver, kube-controller-manager and kube-scheduler run as plain processes on loopback;
-kwok plays the kubelets of fake GPU nodes. The binaries are built from the Go module proxy through the
-wrapper modules in `testbed/go/controlplane/` and cached outside the repository.
+etcd, kube-apiserver, kube-controller-manager and kube-scheduler run as plain processes on loopback; kwok
+plays the kubelets of fake GPU nodes; real nodes run kubelet, containerd and runc. The binaries are built
+from the Go module proxy through the wrapper modules in `testbed/go/` and cached outside the repository.
 
-Modules, in import order (each imports only those above it, the standard library, PyYAML,
-cryptography and, from `cluster` on, the kubernetes client):
+The control plane:
+- `layout`: where things live (repository, binary cache, runtime state) and the pinned versions;
+- `processes`: detached process groups, pid records, free ports, file locks;
+- `binaries`: builds and caches the control plane's binaries (and keeps kwok's own stage files);
+- `stages`: the kwok stage configuration (pod and node lifecycle, volume provisioning, faults);
+- `pki`: credentials (a CA, serving certificates, service-account keys, a token, a kubeconfig);
+- `objects`: the fake GPU nodes and the local StorageClass;
+- `audit`: the API server's audit log of writes, and reading it;
+- `state`: what a cluster records of itself in its directory, and the status it reports;
+- `cluster`: `LocalCluster`, which brings it all up, reports its status and tears it down.
 
-- `layout`: where things live (repository, binary cache, runtime state) and the pinned versions.
-- `stages`: the kwok stage configuration (pod/node lifecycle, PV provisioning, fault injection).
-- `processes`: detached process groups, pid records, free ports, file locks.
-- `build`: builds and caches the binaries (and keeps kwok's own stage files).
-- `pki`: credentials (a CA, serving certificate, service-account keys, a token, a kubeconfig).
-- `objects`: the fake GPU nodes and the local StorageClass.
-- `cluster`: `LocalCluster`, which brings it all up, reports status and tears it down.
+Real nodes and what runs on them:
+- `nodebinaries`: builds what a real node runs (kubelet, containerd, CNI, add-ons);
+- `network`: the nodes' private network, host bridge and namespaces;
+- `nodes`: one real node's processes;
+- `realnodes`: the real nodes of a cluster: host checks, processes, node objects, routes, add-ons;
+- `addons`: DNS, volumes and RBAC, with images of their own;
+- `ocilayout`: container images as OCI archives, loaded into a node's containerd;
+- `images`: the CPU stand-ins of the project's images, built from the Dockerfile;
+- `hub`: the Hugging Face Hub's double in a pod;
+- `metricsbinaries`, `monitoring`: Prometheus and prometheus-adapter, built and run as pods;
+- `gitops_check`: the GitOps health checker (kstatus and an Argo CD Lua check) of `testbed/go/gitops`.
 
-Nothing in the operator itself imports this package; only the CLI and the tests do.
+Imports the standard library, PyYAML, cryptography and the kubernetes client; the operator imports
+nothing of it.
 """

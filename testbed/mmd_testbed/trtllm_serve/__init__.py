@@ -3,7 +3,7 @@
 It stands in for `trtllm-serve` in tests and in the CPU serving image of
 the local cluster's real pods (`python -m mmd_testbed.trtllm_serve MODEL --backend pytorch ...`, or a
 `trtllm-serve` shim in that image). What it mirrors, from which source, and where it differs:
-docs/trtllm-serve-double.md.
+docs/development/trtllm-serve-double.md.
 
 - `facts`: the data file generated from TensorRT-LLM's sources (flags, LlmArgs fields, metric names);
 - `cli`: the click command built from those facts; `config`: the `--config` YAML checked against them;

@@ -138,7 +138,8 @@ def build(facts: Facts) -> click.Group:
         params=[click.Argument([name]) for name in facts.arguments]
         + [click_option(o) for o in facts.options],
         help="Running an OpenAI API compatible server (the trtllm-serve double: no GPU, see "
-        "docs/trtllm-serve-double.md)\n\nMODEL: model name | HF checkpoint path | TensorRT engine path",
+        "docs/development/trtllm-serve-double.md)\n\n"
+        "MODEL: model name | HF checkpoint path | TensorRT engine path",
     )
 
     def not_doubled(**_: Any) -> None:

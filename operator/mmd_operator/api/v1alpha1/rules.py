@@ -19,12 +19,12 @@ from mmd_operator.knowledge import (
     ModelType,
     Runtime,
     checkpoint_heads,
-    modalities_of,
     serve_types_where,
     types_of,
+    types_taking,
     types_where,
 )
-from mmd_operator.scaling_metrics import SCALING_METRICS
+from mmd_operator.scaling_metrics import SCALING_METRICS, metrics_of
 
 # The model types whose model.variant names a Whisper checkpoint.
 WHISPER_TYPES = types_where("whisper_variants")
@@ -338,10 +338,7 @@ def _modality_rules() -> list[JsonDict]:
     """serving.modalities names only what the model type takes on its runtime: one rule per modality."""
     rules = []
     for modality in Modality:
-        takers = {
-            runtime: [t for t in types_of(runtime) if modality in modalities_of(runtime, t)]
-            for runtime in Runtime
-        }
+        takers = {runtime: types_taking(runtime, modality) for runtime in Runtime}
         serve, engine = takers[Runtime.TRTLLM_SERVE], takers[Runtime.TRITON_TRTLLM_ENGINE]
         who = " and by ".join(
             f"{', '.join(types)} on {runtime}" for runtime, types in takers.items() if types
@@ -459,7 +456,7 @@ def _autoscaling_rules() -> list[JsonDict]:
     ]
     for facts in SCALING_METRICS.values():
         for runtime, why in facts.unavailable.items():
-            others = [other.metric for other in SCALING_METRICS.values() if runtime in other.sources]
+            others = metrics_of(runtime)
             rules.append(
                 cel_rule(
                     f"!has({autoscaling}) || {autoscaling}.metric.name != '{facts.metric}' || "

@@ -5,7 +5,11 @@ operator's rendered `config.pbtxt` files unchanged into the real tritonserver of
 with Python-backend doubles for every model whose code needs a GPU or comes from the serving image.
 
 - `repository`: writes a rendered repository with a double for every non-ensemble model;
-- `runtime` and `codec`: the doubles' behaviour, copied (as the package `triton_doubles`) beside each
-  double's `model.py` and run inside Triton's Python backend stub, so they import only numpy, Pillow,
-  the standard library and `triton_python_backend_utils`; `codec` also decodes what the doubles answer.
+- `image`: the doubles as the CPU stand-in serving image runs them, at the real image's paths;
+- `runtime`, `base`, `frontends`, `engine`, `bls` and `codec`: the doubles' behaviour, copied (as the
+  package `triton_doubles`) beside each double's `model.py` and run inside Triton's Python backend stub,
+  so they import only numpy, Pillow, the standard library and `triton_python_backend_utils`: `runtime`
+  picks the double of a model's role, `base` is what they share, `frontends` the models around the
+  engine, `engine` the TensorRT-LLM backend's, `bls` the BLS entry points; `codec` also decodes what the
+  doubles answer.
 """

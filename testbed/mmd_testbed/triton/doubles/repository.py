@@ -4,7 +4,7 @@ The operator's rendered `config.pbtxt` files are used unmodified, except that `t
 `backend: "python"` (the TensorRT-LLM backend needs a GPU). Every model whose code would come from the
 serving image or needs a GPU (preprocessing, multimodal_encoders, tensorrt_llm, postprocessing,
 tensorrt_llm_bls, whisper_bls) gets a `model.py` that embeds the model's contract parsed from its config
-with Triton's protobuf, and the shared behaviour of `runtime.py` and `codec.py`, copied beside it as the
+with Triton's protobuf, and the doubles' behaviour (`RUNTIME_FILES`), copied beside it as the
 package `triton_doubles`. The ensemble stays the real one.
 """
 
@@ -21,7 +21,9 @@ from mmd_operator.plan.repository_check import ModelConfig, check_repository, da
 
 HERE = Path(__file__).parent
 # The files of this package a double runs with, and the package name they get beside its model.py.
-RUNTIME_FILES = ("__init__.py", "runtime.py", "codec.py")
+RUNTIME_FILES = (
+    "__init__.py", "runtime.py", "base.py", "frontends.py", "engine.py", "bls.py", "codec.py",
+)  # fmt: skip
 RUNTIME_PACKAGE = "triton_doubles"
 GPU_BACKEND_LINE = 'backend: "tensorrtllm"'
 DOUBLE_BACKEND_LINE = 'backend: "python"'

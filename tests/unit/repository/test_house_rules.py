@@ -1,0 +1,43 @@
+"""The house rules `make lint` checks (tools/lint): they hold for the repository, and they catch a breach."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tools.lint import house, runtime_branches
+
+
+def test_the_repository_keeps_its_house_rules() -> None:
+    assert house.oversized() == []
+    assert house.misdocumented() == []
+    assert house.outside_pointers() == []
+    assert house.broken_links() == []
+    assert len(runtime_branches.branches()) <= runtime_branches.LIMIT
+
+
+def test_a_package_docstring_must_list_exactly_its_modules(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "sub" / "__init__.py").write_text('"""Sub."""\n')
+    (package / "alpha.py").write_text('"""Alpha."""\n')
+    (package / "__init__.py").write_text(
+        '"""Pkg.\n\n- `alpha`, `beta`: two modules;\n- `sub`: a package.\n"""\n'
+    )
+    assert house.listed_modules(package / "__init__.py") == {"alpha", "beta", "sub"}
+    assert house.package_modules(package) == {"alpha", "sub"}
+
+
+def test_a_test_naming_the_runtime_counts_and_a_table_does_not(tmp_path: Path) -> None:
+    package = tmp_path / "operator" / "mmd_operator"
+    package.mkdir(parents=True)
+    (package / "a.py").write_text(
+        "TABLE = {Runtime.TRTLLM_SERVE: 1}\n"
+        "def f(plan):\n"
+        "    if isinstance(plan, TrtllmServePlan):\n"
+        "        return [x for x in y if x.serve]\n"
+        "    return TABLE[plan.runtime]\n"
+    )
+    assert runtime_branches.branches(tmp_path) == [
+        ("operator/mmd_operator/a.py", 3),
+        ("operator/mmd_operator/a.py", 4),
+    ]

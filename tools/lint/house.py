@@ -1,0 +1,144 @@
+"""The repository's own house rules, which no off-the-shelf linter checks (`make lint`).
+
+- Sizes a reader can hold: no module of a distribution or of the maintainer tooling over `MODULE_LINES`
+  lines, no `__init__.py` over `INIT_LINES` (the tests' data tables and the benchmark harness are not
+  bounded);
+- the README within `README_LINES` lines;
+- a package docstring that lists its modules ("- `name`: what it does") lists exactly the package's
+  modules and sub-packages;
+- nothing in the repository points at a file outside it (the sibling `shared/` folder of a developer's
+  checkout, say), and every relative link of a Markdown page leads to a file that exists.
+
+    python -m tools.lint.house
+
+Prints every breach and exits 1 if there is one. Maintainer tooling; imports the standard library.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = (
+    "operator/mmd_operator",
+    "engine_builder/engine_builder",
+    "cli/mmctl",
+    "testbed/mmd_testbed",
+    "tools",
+)
+MODULE_LINES = 800
+INIT_LINES = 100
+README_LINES = 220
+# "- `name`: ..." (or "- `one`, `two`: ...") at the start of a docstring line, or after "; " in it, names
+# modules.
+_LISTED = re.compile(r"(?:^- |; )((?:`\w+`(?:, | and )?)+):")
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+# Paths out of the repository: a sibling checkout's shared folder, or the workspace it lives in.
+_OUTSIDE = re.compile(r"\.\./shared\b|(?<![\w.])/work/(?:shared|main)\b")
+
+
+def _modules(root: Path) -> Iterator[Path]:
+    for package in PACKAGES:
+        yield from sorted((root / package).rglob("*.py"))
+
+
+def oversized(root: Path = REPO_ROOT) -> list[str]:
+    """Modules over their bound, as `path: N lines (at most M)`."""
+    breaches = []
+    for path in _modules(root):
+        bound = INIT_LINES if path.name == "__init__.py" else MODULE_LINES
+        lines = len(path.read_text().splitlines())
+        if lines > bound:
+            breaches.append(f"{path.relative_to(root)}: {lines} lines (at most {bound})")
+    readme = len((root / "README.md").read_text().splitlines())
+    if readme > README_LINES:
+        breaches.append(f"README.md: {readme} lines (at most {README_LINES})")
+    return breaches
+
+
+def listed_modules(init: Path) -> set[str] | None:
+    """The modules the package docstring of `init` lists, or None when it lists none."""
+    docstring = ast.get_docstring(ast.parse(init.read_text())) or ""
+    names = {
+        name
+        for line in docstring.splitlines()
+        for group in _LISTED.findall(line.strip())
+        for name in re.findall(r"`(\w+)`", group)
+    }
+    return names or None
+
+
+def package_modules(package: Path) -> set[str]:
+    """The modules and sub-packages of `package`."""
+    modules = {p.stem for p in package.glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
+    return modules | {p.name for p in package.iterdir() if (p / "__init__.py").is_file()}
+
+
+def misdocumented(root: Path = REPO_ROOT) -> list[str]:
+    """Packages whose docstring's list of modules differs from their files."""
+    breaches = []
+    for init in _modules(root):
+        if init.name != "__init__.py":
+            continue
+        listed = listed_modules(init)
+        if listed is None:
+            continue
+        present = package_modules(init.parent)
+        missing, extra = sorted(present - listed), sorted(listed - present)
+        if missing or extra:
+            where = init.parent.relative_to(root)
+            breaches.append(
+                f"{where}: the docstring leaves out {missing or 'nothing'}, names {extra or 'nothing'} too"
+            )
+    return breaches
+
+
+def outside_pointers(root: Path = REPO_ROOT) -> list[str]:
+    """Lines of tracked files that point at a file outside the repository."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True)
+    breaches = []
+    for name in tracked.stdout.splitlines():
+        path = root / name
+        if path.suffix in (".tar", ".png", ".binpb", ".sum") or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if _OUTSIDE.search(line) and path != Path(__file__).resolve():
+                breaches.append(f"{name}:{number}: points outside the repository: {line.strip()[:80]}")
+    return breaches
+
+
+def broken_links(root: Path = REPO_ROOT) -> list[str]:
+    """Relative links of the Markdown pages that lead nowhere."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.md"], cwd=root, capture_output=True, text=True, check=True
+    )
+    breaches = []
+    for name in tracked.stdout.splitlines():
+        page = root / name
+        for target in _LINK.findall(page.read_text()):
+            path = target.split("#", 1)[0]
+            if path and "://" not in target and not (page.parent / path).exists():
+                breaches.append(f"{name}: the link to {target} leads nowhere")
+    return breaches
+
+
+def main() -> int:
+    """Print every breach of the house rules; 1 if there is one."""
+    breaches = oversized() + misdocumented() + outside_pointers() + broken_links()
+    for breach in breaches:
+        print(breach)
+    print(f"house rules: {len(breaches)} breach{'es' if len(breaches) != 1 else ''}")
+    return 1 if breaches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
