@@ -40,17 +40,18 @@ lint: venv
 		--min-confidence 60 --exclude "*/golden/*" \
 		--ignore-names "pytestmark,pytest_*,log_message,finalize" --ignore-decorators "@pytest.fixture,@kopf.on.*"
 
+# The fast tiers: a bare pytest (no cluster, no tritonserver, nothing built).
 unit: venv
-	$(BIN)/pytest tests/unit
+	$(BIN)/pytest
 
-# pytest-xdist workers; each runs whole groups (tests/conftest.py), longest first.
+# pytest-xdist workers; each runs whole groups (conftest.py), longest first.
 TEST_WORKERS ?= 3
 
 test: lint runtime-deps triton-server node-deps
 	@echo "==> test prerequisites (control plane and node binaries, GitOps checker, local images)"
 	$(BIN)/python -m tests.support.prepare
-	@echo "==> pytest ($(TEST_WORKERS) workers)"
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	@echo "==> pytest, every tier ($(TEST_WORKERS) workers)"
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --with-triton --with-cluster --with-pods
 
 # Each distribution installed alone, as its image or its users install it (scripts/check-distributions.sh).
 runtime-deps:
@@ -72,7 +73,7 @@ demo: venv triton-server node-deps
 # minutes with the images built; `make test` runs a shorter version of the same test.
 .PHONY: autoscale-demo
 autoscale-demo: venv node-deps
-	MMD_AUTOSCALE_DEMO=1 $(BIN)/pytest -s tests/pods/test_autoscaling_under_load.py $(ARGS)
+	MMD_AUTOSCALE_DEMO=1 $(BIN)/pytest -s --with-pods tests/pods/test_autoscaling_under_load.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-dist-* .mypy_cache .pytest_cache .ruff_cache
@@ -129,7 +130,7 @@ soak: venv
 	MMD_FAULT_KILL_ROUNDS=20 MMD_FAULT_RESTART_ROUNDS=3 MMD_FAULT_UNREADY_ROUNDS=5 MMD_FAULT_NODE_ROUNDS=2 \
 		MMD_FAULT_LEADER_ROUNDS=10 \
 		MMD_SOAK_SECONDS=1800 \
-		$(BIN)/pytest -s tests/cluster/test_fault_loops.py tests/cluster/test_soak.py $(ARGS)
+		$(BIN)/pytest -s --with-cluster tests/cluster/test_fault_loops.py tests/cluster/test_soak.py $(ARGS)
 
 # Per-request overhead of the ensemble against the LLM double alone (200 requests each).
 bench-triton: triton-server

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mmctl import main
-from tests.trtllm_serve.double import Double
+from testbed.tests.trtllm_serve.double import Double
 
 FAILED = 1
 

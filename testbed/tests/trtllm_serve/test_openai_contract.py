@@ -13,7 +13,7 @@ from openai.pagination import SyncPage
 from openai.types import Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tests.trtllm_serve.double import Double, call, chat_request, sse_events
+from testbed.tests.trtllm_serve.double import Double, call, chat_request, sse_events
 
 
 def _client(double: Double) -> openai.OpenAI:

@@ -12,7 +12,7 @@ import yaml
 from mmd_operator.api import crdgen, v1alpha1
 from mmd_operator.api.validation import rule_failure
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _walk(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:

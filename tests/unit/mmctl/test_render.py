@@ -12,7 +12,7 @@ import pytest
 
 from mmctl.main import main
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def test_render_writes_repository_derived_plan_and_launch(

@@ -15,7 +15,7 @@ from mmd_operator.facts import Meta, Missing, MissingReference, OwnerRef
 from mmd_operator.vocabulary import hashing
 from mmd_operator.vocabulary.ownership import ObjectKey
 from tests.support.invalid_specs import problems_of, resource
-from tests.unit.test_desired import CONFIG, ME, OTHER, decide, example, kinds
+from tests.unit.desired.test_decision import CONFIG, ME, OTHER, decide, example, kinds
 
 POLICY = {
     "clients": [

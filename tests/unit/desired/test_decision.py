@@ -46,7 +46,7 @@ from mmd_operator.vocabulary.ownership import ObjectKey
 from tests.support.builds import summary
 from tests.support.examples import EXAMPLE_PATHS, plan_example
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 CONFIG = OperatorConfig()
 UID = "11111111-2222-3333-4444-555555555555"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from mmd_testbed.triton import media
+from testbed.tests.trtllm_serve.double import Double, model_dir, start
 from tests.support.file_host import serving_directory
-from tests.trtllm_serve.double import Double, model_dir, start
 
 HERE = Path(__file__).parent
 URL_ENV = {"MMD_DOUBLE_URL_ALLOW_HOSTS": "127.0.0.1"}

@@ -17,7 +17,7 @@ from mmd_operator.api.warning_rules import RULES, admission_policy_spec, spec_wa
 from tests.support.examples import EXAMPLES_DIR
 from tools import chart
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CLEAN: dict[str, Any] = {
     "model": {

@@ -20,7 +20,7 @@ from tests.support.examples import ALL_EXAMPLE_PATHS, EXAMPLES_DIR, plan_any_exa
 from tests.support.examples import EXAMPLE_PATHS as EXAMPLES
 from tests.support.examples import plan_example as load_and_plan
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GOLDEN = ROOT / "tests" / "golden"
 
 

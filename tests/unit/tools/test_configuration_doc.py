@@ -15,7 +15,7 @@ import pytest
 from mmd_operator.config import OperatorConfig
 from tools import chart
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TEMPLATE = (ROOT / chart.DEPLOYMENT_TEMPLATE).read_text()
 
 

@@ -1,4 +1,11 @@
-"""Shared pytest options for every tier, the work groups of a parallel run, and the clean-up of mounts.
+"""Shared pytest options for every tier, which tiers run, the work groups of a parallel run, the clean-up.
+
+The tests live in `tests/` (the product's: `tests/unit` mirrors the packages, one folder per other tier)
+and `testbed/tests/` (the test bed's own). A bare `pytest` runs the fast tiers, which need nothing built:
+the unit tests, the engine builder's, the test bed's unit tests and the trtllm-serve double's. The tiers
+that need infrastructure built first run only when asked, as `make test` asks for all of them:
+`--with-triton` (the local tritonserver), `--with-cluster` (the control plane; also the GitOps checker,
+built from Go) and `--with-pods` (real nodes and the images).
 
 `make test` runs pytest-xdist with `--dist loadgroup`: each group runs whole on one worker, so session
 fixtures that cost minutes (the real-node cluster, the tritonserver repositories) start once per group's
@@ -18,6 +25,14 @@ import pytest
 
 from tests.support.leftovers import unmount_dead_sessions
 
+# The tiers that run only when asked, by the option that asks, and their folders.
+GATED_TIERS = {
+    "--with-triton": ("tests/triton",),
+    "--with-cluster": ("tests/cluster", "testbed/tests/gitops", "testbed/tests/cluster"),
+    "--with-pods": ("tests/pods", "testbed/tests/pods"),
+}
+_ROOT = Path(__file__).resolve().parent
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
@@ -26,6 +41,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite golden files from the current output instead of comparing",
     )
+    for option, folders in GATED_TIERS.items():
+        parser.addoption(
+            option, action="store_true", default=False, help=f"also run {', '.join(folders)} (built first)"
+        )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave out the tiers nobody asked for, before their collection builds anything."""
+    for option, folders in GATED_TIERS.items():
+        if config.getoption(option):
+            continue
+        for folder in folders:
+            if collection_path == _ROOT / folder or (_ROOT / folder) in collection_path.parents:
+                return True
+    return None
 
 
 # Tiers that share one expensive session fixture across their modules run as one group; elsewhere a
@@ -43,8 +73,8 @@ _LONGEST_FIRST = (
 
 
 def work_group(nodeid: str) -> str:
-    """The group of the test `nodeid` (`tests/<tier>/<module>.py::...`): its tier or its module."""
-    module = nodeid.split("::", 1)[0]
+    """The group of the test `nodeid` (`[testbed/]tests/<tier>/<module>.py::...`): its tier or its module."""
+    module = nodeid.split("::", 1)[0].removeprefix("testbed/")
     parts = module.split("/")
     tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
     return tier if tier in _ONE_GROUP_TIERS else module.removeprefix("tests/")

@@ -16,7 +16,7 @@ import yaml
 from mmd_operator.api import validation
 from mmd_operator.api.validation import check_spec, projection, read_paths
 
-LLAVA = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "llava.yaml").read_text())["spec"]
+LLAVA = yaml.safe_load((Path(__file__).resolve().parents[3] / "examples" / "llava.yaml").read_text())["spec"]
 
 
 @pytest.mark.parametrize(

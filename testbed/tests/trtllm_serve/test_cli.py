@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 
 from mmd_testbed.trtllm_serve import cli
 from mmd_testbed.trtllm_serve.facts import load
-from tests.trtllm_serve.double import free_port, model_dir, run_cli
+from testbed.tests.trtllm_serve.double import free_port, model_dir, run_cli
 
 USAGE = 2
 FAILED = 1

@@ -177,5 +177,5 @@ def test_keys_of_the_examples_are_pinned_by_the_golden_files() -> None:
     # The golden derived.json files hold every example's key; a format change shows up there as a diff.
     from pathlib import Path
 
-    golden = Path(__file__).resolve().parents[1] / "golden"
+    golden = Path(__file__).resolve().parents[2] / "golden"
     assert len(list(golden.glob("*/derived.json"))) >= 11

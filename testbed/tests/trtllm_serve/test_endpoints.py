@@ -14,7 +14,7 @@ import pytest
 from PIL import Image, ImageStat
 
 from mmd_testbed.trtllm_serve.facts import load
-from tests.trtllm_serve.double import Double, call, chat_request, model_dir, sse_events, start
+from testbed.tests.trtllm_serve.double import Double, call, chat_request, model_dir, sse_events, start
 
 
 def _data_url(path: Path, mime: str) -> str:

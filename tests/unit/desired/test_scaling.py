@@ -19,7 +19,7 @@ from mmd_operator.plan.resource_plan import plan_resource
 from mmd_operator.scaling_metrics import SCALING_METRICS, adapter_config_yaml, adapter_rules
 from tests.support.invalid_specs import resource
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "autoscaling.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "autoscaling.md"
 OWNER = OwnerRef(name="llava", uid="uid-llava")
 SPEC = AutoscalingSpec.model_validate(
     {"minReplicas": 1, "maxReplicas": 4, "metric": {"name": "QueueTimePerRequest", "target": 200}}

@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from tests.trtllm_serve.double import Double, call, chat_request
+from testbed.tests.trtllm_serve.double import Double, call, chat_request
 
 
 def _inline(path: Path, mime: str) -> str:

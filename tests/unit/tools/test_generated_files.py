@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tools.generate import generated_files
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_committed_generated_files_do_not_drift() -> None:

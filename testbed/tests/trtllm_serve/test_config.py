@@ -9,7 +9,7 @@ from click.testing import CliRunner, Result
 
 from mmd_testbed.trtllm_serve import cli
 from mmd_testbed.trtllm_serve.facts import load
-from tests.trtllm_serve.double import run_cli
+from testbed.tests.trtllm_serve.double import run_cli
 
 FAILED = 1
 

@@ -90,7 +90,7 @@ def test_unparsable_config_names_the_file() -> None:
     assert error.value.problems[0].startswith("preprocessing/config.pbtxt:")
 
 
-GOLDEN_CONFIGS = sorted(Path(__file__).parents[1].joinpath("golden").rglob("config.pbtxt"))
+GOLDEN_CONFIGS = sorted(Path(__file__).parents[2].joinpath("golden").rglob("config.pbtxt"))
 
 
 @pytest.mark.parametrize("path", GOLDEN_CONFIGS, ids=lambda path: "/".join(path.parts[-4:-1]))
