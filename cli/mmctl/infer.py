@@ -1,7 +1,9 @@
 """`mmctl infer`: send one request to a serving model and print the answer and the latency.
 
 Thin: the request is built by `triton.requests` from the model type's knowledge and sent by
-`triton.client`. The model type comes from `--model-type` or is read from the server's configs. The text
+`triton.client`. The model type comes from `--model-type` or is read from the server's configs. An image
+or video is named by a `prompt_table_extra_id`, a digest of its bytes, where the type takes one (a
+deployment with KV-cache reuse refuses an image it cannot name). The text
 goes to stdout (piece by piece when streaming one beam; one `[beam N] ...` line per beam when the server
 answers several beams, once the answer is complete: streamed with beam search, every response carries
 every beam's text so far), the latency to stderr. Bad input, an unreachable server, a model that is not
@@ -20,6 +22,7 @@ from mmctl.triton.requests import (
     Sampling,
     TextRequest,
     audio_request,
+    image_extra_id,
     load_audio,
     text_request,
 )
@@ -55,6 +58,11 @@ def _infer(args: argparse.Namespace) -> int:
             if args.audio is not None:
                 raise RequestError(f"{model_type} does not accept audio")
             model, output = ("tensorrt_llm_bls" if args.bls else "ensemble"), "text_output"
+            media = [*(args.image or ()), *([args.video] if args.video else [])]
+            extra_id = args.prompt_table_extra_id
+            if extra_id is None and media and knowledge.prompt_table_extra_id:
+                # With serving.kvCacheReuse the server refuses an image it cannot name; else it is ignored.
+                extra_id = image_extra_id(media)
             request = TextRequest(
                 text=args.text,
                 images=args.image or (),
@@ -75,7 +83,7 @@ def _infer(args: argparse.Namespace) -> int:
                 end_id=args.end_id,
                 pad_id=args.pad_id,
                 stream=args.stream,
-                prompt_table_extra_id=args.prompt_table_extra_id,
+                prompt_table_extra_id=extra_id,
                 lora_task_id=args.lora_task_id,
                 lora_path=args.lora_path,
                 inline_images_as_urls=client.endpoint.protocol == "http",
@@ -171,7 +179,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--end-id", type=int, help="default: the model type's end token")
     parser.add_argument("--pad-id", type=int, help="default: the model type's pad token")
     parser.add_argument(
-        "--prompt-table-extra-id", type=int, metavar="N", help="KV-cache reuse: an id >= 1 naming the image"
+        "--prompt-table-extra-id",
+        type=int,
+        metavar="N",
+        help="an id >= 1 naming the image, which KV-cache reuse needs (default: a digest of its bytes)",
     )
     parser.add_argument("--lora-task-id", type=int, metavar="N", help="LoRA adapter id (InternLM-XComposer2)")
     parser.add_argument(

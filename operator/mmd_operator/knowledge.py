@@ -217,6 +217,9 @@ class ModelKnowledge:
     # What a client sends as `text_input` (the server adds any chat wrapping itself).
     prompt_template: str = "{text}"
     image_marker: str | None = None
+    # The server's processor refuses a prompt whose image markers do not number its images (mllama's
+    # Hugging Face processor); other types insert or ignore them.
+    one_marker_per_image: bool = False
     end_id: int | None = None  # None: the tokenizer's eos token
     pad_id: int | None = None  # None: the tokenizer's pad (or eos) token
     # Models Triton ranks other than 0 must load explicitly besides tensorrt_llm.
@@ -299,6 +302,10 @@ _WHISPER_ENCODER_PLUGINS = (
     "--bert_attention_plugin",
     "{dtype}",
 )
+
+# Whisper's log-mel spectrogram: a hop of 160 samples at 16 kHz, so 3000 encoder frames are 30 s of audio.
+WHISPER_SAMPLE_RATE = 16000
+MEL_FRAMES_PER_SECOND = 100
 
 _WHISPER_BUILD = BuildDefaults(
     dtype="float16",
@@ -465,6 +472,7 @@ _ENTRIES = (
         # encoder features on to tensorrt_llm (tensorrtllm_backend#669): the ensemble is the entry point.
         bls=False,
         prompt_template="<|image|><|begin_of_text|>{text}",
+        one_marker_per_image=True,
         image_marker="<|image|>",
         end_id=128001,
         pad_id=128004,

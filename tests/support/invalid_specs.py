@@ -291,14 +291,6 @@ CASES: list[InvalidSpec] = [
         values=("2", "1"),
     ),
     InvalidSpec(
-        "serving-beam-whisper",
-        "whisper",
-        {"spec": {"engine": {"maxBeamWidth": 4}, "serving": {"maxBeamWidth": 4}}},
-        "spec.serving.maxBeamWidth",
-        "serving.maxBeamWidth (4) must be 1 for distil_whisper, whisper: whisper_bls sends no beam width",
-        values=("4",),
-    ),
-    InvalidSpec(
         "chunked-context-whisper",
         "whisper",
         {"spec": {"serving": {"chunkedContext": True}}},

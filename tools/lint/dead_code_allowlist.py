@@ -53,7 +53,7 @@ _.request_timeout
 _.initial_streaming
 
 # http.server's hooks and class settings, which the standard library reads (the trtllm-serve double, the
-# stand-in API server of tests/unit/test_client_transport.py).
+# stand-in API server of tests/unit/kube/test_client_transport.py).
 do_GET
 do_POST
 do_PATCH
@@ -66,9 +66,12 @@ _.close_connection
 # pydantic validators: pydantic calls them while it validates a model.
 _null_is_absent
 
-# http.server's BaseHTTPRequestHandler calls these by name (the Hub double of tests/engine_builder).
+# http.server's BaseHTTPRequestHandler calls these by name (the Hub double of mmd_testbed.build_tools).
 protocol_version
 do_HEAD
 
-# pytest-xdist's LoadScopeScheduling calls it to split test ids into groups (tests/conftest.py).
+# pytest-xdist's LoadScopeScheduling calls it to split test ids into groups (conftest.py).
 _split_scope
+
+# Status fields written for users to read (kubectl get -o yaml), read by no Python.
+max_audio_seconds

@@ -14,6 +14,7 @@ except fetching an image URL that the server itself cannot fetch.
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import urllib.error
 import urllib.request
@@ -24,11 +25,21 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageSequence, UnidentifiedImageError
 
-from mmd_operator.knowledge import ImageInput, ModelKnowledge, ModelType, RepositoryLayout
+from mmd_operator.knowledge import (
+    MEL_FRAMES_PER_SECOND,
+    WHISPER_SAMPLE_RATE,
+    ImageInput,
+    ModelKnowledge,
+    ModelType,
+    RepositoryLayout,
+    knowledge_of,
+)
 
-WHISPER_RATE = 16000
-# whisper_bls pads or cuts the log-mel spectrogram to 3000 frames: 30 s of audio.
-WHISPER_MAX_SECONDS = 30.0
+WHISPER_RATE = WHISPER_SAMPLE_RATE
+# The Whisper encoder engine takes at most this many log-mel frames (its fixed max_input_len, 3000):
+# whisper_bls pads shorter audio up to it but passes longer audio on, which TensorRT-LLM then refuses.
+WHISPER_MAX_FRAMES = knowledge_of(ModelType.WHISPER).build.max_encoder_input_len or 3000
+WHISPER_MAX_SECONDS = WHISPER_MAX_FRAMES / MEL_FRAMES_PER_SECOND
 JPEG_DATA_URL = "data:image/jpeg;base64,"
 _CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 _CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -230,9 +241,20 @@ def _decode_with_pyav(path: Path) -> list[Image.Image]:
 
 
 def _prompt(knowledge: ModelKnowledge, text: str, images: int) -> str:
-    """`text` wrapped as the type's clients send it, with one image marker per image."""
+    """`text` wrapped as the type's clients send it, with one image marker per image.
+
+    Raises:
+        RequestError: where the server refuses a prompt whose markers do not number its images.
+    """
     marker = knowledge.image_marker
     if marker and marker in text:
+        placed = text.count(marker)
+        if knowledge.one_marker_per_image and placed != images:
+            # The words of the server's own refusal (transformers' MllamaProcessor).
+            raise RequestError(
+                f"The number of image tokens in each text ([{placed}]) should be the same as the number of "
+                f"provided images per batch ([{images}]): the text has {placed} {marker}, one per image"
+            )
         return text  # the user placed the markers
     template = knowledge.prompt_template
     if marker and marker in template:
@@ -241,6 +263,22 @@ def _prompt(knowledge: ModelKnowledge, text: str, images: int) -> str:
         elif images > 1:
             template = template.replace(marker, marker + "\n" + (marker + "\n") * (images - 1), 1)
     return template.format(text=text)
+
+
+def image_extra_id(sources: Sequence[str]) -> int:
+    """A `prompt_table_extra_id` naming the images or video of `sources`: a digest of their bytes.
+
+    KV-cache reuse tells prompts with the same text apart by it; it must be a uint64 of at least 1. A
+    URL is named by itself, a directory of frames by its files in order.
+    """
+    digest = hashlib.sha256()
+    for source in sources:
+        path = Path(source)
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            digest.update(file.read_bytes() if file.is_file() else source.encode())
+    # Below 2^63: some clients read the id as a signed 64-bit integer.
+    return int.from_bytes(digest.digest()[:8], "big") % ((1 << 63) - 1) + 1
 
 
 def _refuse(knowledge: ModelKnowledge, what: str) -> RequestError:
@@ -389,9 +427,12 @@ def load_audio(path: str) -> Audio:
         mono = soxr.resample(mono, rate, WHISPER_RATE)
     audio = Audio(np.ascontiguousarray(mono, dtype=np.float32))
     if audio.seconds > WHISPER_MAX_SECONDS:
+        frames = round(audio.seconds * MEL_FRAMES_PER_SECOND)
+        limit = f"{WHISPER_MAX_FRAMES} ({WHISPER_MAX_SECONDS:.0f} s)"
         raise RequestError(
-            f"{path}: {audio.seconds:.1f} s of audio; whisper_bls transcribes at most "
-            f"{WHISPER_MAX_SECONDS:.0f} s per request (split it first)"
+            f"{path}: {audio.seconds:.1f} s of audio is {frames} mel frames; Whisper's encoder takes at "
+            f"most {limit} and TensorRT-LLM refuses more (Encoder length exceeds maximum encoder input "
+            f"length): split it into pieces of {WHISPER_MAX_SECONDS:.0f} s or less"
         )
     if len(mono) == 0:
         raise RequestError(f"{path}: no audio samples")

@@ -98,6 +98,7 @@ def _moving_tag(rule_id: str, path: str, consequence: str, *, when: str = "true"
     )
 
 
+_REUSE = "spec.serving.kvCacheReuse"
 # The resource names the trtllm-serve runtime (the engine runtime's rules leave it out, and the reverse).
 SERVE = "has(object.spec.runtime) && object.spec.runtime == 'trtllm-serve'"
 
@@ -200,6 +201,18 @@ RULES: tuple[WarningRule, ...] = (
     _unpinned_revision("spec.model.source", "model"),
     _unpinned_revision("spec.model.lora.source", "lora"),
     _unpinned_weights(),
+    WarningRule(
+        id="kv-cache-reuse-needs-extra-ids",
+        path=_REUSE,
+        trap=f"!({SERVE}) && {_has(_REUSE)} && object.{_REUSE}",
+        message=_text(
+            "is true, so TensorRT-LLM refuses every request with an image that carries no "
+            "prompt_table_extra_id (Input token extra ids must be provided when enabling kv cache reuse "
+            "with prompt table), and two images with the same text would otherwise share cached blocks: "
+            "every client must send prompt_table_extra_id, a uint64 of at least 1 naming the image (a "
+            "digest of its bytes; mmctl infer sends one), or leave reuse off"
+        ),
+    ),
     WarningRule(
         id="serve-open-egress",
         path=_EGRESS,

@@ -77,6 +77,16 @@ def _plugin_args(template: tuple[str, ...], settings: Settings) -> tuple[str, ..
     return tuple(arg.format(dtype=settings.dtype, gemm=gemm) for arg in template)
 
 
+def _reuse_args(settings: Settings) -> tuple[str, ...]:
+    """What KV-cache reuse needs of the engine: paged context FMHA, said explicitly.
+
+    TensorRT-LLM 0.19's trtllm-build enables it by default, and the runtime turns reuse off (with only a
+    log line) on an engine built without it: the plan pins it so that no default of a later builder can
+    take reuse away unseen, and the cacheKey (`cache_key`) holds it.
+    """
+    return ("--use_paged_context_fmha", "enable") if settings.spec.serving.kv_cache_reuse else ()
+
+
 def _checkpoint_steps(settings: Settings, model_dir: str) -> list[BuildStep]:
     knowledge, engine, spec = settings.knowledge, settings.spec.engine, settings.spec
     tp = settings.tensor_parallel_size
@@ -185,6 +195,7 @@ def _engine_steps(settings: Settings, *, model_dir: str, lora_dir: str | None) -
                 "trtllm-build",
                 *_flags(checkpoint_dir=checkpoint, output_dir=_work(LAYOUT.llm)),
                 *_plugin_args(knowledge.build_plugin_args, settings),
+                *_reuse_args(settings),
                 *_limit_args(settings),
                 *lora_args,
             ),

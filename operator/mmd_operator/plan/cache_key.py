@@ -3,7 +3,8 @@
 Two deployments with the same key share one build and one engine; a change that does not touch the key
 (replicas, streaming, queue delays) never rebuilds. The key covers the model source and revision, the
 model type and variant, the builder image and TensorRT-LLM version, dtype, parallelism, every build limit
-(derived ones included), quantization, LoRA build settings and the format of the key itself. It is the
+(derived ones included), quantization, LoRA build settings, the paged context FMHA that KV-cache reuse
+needs, and the format of the key itself. It is the
 hex digest's first 20 characters, so `build-<key>` is a valid Kubernetes name. Pure.
 """
 
@@ -63,6 +64,9 @@ def cache_key_inputs(settings: Settings) -> dict[str, Any]:
             # Calibration only runs for fp8, so only then does its size change the engine.
             "calibration_size": engine.calibration_size if engine.kv_cache_dtype == "fp8" else None,
         },
+        # KV-cache reuse builds with paged context FMHA said explicitly (`build_plan`); only then is it
+        # an input, so the keys of every other engine stay what they were.
+        **({"paged_context_fmha": "enable"} if spec.serving.kv_cache_reuse else {}),
     }
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeploymentSpec
 from mmd_operator.api.validation import InvalidSpecError, Problem
-from mmd_operator.knowledge import ModelKnowledge, VisionBatchRule, knowledge_of
+from mmd_operator.knowledge import MEL_FRAMES_PER_SECOND, ModelKnowledge, VisionBatchRule, knowledge_of
 
 MIB = 1 << 20
 # Triton's own default pool: room for every other tensor that crosses models on the GPU.
@@ -245,6 +245,11 @@ def derive_limits(spec: MultimodalDeploymentSpec) -> DerivedLimits:
         max_num_tokens=engine.max_num_tokens or defaults.max_num_tokens,
         max_multimodal_len=max_multimodal_len,
         max_encoder_input_len=encoder_input_len if knowledge.encoder_decoder else None,
+        max_audio_seconds=(
+            encoder_input_len // MEL_FRAMES_PER_SECOND
+            if knowledge.whisper_variants and encoder_input_len
+            else None
+        ),
         vision_max_batch_size=vision_batch,
         max_num_images=images if knowledge.has_vision_engine else None,
         triton_max_batch_size=triton_batch,

@@ -290,6 +290,8 @@ def trtllm_build(argv: list[str]) -> None:
         "lora_plugin",
     ):
         parser.add_argument(f"--{plugin}", choices=PLUGIN)
+    # A PluginConfig switch of 0.19 (enabled by default): KV-cache reuse and chunked context need it.
+    parser.add_argument("--use_paged_context_fmha", choices=("enable", "disable"), default="enable")
     parser.add_argument("--max_batch_size", type=int, default=2048)
     parser.add_argument("--max_input_len", type=int, default=1024)
     parser.add_argument("--max_seq_len", type=int)
@@ -333,7 +335,10 @@ def trtllm_build(argv: list[str]) -> None:
             "max_prompt_embedding_table_size": args.max_prompt_embedding_table_size,
             "max_encoder_input_len": args.max_encoder_input_len,
             "lora_config": {"lora_dir": args.lora_dir or [], "max_lora_rank": args.max_lora_rank},
-            "plugin_config": {name: getattr(args, name) or "auto" for name in plugins},
+            "plugin_config": {
+                **{name: getattr(args, name) or "auto" for name in plugins},
+                "use_paged_context_fmha": args.use_paged_context_fmha == "enable",
+            },
         },
     }
     output = Path(args.output_dir)

@@ -218,3 +218,23 @@ def test_the_charts_policy_is_the_table() -> None:
             "resources": ["multimodaldeployments"],
         }
     ]
+
+
+def test_kv_cache_reuse_on_the_engine_runtime_says_every_client_must_send_an_extra_id() -> None:
+    spec = {
+        "model": {"type": "llava", "source": {"pvc": {"claimName": "models"}}},
+        "serving": {"kvCacheReuse": True},
+    }
+    warned = _warned(spec)
+    assert len(warned) == 1
+    assert warned[0].startswith("spec.serving.kvCacheReuse: is true, so TensorRT-LLM refuses every request")
+    assert "prompt_table_extra_id" in warned[0] and "mmctl infer sends one" in warned[0]
+    spec["serving"]["kvCacheReuse"] = False
+    assert _warned(spec) == []
+    # trtllm-serve hashes the images itself: no id for a client to send, nothing to warn of.
+    served = {
+        "runtime": "trtllm-serve",
+        "model": {"type": "qwen2_5_vl", "source": {"pvc": {"claimName": "models"}}},
+        "serving": {"kvCacheReuse": True},
+    }
+    assert _warned(served) == []

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mmd_operator.api.validation import parse_spec
+from mmd_operator.plan.build_plan import build_plan
 from mmd_operator.plan.cache_key import CACHE_KEY_LENGTH, cache_key
 from mmd_operator.plan.settings import resolve
 
@@ -179,3 +180,20 @@ def test_keys_of_the_examples_are_pinned_by_the_golden_files() -> None:
 
     golden = Path(__file__).resolve().parents[2] / "golden"
     assert len(list(golden.glob("*/derived.json"))) >= 11
+
+
+def test_kv_cache_reuse_pins_paged_context_fmha_in_the_build_and_the_key() -> None:
+    reuse_off: Spec = {"model": {"type": "llava", "source": {"huggingface": {"repo": "org/llava"}}}}
+    reuse_on = copy.deepcopy(reuse_off)
+    reuse_on["serving"] = {"kvCacheReuse": True}
+    assert key_of(reuse_on) != key_of(reuse_off)
+
+    def build_llm_argv(spec: Spec) -> tuple[str, ...]:
+        settings = resolve(parse_spec(spec))
+        plan = build_plan(settings, cache_key=cache_key(settings))
+        (step,) = [s for s in plan.steps if s.name == "build-llm"]
+        return tuple(step.argv)
+
+    argv = build_llm_argv(reuse_on)
+    assert argv[argv.index("--use_paged_context_fmha") + 1] == "enable"
+    assert "--use_paged_context_fmha" not in build_llm_argv(reuse_off)

@@ -144,14 +144,6 @@ def _engine_and_common_rules() -> list[JsonDict]:
             "({self.engine.maxBeamWidth})",
             field_path=".serving.maxBeamWidth",
         ),
-        cel_rule(
-            f"!(self.model.type in {cel_list(WHISPER_TYPES)}) || !has(self.serving.maxBeamWidth) || "
-            "self.serving.maxBeamWidth == 1",
-            f"serving.maxBeamWidth ({{self.serving.maxBeamWidth}}) must be 1 for {whisper}: whisper_bls "
-            "sends no beam width and the executor refuses requests whose beam width differs from the served "
-            "one",
-            field_path=".serving.maxBeamWidth",
-        ),
         _only_for("whisper_variants", "self.serving.zeroPad", "zeroPad", ".serving.zeroPad"),
     ]
     for model_type in WHISPER_TYPES:

@@ -288,9 +288,10 @@ class ServingSpec(Schema):
     streaming: bool = False
     """Decoupled mode: stream tokens (`/generate_stream`, gRPC streaming)."""
     max_beam_width: int | None = Field(None, ge=1, le=16)
-    """Beam width `tensorrt_llm` serves (`max_beam_width` of its config). The executor refuses a request
-    whose beam width differs from it. Defaults to the engine's, and to 1 for whisper types (whisper_bls
-    sends no beam width); at most engine.maxBeamWidth."""
+    """Largest beam width `tensorrt_llm` serves (`max_beam_width` of its config): requests of any width up
+    to it are answered, wider ones refused (`Requested beam width 4 is larger than configured max beam
+    width 2`); the KV cache is sized for it. Defaults to the engine's, and to 1 for whisper types
+    (whisper_bls sends no beam width); at most engine.maxBeamWidth."""
     enable_bls: bool | None = None
     """Render `tensorrt_llm_bls`, the Python entry point beside the ensemble. Defaults to true where it
     can serve the type; not available for whisper types (their entry point is `whisper_bls`), for

@@ -63,6 +63,9 @@ class DerivedLimits(Schema):
     """Prompt-table rows: batch x features per image x images."""
     max_encoder_input_len: int | None = None
     """Encoder input limit (encoder-decoder types)."""
+    max_audio_seconds: int | None = None
+    """Whisper types: the longest audio a request may carry, `maxEncoderInputLen` mel frames of 10 ms
+    (3000: 30 s); TensorRT-LLM refuses longer audio."""
     vision_max_batch_size: int | None = None
     """Vision engine batch."""
     max_num_images: int | None = None
@@ -70,7 +73,7 @@ class DerivedLimits(Schema):
     triton_max_batch_size: int
     """Triton max_batch_size of every model."""
     triton_max_beam_width: int
-    """Beam width `tensorrt_llm` serves; requests must use exactly this width."""
+    """Largest beam width `tensorrt_llm` serves; wider requests are refused."""
     cuda_memory_pool_bytes: int
     """CUDA memory pool on GPU 0."""
 
