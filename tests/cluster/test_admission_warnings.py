@@ -22,7 +22,7 @@ import yaml
 
 from mmd_operator.api.validation import check_spec
 from mmd_operator.api.warning_rules import spec_warnings
-from mmd_operator.status import SPEC_WARNINGS
+from mmd_operator.status.report import SPEC_WARNINGS
 from mmd_testbed.localcluster.audit import write_requests
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.gitops_check import check

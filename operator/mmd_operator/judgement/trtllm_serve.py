@@ -63,11 +63,12 @@ class _Weights:
         return artifact.previous_condition(self.previous, WORDS, self._previous() is not None)
 
     def ready(self, result: DownloadSucceeded, *, fresh: bool = True) -> WeightsState | None:
-        # A report of another plan's download (or a hand-made line) would record a resolution no later
-        # lookup finds: it counts as no result.
+        # A Job's report of another plan's download (or a hand-made line) would record a resolution no
+        # later lookup finds: it counts as no result. An index entry is found by its snapshot key, whatever
+        # download (a branch's, its commit's) stored it.
         download = self.download
         same = (result.key, result.repo, result.revision) == (download.key, download.repo, download.revision)
-        if not same or result.snapshot_key != weights_key(result.repo, result.commit):
+        if fresh and (not same or result.snapshot_key != weights_key(result.repo, result.commit)):
             return None
         before = self._previous()
         reason, _ = self.known()

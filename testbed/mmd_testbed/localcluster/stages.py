@@ -258,7 +258,7 @@ _SECONDS_SENTINEL = 880_088.0
 def _build_success_format(gpu_name: str, compute_capability: str) -> str:
     """Return a Go printf format of the builder's success line.
 
-    Its verbs are the cache key (%s, a JSON string), the GPU count (%d) and the seconds (%d).
+    Its verbs are the cache key (%[1]s, a JSON string), the GPU count (%[2]d) and the seconds (%[3]d).
     """
     line = BuildSucceeded(
         cache_key=_KEY_SENTINEL,
@@ -273,10 +273,11 @@ def _build_success_format(gpu_name: str, compute_capability: str) -> str:
     if "`" in line:  # the format becomes a Go raw string literal
         raise ValueError(f"a backquote in the builder's success line: {line}")
     line = line.replace("%", "%%")
+    # Explicit argument indexes: the verbs follow the arguments' order, not the line's field order.
     for sentinel, verb in (
-        (f'"{_KEY_SENTINEL}"', "%s"),
-        (f'"count":{_COUNT_SENTINEL}', '"count":%d'),
-        (f'"seconds":{_SECONDS_SENTINEL}', '"seconds":%d.0'),
+        (f'"{_KEY_SENTINEL}"', "%[1]s"),
+        (f'"count":{_COUNT_SENTINEL}', '"count":%[2]d'),
+        (f'"seconds":{_SECONDS_SENTINEL}', '"seconds":%[3]d.0'),
     ):
         if line.count(sentinel) != 1:
             raise ValueError(f"{sentinel} is not once in the builder's success line: {line}")
@@ -408,7 +409,8 @@ def _is_build_pod_cel() -> str:
 def _download_success_format() -> str:
     """A Go printf format of the download's success line.
 
-    Its verbs are the key, repo, revision, commit and snapshot key (each %s, a JSON string) and the seconds.
+    Its verbs are the key, repo, revision, commit and snapshot key (%[1]s to %[5]s, JSON strings) and the
+    seconds (%[6]d).
     """
     sentinels = {name: f"@{name}@" for name in ("key", "repo", "revision", "commit", "snapshot_key")}
     line = DownloadSucceeded(
@@ -416,11 +418,12 @@ def _download_success_format() -> str:
     ).model_dump_json()
     if "`" in line or "%" in line:
         raise ValueError(f"the download's success line cannot be a Go format: {line}")
-    for sentinel in sentinels.values():
+    # Explicit argument indexes: the verbs follow the arguments' order, not the line's field order.
+    for index, sentinel in enumerate(sentinels.values(), start=1):
         if line.count(f'"{sentinel}"') != 1:
             raise ValueError(f"{sentinel} is not once in the download's success line: {line}")
-        line = line.replace(f'"{sentinel}"', "%s")
-    return line.replace(f'"seconds":{_SECONDS_SENTINEL}', '"seconds":%d.0')
+        line = line.replace(f'"{sentinel}"', f"%[{index}]s")
+    return line.replace(f'"seconds":{_SECONDS_SENTINEL}', f'"seconds":%[{len(sentinels) + 1}]d.0')
 
 
 def _download_template() -> str:

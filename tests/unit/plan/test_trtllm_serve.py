@@ -196,6 +196,19 @@ def test_a_download_in_progress_reads_downloading_then_ready_with_the_commit() -
     assert ready.message.startswith(f"{done.repo}@main is commit {done.commit}: snapshot {done.snapshot_key}")
 
 
+def test_a_pinned_commit_finds_the_snapshot_its_branch_downloaded() -> None:
+    # The index holds the snapshot under its commit's key, recorded by the branch's download.
+    by_branch = succeeded("Qwen/Qwen2.5-VL-3B-Instruct")
+    _, pinned = serve_plan(
+        Path("examples/qwen2_5_vl.yaml"),
+        model={"source": {"huggingface": {"repo": by_branch.repo, "revision": by_branch.commit}}},
+    )
+    assert pinned.download is not None and pinned.download.key != by_branch.key
+    observed = Observed(now=NOW, resolved_commit=by_branch.commit, artifact=by_branch)
+    found = weights_state(pinned, observed, None, 1, NO_GPUS)
+    assert (found.ready, found.reason, found.location) == (True, "CacheHit", by_branch.snapshot_key)
+
+
 def test_a_report_of_another_download_or_an_inconsistent_one_is_no_result() -> None:
     _, plan = serve_plan(Path("examples/qwen2_5_vl.yaml"))
     assert plan.download is not None
