@@ -301,6 +301,11 @@ def trtllm_build(argv: list[str]) -> None:
     parser.add_argument("--max_encoder_input_len", type=int, default=1024)
     parser.add_argument("--lora_dir", nargs="+")
     parser.add_argument("--max_lora_rank", type=int, default=64)
+    # What the executor reads back from the engine: its effective max input length depends on these.
+    for feature in ("context_fmha", "remove_input_padding"):
+        parser.add_argument(f"--{feature}", choices=("enable", "disable"), default="enable")
+    for logits in ("gather_context_logits", "gather_generation_logits", "gather_all_token_logits"):
+        parser.add_argument(f"--{logits}", action="store_true")
     args = parser.parse_args(_drop_flag(argv, os.environ.get("DOUBLE_IGNORE_FLAG", "")))
     if args.checkpoint_dir is None:
         die("ValueError: --checkpoint_dir is required")
@@ -334,9 +339,13 @@ def trtllm_build(argv: list[str]) -> None:
             "opt_num_tokens": None,
             "max_prompt_embedding_table_size": args.max_prompt_embedding_table_size,
             "max_encoder_input_len": args.max_encoder_input_len,
+            "gather_context_logits": args.gather_context_logits or args.gather_all_token_logits,
+            "gather_generation_logits": args.gather_generation_logits or args.gather_all_token_logits,
             "lora_config": {"lora_dir": args.lora_dir or [], "max_lora_rank": args.max_lora_rank},
             "plugin_config": {
                 **{name: getattr(args, name) or "auto" for name in plugins},
+                "context_fmha": args.context_fmha == "enable",
+                "remove_input_padding": args.remove_input_padding == "enable",
                 "use_paged_context_fmha": args.use_paged_context_fmha == "enable",
             },
         },

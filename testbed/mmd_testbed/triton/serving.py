@@ -14,8 +14,10 @@ from pathlib import Path
 from mmctl.triton.client import TritonClient
 from mmd_operator.knowledge import ModelKnowledge, RepositoryLayout
 from mmd_operator.plan.launch import LaunchPlan, Ports, launch_plan
+from mmd_operator.plan.settings import ENGINE_MOUNT
 from mmd_operator.plan.triton import TritonPlan
 from mmd_testbed.triton.doubles.repository import write_repository
+from mmd_testbed.triton.engines import write_engine_configs
 from mmd_testbed.triton.localserver import MPI_ENV, LocalServer, TritonInstall, free_port_set, running
 
 
@@ -68,9 +70,22 @@ def serve(
     workdir: Path,
     say: Callable[[str], None],
 ) -> Iterator[Served]:
-    """Write `plan`'s repository with doubles and run its launch argv until the block ends."""
+    """Write `plan`'s repository with doubles and run its launch argv until the block ends.
+
+    The engines' `config.json` are written by the build-tool double from the plan's own build steps, into
+    a local directory the doubles read in place of the engine cache entry the configs name.
+    """
     repository = workdir / name / "model_repository"
-    write_repository(repository, plan.repository.configs, plan.settings.knowledge, install.stub_site)
+    entry = write_engine_configs(
+        plan.build, workdir / name / "engines" / plan.cache_key, plan.settings.tensor_parallel_size
+    )
+    write_repository(
+        repository,
+        plan.repository.configs,
+        plan.settings.knowledge,
+        install.stub_site,
+        engine_dirs={f"{ENGINE_MOUNT}/{plan.cache_key}": str(entry)},
+    )
     ports = free_port_set()
     launch = launch_plan(
         plan.settings, tritonserver=str(install.tritonserver), model_repository=str(repository), ports=ports

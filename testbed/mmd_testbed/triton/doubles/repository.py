@@ -139,15 +139,23 @@ def gpu_free_config(text: str) -> str:
 
 
 def write_repository(
-    target: Path, configs: Mapping[str, str], knowledge: ModelKnowledge, stub_site: Path
+    target: Path,
+    configs: Mapping[str, str],
+    knowledge: ModelKnowledge,
+    stub_site: Path,
+    engine_dirs: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Write the rendered `configs` under `target` with a double for every non-ensemble model.
 
     The rendered repository is checked first (Triton's protobuf, ensemble wiring); the configs are written
-    byte for byte, except `tensorrt_llm`'s backend line. Returns the doubles' specs.
+    byte for byte, except `tensorrt_llm`'s backend line. `engine_dirs` maps the engine cache entry the
+    configs name onto a local directory holding the engines' `config.json` (`triton.engines`). Returns the
+    doubles' specs.
     """
     models = check_repository(configs)
     specs = double_specs(models, knowledge)
+    for spec in specs.values():
+        spec["engine_dirs"] = dict(engine_dirs or {})
     shutil.rmtree(target, ignore_errors=True)
     for name, text in configs.items():
         model_dir = target / name
