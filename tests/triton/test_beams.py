@@ -3,14 +3,17 @@
 LLaVA (image tensors) without streaming, LLaVA-OneVision (raw bytes, URLs) with streaming on, and once
 more with `accumulateTokens`.
 
-The executor serves exactly its `max_beam_width`: a request without a beam width (which means 1) is
-refused. Streaming with beam search works: every response carries every beam's text so far (not new
-tokens), so the last one holds the final beams; the BLS cannot accumulate tokens of several beams.
-`mmctl infer` prints one `[beam N] ...` line per beam, streamed or not.
+The executor serves any beam width up to its runtime `max_beam_width` (TensorRT-LLM 0.19 changes its
+operating width per request): a request without a beam width (which means 1) is answered with one beam,
+a wider one is refused when the model steps (`changeBeamWidth`). Streaming with beam search works: every
+response carries every beam's text so far (not new tokens), so the last one holds the final beams; the
+BLS cannot accumulate tokens of several beams. `mmctl infer` prints one `[beam N] ...` line per beam,
+streamed or not.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +33,12 @@ from tests.triton.serving import load_example
 
 NAME, STREAMING_NAME = "llava", "llava_onevision"
 MODELS = ("ensemble", "tensorrt_llm_bls")
-WIDTH_ONE_REFUSED = "Request with beam width 1 differs from the max beam width 2"
+# The executor's refusal as the backend words it: changeBeamWidth's check, wrapped by forwardAsync.
+TOO_WIDE_REFUSED = (
+    r"Executor failed process requestId \d+ due to the following error: Encountered an error in "
+    r"forwardAsync function: \[TensorRT-LLM\]\[ERROR\] Assertion failed: Requested beam width 3 is "
+    r"larger than configured max beam width 2"
+)
 ACCUMULATION_REFUSED = "Accumulation of tokens is only implemented for beam width = 1"
 
 
@@ -111,12 +119,19 @@ def test_every_beam_arrives_flat_in_one_response(beams: Served, tmp_path: Path) 
         assert [codec.parse_digest(t)["llm"]["beam"] for t in response.texts("text_output")] == ["0", "1"]
 
 
-def test_a_request_without_the_served_beam_width_is_refused(beams: Served, tmp_path: Path) -> None:
-    for width in (None, 1):
+def test_a_narrower_beam_is_served_and_a_wider_one_refused(beams: Served, tmp_path: Path) -> None:
+    for width in (None, 1):  # none means 1: below the served maximum of 2, so answered with one beam
         tensors = _request(beams, tmp_path, width)
         for model in MODELS:
-            with pytest.raises(InferenceServerException, match=WIDTH_ONE_REFUSED):
-                grpc_results(beams, model, tensors, ["text_output"])
+            (result,) = grpc_results(beams, model, tensors, ["text_output"])
+            output = result.as_numpy("text_output")
+            assert output.shape == (1,), (model, output.shape)
+            seen = codec.parse_digest(output[0].decode())
+            assert "beam" not in seen["llm"] and seen["llm"].get("beam_width", "1") == "1"
+    too_wide = _request(beams, tmp_path, 3)
+    for model in MODELS:
+        with pytest.raises(InferenceServerException, match=TOO_WIDE_REFUSED):
+            grpc_results(beams, model, too_wide, ["text_output"])
 
 
 def test_the_backends_multimodal_client_reads_every_beam(beams: Served) -> None:
@@ -142,10 +157,14 @@ def test_infer_prints_one_line_per_beam(
                 "0",
                 "1",
             ]
-            code = main([*argv, *extra])
+            code = main([*argv, *extra])  # no beam width: one beam, printed as a plain line
+            out, err = capsys.readouterr()
+            assert code == 0, err
+            assert len(out.splitlines()) == 1 and not out.startswith("[beam"), out
+            code = main([*argv, *extra, "--beam-width", "3"])
             out, err = capsys.readouterr()
             assert code == 1 and out == ""
-            assert err.count("\n") == 1 and WIDTH_ONE_REFUSED in err, err
+            assert err.count("\n") == 1 and re.search(TOO_WIDE_REFUSED, err), err
 
 
 def _assert_streamed_beams(results: list[Any]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import base64
 import re
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -42,7 +43,16 @@ HIDDEN = 8
 
 
 class DoubleError(Exception):
-    """A request the real model would refuse too."""
+    """A request the double refuses for a reason of its own (it says so: its model's name comes first)."""
+
+
+class RefusalError(Exception):
+    """A refusal the real model answers as an error response: its text, as the client receives it.
+
+    The Python models' own refusals are instead raised out of `execute` as the real ones are (the
+    exception type and message the real code raises), so Triton's Python backend words them itself:
+    `Failed to process the request(s) for model '<instance>', message: <Type>: <message>`.
+    """
 
 
 def _dims(tensor: dict[str, Any]) -> list[int]:
@@ -140,7 +150,11 @@ class Model(abc.ABC):
     # --- responses -------------------------------------------------------------------------------
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
-        """Answer every request; a failure becomes that request's error response."""
+        """Answer every request; a `RefusalError` or `DoubleError` becomes that request's error response.
+
+        Any other exception leaves `execute`, as the real Python models' do, and fails every request
+        of the batch.
+        """
         responses = []
         for request in requests:
             try:
@@ -148,17 +162,18 @@ class Model(abc.ABC):
                     self.run_decoupled(request)
                     continue
                 responses.append(self.run(request))
-            except Exception as error:  # every failure goes back to the client, as the real models do
-                failed = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(f"{self.spec['model']}: {error}")
-                )
-                if self.decoupled:
-                    request.get_response_sender().send(
-                        failed, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-                    )
-                else:
-                    responses.append(failed)
+            except (RefusalError, DoubleError) as error:
+                text = str(error) if isinstance(error, RefusalError) else f"{self.spec['model']}: {error}"
+                self.fail(request, text, responses)
         return None if self.decoupled else responses
+
+    def fail(self, request: Any, text: str, responses: list[Any]) -> None:
+        """Answer `request` with an error response saying `text` (then final, when decoupled)."""
+        failed = pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(text))
+        if self.decoupled:
+            request.get_response_sender().send(failed, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        else:
+            responses.append(failed)
 
     def run(self, request: Any) -> Any:
         """The one response of a request to a model without decoupled mode."""
@@ -182,17 +197,32 @@ def strings(values: np.ndarray) -> list[str]:
     return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values.reshape(-1)]
 
 
+class MissingSchema(ValueError):  # noqa: N818 (requests' own name, which the client reads)
+    """requests' error for a URL without a scheme (the real preprocessing fetches with requests.get)."""
+
+
+class InvalidSchema(ValueError):  # noqa: N818 (requests' own name, which the client reads)
+    """requests' error for a scheme it has no adapter for (data: URLs other than JPEG, file:, ...)."""
+
+
 def fetch_image(url: str) -> tuple[str, bytes]:
-    """What the real preprocessing accepts: http(s) URLs and `data:image/jpeg;base64,` strings only."""
+    """What the real preprocessing does with a URL, as it does it.
+
+    `data:image/jpeg;base64,` is decoded inline, anything else goes to requests.get, whose body (an error
+    page too: the status is not checked) goes to Pillow.
+    """
     prefix = "data:image/jpeg;base64,"
     if url.startswith(prefix):
-        return "data", base64.b64decode(url[len(prefix) :])
-    if url.startswith(("http://", "https://")):
+        return "data", base64.b64decode(url.split(",")[1])
+    if "://" not in url and not url.startswith("data:"):
+        raise MissingSchema(f"Invalid URL '{url}': No scheme supplied. Perhaps you meant https://{url}?")
+    if not url.lower().startswith(("http://", "https://")):
+        raise InvalidSchema(f"No connection adapters were found for '{url}'")
+    try:
         with urllib.request.urlopen(url, timeout=10) as reply:
             return "http", bytes(reply.read())
-    raise DoubleError(
-        f"cannot load image from {url[:40]!r}: only http(s) URLs and {prefix} data are accepted"
-    )
+    except urllib.error.HTTPError as error:
+        return "http", bytes(error.read())
 
 
 def pad(rows: list[list[int]], fill: int = 0) -> np.ndarray:

@@ -1,13 +1,16 @@
 """The doubles of the BLS entry points, `tensorrt_llm_bls` and `whisper_bls`: real BLS calls to the others.
 
 The first follows the ensemble's own wiring and passes postprocessing's strings on unchanged, after the
-real one's own refusals; the second drives Whisper's encoder and decoder as the real one does. Imports
-`base` and what it imports.
+real one's own refusals; the second drives Whisper's encoder and decoder as the real one does. Like the
+real ones, a failure inside their `try` (their checks, a refusal of a model they call) becomes that
+request's error response holding `traceback.format_exc()`; what whisper_bls does before its `try` fails
+the whole batch. Imports `base` and what it imports.
 """
 
 from __future__ import annotations
 
 import abc
+import traceback
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +19,15 @@ import triton_python_backend_utils as pb_utils
 
 from . import codec
 from .base import IMAGE_SOURCES, SPECIAL_TOKENS, DoubleError, Model, is_true, strings
+
+
+class RequestValidationError(Exception):
+    """The real BLS's own exception type (`lib/decode.py`): its name ends the traceback the client reads."""
+
+
+def _validate_that(condition: bool, message: str) -> None:
+    if not condition:
+        raise RequestValidationError(message)
 
 
 def _forward(tensor: Any, name: str, dtype: str, target: dict[str, Any], batch: int) -> Any:
@@ -33,32 +45,61 @@ class Bls(Model):
     """Drives models through BLS; subclasses decide what to call."""
 
     def call(self, model: str, tensors: list[Any], outputs: list[str]) -> list[Any]:
-        """Call `model` and return its responses that carry tensors (several when it is decoupled)."""
+        """Call `model` and return its responses that carry tensors (several when it is decoupled).
+
+        A refusal is raised as the real BLS models raise it: `pb_utils.TritonModelException(message)`.
+        """
         target = self.spec["targets"][model]
         request = pb_utils.InferenceRequest(model_name=model, inputs=tensors, requested_output_names=outputs)
         # A decoupled model answers with a stream of responses, which BLS must iterate.
         responses = list(request.exec(decoupled=True)) if target["decoupled"] else [request.exec()]
         for response in responses:
             if response.has_error():
-                raise DoubleError(response.error().message())
+                raise pb_utils.TritonModelException(response.error().message())
         return [r for r in responses if r.output_tensors()]
 
-    def compute(self, inputs: dict[str, Any]) -> list[Any]:
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        """Answer every request as the real BLS models do (see the module's docstring)."""
+        responses: list[Any] = []
+        for request in requests:
+            inputs = self.inputs(request)
+            prepared = self.prepare(inputs)  # outside the try, as in whisper_bls
+            sender = request.get_response_sender() if self.decoupled else None
+            try:
+                if sender is not None:
+                    for tensors in self.generate(inputs, prepared):
+                        sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
+                    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                else:
+                    responses.append(pb_utils.InferenceResponse(output_tensors=self.single(inputs, prepared)))
+            except Exception:  # the real ones catch everything here, and answer with the traceback
+                failed = pb_utils.InferenceResponse(
+                    output_tensors=[], error=pb_utils.TritonError(traceback.format_exc())
+                )
+                if sender is not None:
+                    sender.send(failed)
+                    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                else:
+                    responses.append(failed)
+        return None if self.decoupled else responses
+
+    def single(self, inputs: dict[str, Any], prepared: Any) -> list[Any]:
         """The one response of a model without decoupled mode: what `generate` yields, unchanged."""
-        answers = list(self.generate(inputs))
+        answers = list(self.generate(inputs, prepared))
         if len(answers) != 1:
             raise DoubleError(f"{len(answers)} responses for one request to a model without decoupled mode")
         return answers[0]
 
-    def run_decoupled(self, request: Any) -> None:
-        """Send what `generate` yields as it comes, then the final flag."""
-        sender = request.get_response_sender()
-        for tensors in self.generate(self.inputs(request)):
-            sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
-        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    def compute(self, inputs: dict[str, Any]) -> list[Any]:
+        """The one response of a model without decoupled mode (`execute` calls `single` itself)."""
+        return self.single(inputs, self.prepare(inputs))
+
+    def prepare(self, inputs: dict[str, Any]) -> Any:
+        """What the real model computes before its try (nothing, unless a subclass says)."""
+        return None
 
     @abc.abstractmethod
-    def generate(self, inputs: dict[str, Any]) -> Iterator[list[Any]]:
+    def generate(self, inputs: dict[str, Any], prepared: Any) -> Iterator[list[Any]]:
         """The output tensors of every response to one request."""
 
 
@@ -73,30 +114,28 @@ class TensorrtLlmBls(Bls):
     def check(self, inputs: dict[str, Any]) -> None:
         """Refuse what the v0.19.0 BLS refuses before calling any model, in its order and words.
 
-        Like the real one it reads only the first value of `max_tokens` and `num_draft_tokens`. No draft
-        model is ever rendered, so every speculative request ends at the last refusal.
+        `Request.validate()` (lib/decode.py) reads only the first value of `max_tokens` and
+        `num_draft_tokens`, and calls `stream.any()` even when no `stream` came (an AttributeError); then
+        model.py refuses speculative decoding without a draft model, which is never rendered.
         """
-        max_tokens = self.array(inputs["max_tokens"], "max_tokens").reshape(-1)
-        if max_tokens.size == 0 or max_tokens[0] <= 0:
-            got = int(max_tokens[0]) if max_tokens.size else "empty"
-            raise DoubleError(f"max_tokens must be a single value > 0 (max_tokens is {got})")
-        if "num_draft_tokens" not in inputs:
-            return
-        drafts = int(self.array(inputs["num_draft_tokens"], "num_draft_tokens").reshape(-1)[0])
+        text = self.array(inputs["text_input"], "text_input") if "text_input" in inputs else None
+        _validate_that(text is not None and text.size > 0, "text_input is required")
+        max_tokens = self.array(inputs["max_tokens"], "max_tokens") if "max_tokens" in inputs else None
+        _validate_that(
+            max_tokens is not None and max_tokens.size > 0, "max_tokens must be a single value > 0"
+        )
+        assert max_tokens is not None
+        _validate_that(max_tokens.reshape(-1)[0] > 0, "max_tokens must be a single value > 0")
+        drafts = int(self.scalar(inputs, "num_draft_tokens", 0, 0))
+        context_logits = self.scalar(inputs, "return_context_logits", 0, 0)
+        stream: Any = self.array(inputs["stream"], "stream") if "stream" in inputs else None
         if drafts:
-            if "stream" not in inputs:
-                raise DoubleError(
-                    "'NoneType' object has no attribute 'any' (num_draft_tokens without stream: the real "
-                    "BLS reads stream to refuse streaming with speculative decoding)"
-                )
-            if self.array(inputs["stream"], "stream").any():
-                raise DoubleError("streaming is not supported with speculative decoding")
-            if self.scalar(inputs, "return_context_logits", 0, 0):
-                raise DoubleError("context logits are not supported with speculative decoding")
+            _validate_that(not stream.any(), "streaming is not supported with speculative decoding")
+            _validate_that(not context_logits, "context logits are not supported with speculative decoding")
         if drafts > 0:
-            raise DoubleError("cannot perform speculative decoding without draft model")
+            raise Exception("cannot perform speculative decoding without draft model")
 
-    def generate(self, inputs: dict[str, Any]) -> Iterator[list[Any]]:
+    def generate(self, inputs: dict[str, Any], prepared: Any) -> Iterator[list[Any]]:
         """Preprocess, encode any image, generate, and postprocess each generated response."""
         self.check(inputs)
         batch = np.asarray(inputs["text_input"].as_numpy()).shape[0]
@@ -146,7 +185,7 @@ class TensorrtLlmBls(Bls):
             carried = {t.name(): t for t in response.output_tensors()}
             if accumulate:
                 if ids.shape[1] != 1:
-                    raise DoubleError("Accumulation of tokens is only implemented for beam width = 1")
+                    raise Exception("Accumulation of tokens is only implemented for beam width = 1")
                 index = 0
                 if "batch_index" in carried:
                     index = int(carried["batch_index"].as_numpy().reshape(-1)[0])
@@ -178,23 +217,32 @@ class WhisperBls(Bls):
 
     DEFAULT_PREFIX = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
 
-    def generate(self, inputs: dict[str, Any]) -> Iterator[list[Any]]:
-        """Transcribe one utterance: one response, or (decoupled) one per tensorrt_llm answer with tokens."""
+    def prepare(self, inputs: dict[str, Any]) -> tuple[list[int], np.ndarray]:
+        """The prompt and the features, computed as the real one does before its try.
+
+        fbank.py's compute_feature: the whole WAV row (WAV_LENS cuts it only with `zero_pad`), padded to
+        3000 frames unless `zero_pad`, then to an even count; longer audio stays longer (the encoder
+        engine refuses it).
+        """
+        prefix = strings(self.array(inputs["TEXT_PREFIX"], "TEXT_PREFIX"))[0] or self.DEFAULT_PREFIX
         wav = self.array(inputs["WAV"], "WAV")
         if wav.shape[0] != 1:
-            raise DoubleError(f"Only support batch size 1 (WAV holds {wav.shape[0]} utterances)")
-        length = int(self.array(inputs["WAV_LENS"], "WAV_LENS").reshape(-1)[0])
-        prefix = strings(self.array(inputs["TEXT_PREFIX"], "TEXT_PREFIX"))[0] or self.DEFAULT_PREFIX
-        n_mels = int(self.params["n_mels"])
-        features = codec.band_spectrogram(wav[0, :length], n_mels)
-        if self.params.get("zero_pad") != "true":
+            raise AssertionError("Only support batch size 1")
+        length = int(self.array(inputs["WAV_LENS"], "WAV_LENS").item())
+        zero_pad = self.params.get("zero_pad") == "true"
+        features = codec.band_spectrogram(wav[0, :length] if zero_pad else wav[0], int(self.params["n_mels"]))
+        if not zero_pad and features.shape[0] < codec.MAX_FRAMES:
             features = np.pad(
-                features, ((0, max(0, codec.MAX_FRAMES - features.shape[0])), (0, 0)), constant_values=-6.0
+                features, ((0, codec.MAX_FRAMES - features.shape[0]), (0, 0)), constant_values=-6.0
             )
         if features.shape[0] % 2:
             features = np.pad(features, ((0, 1), (0, 0)), constant_values=-6.0)
+        return codec.encode_text(prefix), features
+
+    def generate(self, inputs: dict[str, Any], prepared: Any) -> Iterator[list[Any]]:
+        """Transcribe one utterance: one response, or (decoupled) one per tensorrt_llm answer with tokens."""
+        prompt, features = prepared
         frames = features.shape[0]
-        prompt = codec.encode_text(prefix)
         knowledge = self.spec["knowledge"]
         target = self.spec["targets"]["tensorrt_llm"]
         request = [

@@ -1,9 +1,10 @@
 """The double of `tensorrt_llm` (run as `backend: "python"`): the TensorRT-LLM backend's contract, no GPU.
 
 It generates `type|pre:...|enc:...|llm:...`, naming every optional input that arrived, once per beam; it
-answers one response per batch item (per segment when streaming), refuses what the executor refuses,
+answers one response per batch item (per segment when streaming), refuses what the backend and the
+executor refuse, in their words and order (`executor`, with the limits of the engines' own config.json),
 keeps a LoRA cache, reads Whisper's tones from encoder features, and, in leader mode, never finishes
-loading on ranks other than 0. Imports `base` and what it imports.
+loading on ranks other than 0. Imports `base`, `executor` and what they import.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from . import codec
-from .base import DoubleError, Model
+from . import codec, executor
+from .base import SPECIAL_TOKENS, DoubleError, Model, RefusalError, strings
+from .executor import Item, Limits, Serving
 from .frontends import read_table
 
 
@@ -65,7 +67,9 @@ class TensorrtLlm(Model):
     Answers like the C++ backend: one response per batch item (and per sequence), `output_ids`
     [1, beams, length] padded with -1 and `sequence_length` [1, beams] (streaming with beam search: every
     beam's tokens so far in each response); log probs, logits, perf metrics, `batch_index` and
-    `sequence_index` only when the request asks for them or they tell items apart.
+    `sequence_index` only when the request asks for them or they tell items apart. Refuses what the
+    backend and the executor refuse, with their texts (`executor`); request ids count from 1 per
+    instance, as the executor's do.
     """
 
     def __init__(self, spec: dict[str, Any]) -> None:
@@ -73,6 +77,18 @@ class TensorrtLlm(Model):
         self.rank = _mpi_rank()
         self.lora_cache: dict[int, str] = {}
         self.lock = threading.Lock()
+        self.last_request_id = 0
+        self.serving = Serving.read(self.params)
+        # An encoder engine makes the executor an encoder-decoder one (Whisper); mllama has none.
+        self.encoder_decoder = str(self.params.get("encoder_model_path") or "").startswith("/")
+        llm = executor.engine_config(spec, "gpt_model_path")
+        encoder = executor.engine_config(spec, "encoder_model_path") if self.encoder_decoder else None
+        self.limits = Limits.read(llm, encoder, self.serving.chunked_context) if llm else None
+        if self.limits and self.max_beam_width > self.limits.engine_max_beam_width:
+            raise RuntimeError(  # trtGptModel.h, at load: the model never becomes ready
+                f"{executor.ASSERTION}Runtime configured max beam width ({self.max_beam_width}) must not "
+                f"exceed engine max beam width ({self.limits.engine_max_beam_width})"
+            )
 
     def block_unless_leader(self) -> None:
         """In leader mode, never return from loading on ranks other than 0."""
@@ -84,22 +100,84 @@ class TensorrtLlm(Model):
 
     @property
     def max_beam_width(self) -> int:
-        """The served beam width: the `max_beam_width` parameter (the backend's default is 1)."""
-        value = str(self.params.get("max_beam_width") or "").strip()
-        return int(value) if value.isdigit() else 1
+        """The runtime max beam width: the `max_beam_width` parameter (the backend's default is 1)."""
+        return executor.parameter_int(self.params, "max_beam_width", 1)
 
-    def digest(self, inputs: dict[str, Any], row: int) -> list[str]:
+    def prompt(self, inputs: dict[str, Any], row: int, batch: int) -> list[int]:
+        """Batch item `row`'s input ids as the executor gets them.
+
+        Decoder-only: `input_ids`, cut to `input_lengths` only when the request holds several items (the
+        backend slices only then). Encoder-decoder: `decoder_input_ids`, else one pad id.
+        """
+        if self.encoder_decoder:
+            if "decoder_input_ids" in inputs:
+                return [int(i) for i in self.array(inputs["decoder_input_ids"], "decoder_input_ids")[row]]
+            return [int(self.scalar(inputs, "pad_id", row, 0))] if "pad_id" in inputs else []
+        if "input_ids" not in inputs:
+            return []
+        ids = self.array(inputs["input_ids"], "input_ids")[row].reshape(-1)
+        if batch > 1:
+            ids = ids[: int(self.array(inputs["input_lengths"], "input_lengths").reshape(-1)[row])]
+        return [int(i) for i in ids]
+
+    def prompt_len(self, prompt: list[int]) -> int:
+        """How many tokens the executor counts; Whisper's special tokens are one token each, as tiktoken's."""
+        if not self.spec["knowledge"]["whisper"]:
+            return len(prompt)
+        text = codec.decode_ids(prompt)
+        return len(SPECIAL_TOKENS.findall(text)) + len(SPECIAL_TOKENS.sub("", text).encode())
+
+    def item(self, inputs: dict[str, Any], row: int, batch: int) -> Item:
+        """What the backend makes of batch item `row` (utils.cc createRequestsFromInputTensors)."""
+        prompt = self.prompt(inputs, row, batch)
+        sampling = {
+            name: self.scalar(inputs, name, row, 0) for name in executor.SAMPLING_INPUTS if name in inputs
+        }
+        extra = inputs.get("prompt_table_extra_ids")
+        words = [
+            [int(v) for v in self.array(inputs[name], name)[row].reshape(-1)]
+            for name in ("bad_words_list", "stop_words_list")
+            if name in inputs
+        ]
+        guide = inputs.get("guided_decoding_guide_type")
+        encoder_len = None
+        if "encoder_input_features" in inputs:
+            encoder_len = int(
+                self.array(inputs["encoder_input_features"], "encoder_input_features")[row].shape[0]
+            )
+            if batch > 1:
+                encoder_len = int(self.array(inputs["input_lengths"], "input_lengths").reshape(-1)[row])
+        return Item(
+            prompt_len=self.prompt_len(prompt),
+            max_new_tokens=int(self.scalar(inputs, "request_output_len", row, 0)),
+            beam_width=int(self.scalar(inputs, "beam_width", row, 1)),
+            sampling=sampling,
+            words=words,
+            streaming=bool(self.scalar(inputs, "streaming", 0, 0)),
+            prompt_table="prompt_embedding_table" in inputs,
+            extra_ids=extra is not None
+            and self.array(extra, "prompt_table_extra_ids")[row].size == len(prompt),
+            encoder_len=encoder_len,
+            context_logits=bool(self.scalar(inputs, "return_context_logits", row, 0)),
+            generation_logits=bool(self.scalar(inputs, "return_generation_logits", row, 0)),
+            guided=guide is not None
+            and strings(self.array(guide, "guided_decoding_guide_type")[row])[0] in executor.GUIDE_TYPES,
+            draft_tokens=self.array(inputs["draft_input_ids"], "draft_input_ids")[row].size
+            if "draft_input_ids" in inputs
+            else 0,
+            lora_weights="lora_weights" in inputs,
+            lora_config="lora_config" in inputs,
+        )
+
+    def digest(self, inputs: dict[str, Any], row: int, item: Item, batch: int) -> list[str]:
         """The pieces of batch item `row`'s generated text (one response each when streaming)."""
         knowledge = self.spec["knowledge"]
         segments = [self.spec["model_type"]]
-        if "input_ids" in inputs:
-            ids = self.array(inputs["input_ids"], "input_ids")[row].reshape(-1)
-            length = int(self.array(inputs["input_lengths"], "input_lengths").reshape(-1)[row])
-            ids = ids[:length]
+        fake = 0
+        if "input_ids" in inputs and not self.encoder_decoder:
+            ids = np.array(self.prompt(inputs, row, batch))
             segments.append(codec.decode_ids(ids))
             fake = int(np.sum(ids >= codec.VOCAB_SIZE))
-        else:
-            fake = 0
         for name in ("prompt_embedding_table", "encoder_input_features"):
             if name in inputs and not knowledge["whisper"]:
                 segments.append(read_table(self.array(inputs[name], name)[row]))
@@ -112,8 +190,8 @@ class TensorrtLlm(Model):
             values = self.array(inputs[name], name)
             values = values[row] if values.ndim else values
             if name == "prompt_table_extra_ids":
-                if "prompt_embedding_table" not in inputs:
-                    continue  # the backend reads the extra ids only with a prompt table, and drops them here
+                if not item.prompt_table or not item.extra_ids:
+                    continue  # the backend reads them only with a prompt table, and drops ill-sized ones
                 items.append(
                     f"{name}={';'.join(str(v) for v in sorted(set(values.reshape(-1).tolist()) - {0}))}"
                 )
@@ -123,6 +201,8 @@ class TensorrtLlm(Model):
                 items.append(
                     f"decoder_input_ids={'+'.join(re.findall(r'<[|]([^|]+)[|]>', prompt)) or prompt}"
                 )
+            elif self.dtype(name) == "TYPE_STRING":
+                items.append(f"{name}={';'.join(strings(values))}")
             elif values.size == 1:
                 value = values.reshape(-1)[0]
                 items.append(
@@ -133,6 +213,9 @@ class TensorrtLlm(Model):
         for name in ("prompt_embedding_table", "encoder_input_features"):
             if name in inputs:
                 items.append(f"{name}={self.describe(name, self.array(inputs[name], name)[row][None])}")
+        requested = int(self.scalar(inputs, "request_output_len", row, 0))
+        if item.max_new_tokens != requested:  # the executor cut max_tokens to fit max_seq_len (a warning)
+            items.append(f"max_new_tokens={item.max_new_tokens}")
         items += self.lora(inputs, row)
         if knowledge["whisper"]:
             features = self.array(inputs["encoder_input_features"], "encoder_input_features")[row]
@@ -157,27 +240,56 @@ class TensorrtLlm(Model):
                 weights = self.array(inputs["lora_weights"], "lora_weights")[row]
                 self.lora_cache[task] = codec.short_hash(weights.tobytes())
                 return [f"lora=loaded#{self.lora_cache[task]}"]
-            if task not in self.lora_cache:
-                raise DoubleError(
-                    f"LoRA task {task} not found in cache. Please send LoRA weights with request"
-                )
             return [f"lora=cached#{self.lora_cache[task]}"]
 
-    def check(self, inputs: dict[str, Any], batch: int) -> None:
-        """Refuse what the backend and the executor refuse.
+    def lora_miss(self, inputs: dict[str, Any], row: int) -> str | None:
+        """The PEFT cache's refusal of an unknown task id sent without weights (peftCacheManager.cpp)."""
+        if "lora_task_id" not in inputs or "lora_weights" in inputs:
+            return None
+        task = int(self.array(inputs["lora_task_id"], "lora_task_id").reshape(-1)[row])
+        with self.lock:
+            cached = task in self.lora_cache
+        return (
+            None if cached else f"LoRA task {task} not found in cache. Please send LoRA weights with request"
+        )
 
-        That is streaming without decoupled mode and a beam width (none sent: 1) other than the served
-        `max_beam_width`. Streaming with beam search is accepted, as in the pinned release.
+    def check(self, inputs: dict[str, Any], batch: int) -> list[Item]:
+        """Refuse what the backend and the executor refuse, in their order; the items they accept.
+
+        The backend converts the whole Triton request first (a refusal there is its exception's text);
+        the executor then fetches each item under its own request id (validate and the fetch-time
+        checks, the PEFT cache) and runs a step, where a beam width above the runtime maximum fails.
+        A request the double refuses is refused whole: the real one still answers a batch's other items.
         """
-        for row in range(batch):
-            streaming = bool(self.scalar(inputs, "streaming", row, 0))
-            if streaming and not self.decoupled:
-                raise DoubleError("Streaming is only supported if model is deployed using decoupled mode.")
-            width = int(self.scalar(inputs, "beam_width", row, 1))
-            if width != self.max_beam_width:
-                raise DoubleError(
-                    f"Request with beam width {width} differs from the max beam width {self.max_beam_width}"
-                )
+        if "input_ids" not in inputs and "encoder_input_features" not in inputs:
+            raise RefusalError("inputTokens or encoderInputFeatures tensor not provided")
+        if not self.decoupled and batch > 1:
+            raise RefusalError(
+                "Batch size > 1 requires the tensorrt_llm backend to be using decoupled transaction policy"
+            )
+        if self.scalar(inputs, "streaming", 0, 0) and not self.decoupled:
+            raise RefusalError("Streaming is only supported if model is deployed using decoupled mode.")
+        items = [self.item(inputs, row, batch) for row in range(batch)]
+        present = [name for name in inputs if name in self.contract["input"]]
+        for item in items:
+            refusal = executor.conversion_refusal(item, present)
+            if refusal:
+                raise RefusalError(refusal)
+        for row, item in enumerate(items):
+            with self.lock:
+                request_id = self.last_request_id + 1
+                sequences = int(item.sampling.get("num_return_sequences", 1))
+                self.last_request_id += sequences if item.beam_width == 1 and sequences > 1 else 1
+            refusal = executor.fetch_refusal(item, self.limits, self.serving)
+            if refusal:
+                raise RefusalError(executor.executor_failed(request_id, executor.FETCHING + refusal))
+            refusal = self.lora_miss(inputs, row)
+            if refusal:
+                raise RefusalError(executor.executor_failed(request_id, refusal))
+            refusal = executor.forward_refusal(item, self.max_beam_width)
+            if refusal:
+                raise RefusalError(executor.executor_failed(request_id, executor.FORWARD + refusal))
+        return items
 
     def responses(self, inputs: dict[str, Any]) -> list[list[Any]]:
         """The output tensors of every response, in order: per batch item, per sequence, per segment.
@@ -186,16 +298,16 @@ class TensorrtLlm(Model):
         the model instance works on one at a time, so requests beyond its pace wait in Triton's queue.
         """
         batch = self.array(inputs["request_output_len"], "request_output_len").shape[0]
-        self.check(inputs, batch)
+        items = self.check(inputs, batch)
         time.sleep(float(self.spec.get("seconds_per_request", 0)))
         whisper = bool(self.spec["knowledge"]["whisper"])
         # (batch item, sequence_index or None, the text of every beam of every response)
         answers: list[tuple[int, int | None, list[list[str]]]] = []
-        for row in range(batch):
-            pieces = self.digest(inputs, row)
-            width = int(self.scalar(inputs, "beam_width", row, 1))
-            sequences = int(self.scalar(inputs, "num_return_sequences", row, 1))
-            streaming = bool(self.scalar(inputs, "streaming", row, 0))
+        for row, item in enumerate(items):
+            pieces = self.digest(inputs, row, item, batch)
+            width = item.beam_width
+            sequences = int(item.sampling.get("num_return_sequences", 1))
+            streaming = item.streaming
             if width == 1 and sequences > 1:
                 # Sampling: every returned sequence is its own stream of responses, with sequence_index.
                 for index in range(sequences):
@@ -267,9 +379,30 @@ class TensorrtLlm(Model):
         (tensors,) = self.responses(inputs)
         return tensors
 
+    def stopped(self, request: Any) -> bool:
+        """Whether `request` asks to stop another one (`stop`), which the backend answers empty.
+
+        Without a request id it is refused (model_instance_state.cc handleStopRequest).
+        """
+        stop = self.inputs(request).get("stop")
+        if stop is None or not bool(self.array(stop, "stop").reshape(-1)[0]):
+            return False
+        if not request.request_id():
+            raise RefusalError("Trying to stop a request but request ID is not provided")
+        return True
+
+    def run(self, request: Any) -> Any:
+        """The one response of a request to a model without decoupled mode."""
+        if self.stopped(request):
+            return pb_utils.InferenceResponse(output_tensors=[])
+        return super().run(request)
+
     def run_decoupled(self, request: Any) -> None:
         """Every response of the request, the last one flagged final like the backend's."""
         sender = request.get_response_sender()
+        if self.stopped(request):
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
         responses = self.responses(self.inputs(request))
         for index, tensors in enumerate(responses):
             final = index == len(responses) - 1

@@ -31,6 +31,10 @@ from .base import (
     strings,
 )
 
+# The types whose v0.19.0 preprocessing has no vision preprocessor (they take preprocessed pixels only).
+_NO_VISION_PREPROCESSOR = ("blip2", "llava", "vila")
+MLLAMA_IMAGE_TOKEN = "<|image|>"
+
 
 class Preprocessing(Model):
     """Tokenizes (byte tokenizer) and, for server-side image types, loads images like the real one.
@@ -47,33 +51,66 @@ class Preprocessing(Model):
         return int(value) if value.isdigit() else None
 
     def check(self, inputs: dict[str, Any], texts: list[str]) -> None:
-        """Refuse what the v0.19.0 preprocessing refuses for this model type, with its message."""
+        """Refuse what the v0.19.0 preprocessing refuses for this model type, as it does.
+
+        It raises out of `execute` (failing every request of the batch) with the exception the real code
+        raises, in its order: the vision preprocessor's presence, the type's image processing (mllama's
+        Hugging Face processor, LLaVA-OneVision's batch assertion), the image-less types, the prompt's
+        `<image>` count, then Qwen2-VL's missing extra ids.
+        """
         model_type = self.spec["model_type"]
-        server_side = [name for name in ("IMAGE_BYTES", "IMAGE_URL", "VIDEO_BYTES") if name in inputs]
+        server_side = [name for name in ("IMAGE_URL", "IMAGE_BYTES", "VIDEO_BYTES") if name in inputs]
+        if server_side and model_type in _NO_VISION_PREPROCESSOR:
+            raise AssertionError("Vision preprocessor for preparing images before encoding is None")
+        if model_type == "mllama" and server_side:
+            self.check_mllama(inputs, texts)
+        if model_type == "llava_onevision" and server_side == ["IMAGE_BYTES"]:
+            pixels = self.array(inputs["IMAGE_BYTES"], "IMAGE_BYTES")  # every image of every row, one list
+            if pixels.shape[0] * pixels.shape[1] != len(texts):
+                raise AssertionError("Image must have the same batch size as Query.")
         if model_type == "llava_onevision" and not server_side:
             # It computes the number of visual tokens from the processed image, so it cannot go without.
-            raise DoubleError("Image processing requires IMAGE_BYTES or IMAGE_URL to be provided")
-        # The two qwen2_vl failures are Python's own (UnboundLocalError) of a variable its path never sets.
-        if model_type == "qwen2_vl" and not server_side:
-            raise DoubleError(
-                f"{UNBOUND.format('qwen2vl_input_id_tensor')} (qwen2_vl input ids come from the processor, "
-                "which runs only with an image)"
-            )
-        if model_type == "qwen2_vl" and "PROMPT_TABLE_EXTRA_ID" in inputs:
-            raise DoubleError(
-                f"{UNBOUND.format('prompt_table_extra_ids')} (the qwen2_vl path never builds the extra ids "
-                "PROMPT_TABLE_EXTRA_ID asks for)"
-            )
+            raise AssertionError("Image processing requires IMAGE_BYTES or IMAGE_URL to be provided")
         limit = self.max_num_images
         if limit is not None and limit > 1:
             # Only then does the real one split the prompt on the marker, and count the pieces.
             for text in texts:
                 found = text.count(MULTI_IMAGE_MARKER)
                 if found > limit:
-                    raise DoubleError(
+                    raise ValueError(
                         f"The number of images in the request ({found}) exceeds the maximum allowed "
                         f"({limit})."
                     )
+        # The two qwen2_vl failures are Python's own, of a variable its path never sets: without a
+        # server-side image the processor never runs; with PROMPT_TABLE_EXTRA_ID the extra ids are never
+        # built.
+        if model_type == "qwen2_vl" and not server_side:
+            raise UnboundLocalError(UNBOUND.format("qwen2vl_input_id_tensor"))
+        if model_type == "qwen2_vl" and "PROMPT_TABLE_EXTRA_ID" in inputs:
+            raise UnboundLocalError(UNBOUND.format("prompt_table_extra_ids"))
+
+    def check_mllama(self, inputs: dict[str, Any], texts: list[str]) -> None:
+        """Hugging Face's MllamaProcessor, called once per image list as the real one calls it.
+
+        URLs: one call per row with that row's images. Bytes: every image of every row in one list,
+        one call per image with the query of the same index (so several images in a row run past the
+        queries). Each call compares the row's `<|image|>` tags with its images, when it has tags.
+        """
+        if "IMAGE_URL" in inputs:
+            urls = self.array(inputs["IMAGE_URL"], "IMAGE_URL")
+            counts = [len(strings(urls[row])) for row in range(urls.shape[0])]
+        else:
+            pixels = self.array(inputs["IMAGE_BYTES"], "IMAGE_BYTES")
+            counts = [1] * (pixels.shape[0] * pixels.shape[1])
+        for index, count in enumerate(counts):
+            if index >= len(texts):
+                raise IndexError("list index out of range")
+            tags = texts[index].count(MLLAMA_IMAGE_TOKEN)
+            if tags and tags != count:
+                raise ValueError(
+                    f"The number of image tokens in each text ([{tags}]) should be the same as the number "
+                    f"of provided images per batch ([{count}]). "
+                )
 
     def image_slots(self, text: str) -> int:
         """How many blocks of fake prompt-table ids the real one inserts into `text`'s ids.
@@ -233,7 +270,9 @@ class Preprocessing(Model):
         for row in range(batch):
             row_words, row_weights = strings(words[row]), weights[row].reshape(-1)
             if len(row_words) != len(row_weights):
-                raise DoubleError("Embedding bias words must have same dimension as embedding bias weights")
+                raise AssertionError(
+                    "Embedding bias words must have same dimension as embedding bias weights"
+                )
             for word, weight in zip(row_words, row_weights, strict=True):
                 for token in codec.encode_text(word):
                     bias[row, token] += float(weight)
@@ -312,7 +351,7 @@ class MultimodalEncoders(Model):
         source = next((name for name in ("IMAGE", "pixel_values") if name in inputs), None)
         if source is None:
             if not knowledge["text_only_requests"]:
-                raise DoubleError("There is no preprocessed image tensor to encode")
+                raise AssertionError("There is no preprocessed image tensor to encode")
             return self.without_image(inputs)
         images = self.array(inputs[source], source)
         batch = images.shape[0]

@@ -13,20 +13,20 @@ vocabulary). What reached each model is reported in the generated text:
 
 - `preprocessing` encodes a trace of its inputs (text, images fetched from URLs, raw bytes, video, ids) as
   the prompt's token ids, inserting one fake prompt-table id per block of them the real one inserts, and
-  refuses what the real one refuses: more `<image>` markers than `max_num_images`, LLaVA-OneVision or
-  Qwen2-VL without a server-side image, Qwen2-VL with PROMPT_TABLE_EXTRA_ID;
+  refuses what the real one (and the Hugging Face processor it calls) refuses, raising the real
+  exception out of `execute`;
 - `multimodal_encoders` encodes a trace of the tensors it got as the prompt table (FP16) or, for mllama,
   as encoder features (BF16); it refuses a request without an image except for mllama, like the real one;
 - `tensorrt_llm` (run as `backend: "python"`) generates `type|pre:...|enc:...|llm:...`, naming every
   optional input that arrived, once per beam; it answers one response per batch item (per segment when
-  streaming: the new segment with one beam, every beam's text so far with beam search), refuses the beam
-  widths the executor refuses, keeps a LoRA cache, reads Whisper's tones from encoder features, and, in
+  streaming: the new segment with one beam, every beam's text so far with beam search), refuses what the
+  TensorRT-LLM backend and executor refuse (`executor`), in their words, against the limits in the
+  engines' own config.json, keeps a LoRA cache, reads Whisper's tones from encoder features, and, in
   leader mode, never finishes loading on ranks other than 0;
 - `postprocessing` detokenizes into one flat string per (batch item x beam); `tensorrt_llm_bls` and
   `whisper_bls` drive the other models through real BLS calls (`pb_utils.InferenceRequest`), the first
-  following the ensemble's own wiring and passing postprocessing's strings on unchanged, after the real
-  one's own refusals (`max_tokens` below 1, speculative decoding without a draft model; Whisper: a
-  batch of several utterances).
+  following the ensemble's own wiring and passing postprocessing's strings on unchanged; both refuse
+  what the real ones refuse and answer a failure with its traceback, as they do.
 """
 
 from __future__ import annotations
