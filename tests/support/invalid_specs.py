@@ -315,6 +315,14 @@ CASES: list[InvalidSpec] = [
         values=("1",),
     ),
     InvalidSpec(
+        "whisper-max-utilization",
+        "whisper",
+        {"spec": {"serving": {"batchSchedulerPolicy": "max_utilization"}}},
+        "spec.serving.batchSchedulerPolicy",
+        "batchSchedulerPolicy max_utilization does not serve distil_whisper, whisper",
+        values=("whisper",),
+    ),
+    InvalidSpec(
         "whisper-variant-missing",
         "whisper",
         {"spec": {"model": {"variant": DELETE}}},

@@ -54,6 +54,15 @@ def with_parameter(plan: TritonPlan, model: str, key: str, value: str) -> Triton
     return dataclasses.replace(plan, repository=dataclasses.replace(plan.repository, configs=configs))
 
 
+def without_parameter(plan: TritonPlan, model: str, key: str) -> TritonPlan:
+    """`plan` with parameter `key` taken out of `model`'s rendered config (which the operator renders)."""
+    configs = dict(plan.repository.configs)
+    pattern = rf'parameters {{\n\s+key: "{re.escape(key)}"\n\s+value {{ string_value: "[^"]*" }}\n}}\n'
+    configs[model], count = re.subn(pattern, "", configs[model])
+    assert count == 1, f"{model} has no parameter {key}"
+    return dataclasses.replace(plan, repository=dataclasses.replace(plan.repository, configs=configs))
+
+
 _NUMPY = {"INT32": np.int32, "UINT64": np.uint64, "FP32": np.float32, "FP16": np.float16, "BOOL": np.bool_}
 
 

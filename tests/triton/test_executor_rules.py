@@ -26,7 +26,7 @@ from mmd_testbed.triton.doubles import codec
 from mmd_testbed.triton.localserver import ServerFailedError, TritonInstall
 from mmd_testbed.triton.serving import Served, serve
 from tests.triton.reference import grpc_results
-from tests.triton.serving import load_example, replaced, scalar, with_parameter
+from tests.triton.serving import load_example, replaced, scalar, with_parameter, without_parameter
 
 ASSERTION = r"\[TensorRT-LLM\]\[ERROR\] Assertion failed: "
 FAILED = r"Executor failed process requestId \d+ due to the following error: "
@@ -382,8 +382,11 @@ def test_t25_streaming_on_an_evicting_scheduler(start: Start, tmp_path: Path) ->
 
 
 def test_t26_whisper_on_max_utilization(start: Start, tmp_path: Path) -> None:
-    # The operator renders this; the executor refuses every request of an encoder-decoder model under it.
-    plan = load_example("whisper", {"batchSchedulerPolicy": "max_utilization"})
+    # The operator refuses this spec (a CEL rule on serving.batchSchedulerPolicy); rendered by hand, the
+    # executor refuses every request of a model with an encoder engine under it.
+    plan = with_parameter(
+        load_example("whisper"), "tensorrt_llm", "batch_scheduler_policy", "max_utilization"
+    )
     with start("whisper-max-utilization", plan) as served:
         wav = media.speech(tmp_path / "x.wav", "x")
         pattern = (
@@ -404,3 +407,14 @@ def test_t31_runtime_beam_width_above_the_engines(start: Start) -> None:
     assert log, failed.value
     refusal = "Runtime configured max beam width (2) must not exceed engine max beam width (1)"
     assert refusal in Path(log.group(1)).read_text()
+
+
+def test_a_config_without_the_guided_decoding_parameters_does_not_load(start: Start) -> None:
+    # The operator renders all three, empty (guided decoding off); the backend reads them at load.
+    key = "tokenizer_dir"
+    plan = without_parameter(load_example("llava"), "tensorrt_llm", key)
+    with pytest.raises(ServerFailedError) as failed, start("llava-without-tokenizer-dir", plan):
+        pass
+    log = re.search(r"log (\S+server\.log):", str(failed.value))
+    assert log, failed.value
+    assert f"Cannot find parameter with name: {key}" in Path(log.group(1)).read_text()

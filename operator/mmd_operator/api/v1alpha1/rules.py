@@ -119,6 +119,15 @@ def _engine_and_common_rules() -> list[JsonDict]:
             f"it applies to {', '.join(encoder_decoder)}; model.type is {{self.model.type}}",
             field_path=".serving.crossKvCacheFraction",
         ),
+        cel_rule(
+            f"!(self.model.type in {cel_list(WHISPER_TYPES)}) || !has(self.serving.batchSchedulerPolicy) || "
+            "self.serving.batchSchedulerPolicy != 'max_utilization'",
+            f"batchSchedulerPolicy max_utilization does not serve {whisper}: TensorRT-LLM refuses every "
+            "request to a model with an encoder engine under it (Encoder or Encoder-Decoder model don't "
+            "support max utilization scheduler yet); use guaranteed_no_evict, the default; model.type is "
+            "{self.model.type}",
+            field_path=".serving.batchSchedulerPolicy",
+        ),
         _only_for(
             "bls",
             "has(self.serving.enableBls) && self.serving.enableBls",

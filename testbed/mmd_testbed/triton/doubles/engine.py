@@ -78,6 +78,9 @@ class TensorrtLlm(Model):
         self.lora_cache: dict[int, str] = {}
         self.lock = threading.Lock()
         self.last_request_id = 0
+        missing = next((name for name in executor.LOAD_PARAMETERS if name not in self.params), None)
+        if missing is not None:
+            raise RuntimeError(f"Cannot find parameter with name: {missing}")  # ModelState::GetParameter
         self.serving = Serving.read(self.params)
         # An encoder engine makes the executor an encoder-decoder one (Whisper); mllama has none.
         self.encoder_decoder = str(self.params.get("encoder_model_path") or "").startswith("/")

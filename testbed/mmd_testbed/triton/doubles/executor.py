@@ -29,6 +29,9 @@ FORWARD = "Encountered an error in forwardAsync function: "
 K_MAX_BEAM_WIDTH = 256  # tensorrt_llm::kernels::kMaxBeamWidth
 # The guide types the backend maps (utils.cc getGuidedDecodingParamsFromTensors); others are dropped.
 GUIDE_TYPES = ("json", "json_schema", "regex", "ebnf_grammar")
+# Parameters the backend reads at load outside any fallback (model_instance_state.cc, the guided decoding
+# config): a config without one of them does not load.
+LOAD_PARAMETERS = ("tokenizer_dir", "xgrammar_tokenizer_info_path", "guided_decoding_backend")
 # SamplingConfig's constructor checks, in its order (samplingConfig.cpp): the input, the condition, and
 # the text TLLM_CHECK prints. top_p <= 0 never gets there: the backend unsets it (utils.cc:560-563).
 _SAMPLING: tuple[tuple[str, Callable[[float], bool], str], ...] = (
