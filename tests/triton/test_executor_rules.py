@@ -19,7 +19,15 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from mmctl.triton.requests import Tensor, TextRequest, audio_request, load_audio, text_request
+from mmctl.main import main
+from mmctl.triton.requests import (
+    Tensor,
+    TextRequest,
+    audio_request,
+    image_extra_id,
+    load_audio,
+    text_request,
+)
 from mmd_operator.plan.triton import TritonPlan
 from mmd_testbed.triton import media
 from mmd_testbed.triton.doubles import codec
@@ -125,6 +133,18 @@ def test_t20_kv_cache_reuse_needs_extra_ids_with_a_prompt_table(llava_reuse: Ser
     extra = Tensor("prompt_table_extra_ids", np.array([[7, 0, 0, 0]], np.uint64), "UINT64")
     assert "prompt_table_extra_ids=7" in _text(llava_reuse, "tensorrt_llm", _direct(prompt, 4, table, extra))
     assert "llm:" in _text(llava_reuse, "tensorrt_llm", _direct([65, 66, 67]))
+
+
+def test_mmctl_infer_names_each_image_so_a_reuse_deployment_answers_it(
+    llava_reuse: Served, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The same request without the id is refused (above); mmctl sends a digest of the image's bytes.
+    picture = media.image(tmp_path / "named.jpg")
+    code = main(["infer", "--url", llava_reuse.url("grpc"), "--model-type", "llava", "--image", str(picture)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    seen = codec.parse_digest(out.strip())
+    assert seen["llm"]["prompt_table_extra_ids"] == str(image_extra_id([str(picture)]))
 
 
 def test_t20_reuse_concerns_prompt_tables_only(start: Start, tmp_path: Path) -> None:
