@@ -12,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mmd_operator.vocabulary.kinds import GPU_RESOURCE
 from mmd_testbed.localcluster.binaries import Binaries
+from mmd_testbed.localcluster.cluster import UNSCHEDULABLE_RETRY_SECONDS
 from tests.support.kube import Kube, Tools, restricted
 
 pytestmark = pytest.mark.cluster
@@ -234,6 +235,41 @@ def test_more_gpus_than_any_node_has_stays_pending_with_the_schedulers_reason(
         lambda: kube.core.list_namespaced_event(namespace, field_selector="reason=FailedScheduling").items,
     )
     assert f"Insufficient {GPU_RESOURCE}" in events[0].message
+
+
+def _scheduling_attempts(kube: Kube, namespace: str) -> int:
+    """How often the scheduler failed to place a pod of `namespace`, from its FailedScheduling events.
+
+    An attempt like the one before is counted in the event's series; a new event starts when the pod (whose
+    version the event names) has changed in between, as the first attempt changes its PodScheduled condition.
+    """
+    events = kube.core.list_namespaced_event(namespace, field_selector="reason=FailedScheduling").items
+    return sum(event.series.count if event.series else 1 for event in events)
+
+
+def test_a_pod_set_aside_as_unschedulable_is_tried_again_when_no_event_wakes_it(
+    kube: Kube, namespace: str
+) -> None:
+    """The scheduler may miss the event that makes a pod schedulable: the queue's handler of a PV Add can
+    retry a build pod before the volume-binding plugin's own cache has the PV, which sets the pod aside with
+    "bound to non-existent pv(s)" and nothing left to wake it. The cluster's scheduler tries such a pod
+    again within UNSCHEDULABLE_RETRY_SECONDS plus its 30 s check (upstream: after 5 minutes, past every wait
+    of the tests). Here nothing ever wakes the pod: no node will match its selector."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "nowhere"},
+        "spec": {**_pod_template({})["spec"], "nodeSelector": {"localcluster.mmd.dev/no-such-node": "true"}},
+    }
+    kube.core.create_namespaced_pod(namespace, pod)
+    kube.wait_for("the first attempt", lambda: _scheduling_attempts(kube, namespace) >= 1)
+    kube.wait_for(
+        "the scheduler to try pod nowhere again",
+        lambda: _scheduling_attempts(kube, namespace) >= 2,
+        timeout=UNSCHEDULABLE_RETRY_SECONDS + 30 + 20,
+        interval=1.0,
+    )
+    assert kube.core.read_namespaced_pod("nowhere", namespace).spec.node_name is None
 
 
 def test_a_claim_of_the_local_storage_class_binds_and_its_volume_goes_with_it(

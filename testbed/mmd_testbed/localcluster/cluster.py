@@ -56,6 +56,12 @@ _NODE_LEASE_SECONDS = 20
 _NODE_MONITOR_GRACE_SECONDS = 120
 _LOST_NODE_TOLERATION_SECONDS = 20
 HPA_SYNC_SECONDS = 5
+# The scheduler tries a pod it set aside as unschedulable again after this long even when no event says
+# anything changed (upstream: 5 minutes; it checks every 30 s, so a pod waits at most this plus 30 s). An
+# event can be missed: the queue's handler of a PV Add may retry a pod before the volume-binding plugin's
+# own cache of PVs, fed by another handler of the same informer, has the PV, and the pod is set aside with
+# "bound to non-existent pv(s)" with nothing left to wake it (kubernetes/kubernetes#93552).
+UNSCHEDULABLE_RETRY_SECONDS = 10
 _LOG_TAIL_LINES = 30
 
 
@@ -482,7 +488,13 @@ class LocalCluster:
                 *self._real_node_controller_flags(state),
             ]
         if component == "kube-scheduler":
-            return [binary, *self._delegated_auth_flags(state, component), "--profiling=false"]
+            return [
+                binary,
+                *self._delegated_auth_flags(state, component),
+                "--profiling=false",
+                # Deprecated, but the one setting of it (the scheduler's configuration file has none).
+                f"--pod-max-in-unschedulable-pods-duration={UNSCHEDULABLE_RETRY_SECONDS}s",
+            ]
         if component == "kwok":
             return [
                 binary,
