@@ -1,4 +1,4 @@
-module mmd-operator/tools/controlplane/helm
+module mmd-operator/testbed/go/controlplane/helm
 
 go 1.24.0
 

@@ -1,4 +1,4 @@
-module mmd-operator/tools/controlplane/kubernetes
+module mmd-operator/testbed/go/controlplane/kubernetes
 
 go 1.24.0
 

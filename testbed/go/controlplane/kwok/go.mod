@@ -1,4 +1,4 @@
-module mmd-operator/tools/controlplane/kwok
+module mmd-operator/testbed/go/controlplane/kwok
 
 go 1.26.0
 

@@ -1,4 +1,4 @@
-module mmd-operator/tools/metrics/prometheus-adapter
+module mmd-operator/testbed/go/metrics/prometheus-adapter
 
 go 1.26
 

@@ -1,4 +1,4 @@
-module mmd-operator/tools/metrics/prometheus
+module mmd-operator/testbed/go/metrics/prometheus
 
 go 1.26.7
 

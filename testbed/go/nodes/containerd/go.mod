@@ -1,4 +1,4 @@
-module mmd-operator/tools/nodes/containerd
+module mmd-operator/testbed/go/nodes/containerd
 
 go 1.26
 

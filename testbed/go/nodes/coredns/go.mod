@@ -1,4 +1,4 @@
-module mmd-operator/tools/nodes/coredns
+module mmd-operator/testbed/go/nodes/coredns
 
 go 1.26
 

@@ -1,4 +1,4 @@
-module mmd-operator/tools/nodes/kube-router
+module mmd-operator/testbed/go/nodes/kube-router
 
 go 1.26.0
 

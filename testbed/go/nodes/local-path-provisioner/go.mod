@@ -1,4 +1,4 @@
-module mmd-operator/tools/nodes/local-path-provisioner
+module mmd-operator/testbed/go/nodes/local-path-provisioner
 
 go 1.26
 

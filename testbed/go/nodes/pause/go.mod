@@ -1,3 +1,3 @@
-module mmd-operator/tools/nodes/pause
+module mmd-operator/testbed/go/nodes/pause
 
 go 1.24.0
