@@ -12,7 +12,10 @@ that passed offline validation and the namespace it is meant for:
 - some node matches the build pod's and the serving pods' selector, required node affinity and
   tolerations with enough allocatable GPUs for one pod (`judgement.placement.match`, the rule the
   operator explains its scheduling failures with), unless the engine is already built; too little room
-  for every serving replica is a warning, since GPUs other pods hold are not counted here.
+  for every serving replica is a warning, since GPUs other pods hold are not counted here;
+- for a resource that exists already (so the spec is a change): whether a node the serving pods may use
+  has a GPU free now for the surge pod of the rollout the change starts; without one, a warning says
+  that the rollout will go on in place and which pod is down for its load (`judgement.rollout`).
 
 A check that cannot be made (a 403, say) is a warning naming what could not be read, never an error.
 `preflight` returns the findings; printing them is the CLI's. Imports the api, the config, the desired
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from mmd_operator.api.v1alpha1 import MultimodalDeployment
+from mmd_operator.api.v1alpha1 import GPU_RESOURCE, MultimodalDeployment
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import cache
 from mmd_operator.desired.decision import manifests
@@ -45,7 +48,7 @@ from mmd_operator.judgement.placement import (
 from mmd_operator.kube import object_facts
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.engine_index import EngineIndex
-from mmd_operator.kube.nodes import nodes_of
+from mmd_operator.kube.nodes import nodes_of, requested_by_node
 from mmd_operator.kube.observe import missing_references
 from mmd_operator.plan.resource_plan import AnyPlan
 from mmd_operator.vocabulary import kinds, names
@@ -256,6 +259,49 @@ def _nodes(checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan, confi
         _placement(checks, job, build_demand(resource.spec), nodes)
     if serving is not None and resource.spec.serving.replicas > 0:
         _placement(checks, serving, serving_demand(resource.spec), nodes)
+        with contextlib.suppress(_UnreadableError):
+            _surge(checks, resource, serving, nodes)
+
+
+def _surge(checks: _Checks, resource: MultimodalDeployment, pod_spec: dict[str, Any], nodes: Nodes) -> None:
+    """Whether the rollout this change starts can surge now, or will go on in place (a change only)."""
+    name = str(resource.metadata.get("name", ""))
+    kind = kinds.MULTIMODAL_DEPLOYMENT
+    exists = checks.read(
+        "metadata.name",
+        f"MultimodalDeployment {name}",
+        lambda: checks.client.get(kind.api_version, kind.kind, checks.namespace, name),
+    )
+    if exists is None:
+        return  # a first apply: no old pod to stop
+    field = "spec.serving.rollout.strategy"
+    rollout, replicas = resource.spec.serving.rollout, resource.spec.serving.replicas
+    one = replicas == 1 and resource.spec.serving.autoscaling is None
+    cost = "the model is down for a whole load" if one else "one pod fewer serves for each pod's load"
+    if rollout.strategy == "InPlace":
+        checks.add(
+            Severity.INFO, field, f"InPlace: a change stops each pod before its replacement loads; {cost}"
+        )
+        return
+    items = checks.read(
+        "spec.serving.pod", "the pods", lambda: checks.client.list(kinds.POD.api_version, kinds.POD.kind)
+    )
+    held = dict(requested_by_node(object_facts.pod(item) for item in items))
+    placement = object_facts.pod_placement(pod_spec)
+    free = {node.name: node.gpus - held.get(node.name, 0) for node in match(placement, nodes).matching}
+    room = sorted(node for node, gpus in free.items() if gpus >= placement.gpus)
+    if room:
+        spare = f"{room[0]} has {free[room[0]]} free {GPU_RESOURCE}"
+        checks.add(Severity.INFO, field, f"a change surges: {spare} for a pod of {placement.gpus}")
+        return
+    offered = ", ".join(f"{node} {gpus}" for node, gpus in sorted(free.items())) or "none"
+    checks.add(
+        Severity.WARNING,
+        field,
+        f"no node the serving pods may use has {placement.gpus} free {GPU_RESOURCE} for a surge pod now "
+        f"(free: {offered}): this change's rollout goes on in place after "
+        f"spec.serving.rollout.surgeWaitSeconds ({rollout.surge_wait_seconds} s), and {cost}",
+    )
 
 
 def preflight(

@@ -28,7 +28,6 @@ from mmd_operator.facts import Observed
 from mmd_operator.judgement import Judgement, judge
 from mmd_operator.judgement.artifact import JobWords
 from mmd_operator.judgement.judge import ARTIFACT_WORDS
-from mmd_operator.judgement.placement import build_demand
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.events import EventRecorder
@@ -171,10 +170,9 @@ class Reconciler:
         observed = look()
         if counted is not None and first_look and _new_key(previous, plan.cache_key):
             counted.looked_up(observed.artifact is not None)
-        build = build_demand(resource.spec)
 
         def judged_now() -> Judgement:
-            return judge(plan, observed, previous, generation, build)
+            return judge(plan, observed, previous, generation, resource.spec)
 
         judged = judged_now()
         decision = desired_state(resource, plan, observed, judged, config=self.config)

@@ -20,7 +20,7 @@ from mmd_operator.plan.resource_plan import plan_resource
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.objects import NodePool
 from mmd_testbed.localcluster.stages import STORAGE_CLASS
-from tests.support.kube import Kube, Tools
+from tests.support.kube import Kube, Resources, Tools, restricted
 from tests.support.nodes import extra_gpu_nodes
 
 pytestmark = pytest.mark.cluster
@@ -251,3 +251,55 @@ def test_mmctl_validate_cluster_runs_the_preflight_over_a_directory(
         n.startswith(f"namespace {namespace}: Pod Security enforces restricted")
         for n in by_name["whisper"]["notes"]
     )
+
+
+@pytest.mark.usefixtures("reserved_node", "crd")
+def test_a_change_to_a_deployment_whose_nodes_have_no_free_gpu_warns_that_it_rolls_in_place(
+    kube: Kube, client: KubeClient, namespace: str, resources: Resources
+) -> None:
+    """A change only (the resource exists): a surge pod needs a free GPU now on a node the pods may use."""
+    _secret(kube, namespace, {"token": TOKEN_VALUE})
+    node = f"{RESERVED.name_prefix}-0"
+    on_reserved = {
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "tolerations": [{"key": RESERVED_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    pinned = {"serving": {"pod": on_reserved}, "engine": {"tensorParallelSize": 2, "maxBatchSize": 4}}
+    resource, plan = mllama(**pinned)
+    surge = "spec.serving.rollout.strategy"
+    assert surge not in {f.field for f in preflight(resource, plan, namespace, client)}  # a first apply
+
+    document = yaml.safe_load((ROOT / "examples" / "mllama.yaml").read_text())
+    resources.apply(document)  # no operator runs here: the resource only exists
+    free = by_field(preflight(resource, plan, namespace, client))[surge]
+    assert [(f.severity, f.message) for f in free] == [
+        (Severity.INFO, f"a change surges: {node} has 2 free nvidia.com/gpu for a pod of 2")
+    ]
+
+    holder = restricted(
+        {
+            **on_reserved,
+            "containers": [
+                {"name": "hold", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
+            ],
+        }
+    )
+    kube.core.create_namespaced_pod(namespace, {"metadata": {"name": "gpu-holder"}, "spec": holder})
+    kube.wait_for(
+        f"the GPU holder on {node}",
+        lambda: kube.core.read_namespaced_pod("gpu-holder", namespace).spec.node_name == node,
+    )
+    full = by_field(preflight(resource, plan, namespace, client))[surge]
+    assert [(f.severity, f.message) for f in full] == [
+        (
+            Severity.WARNING,
+            "no node the serving pods may use has 2 free nvidia.com/gpu for a surge pod now "
+            f"(free: {node} 0): this change's rollout goes on in place after "
+            "spec.serving.rollout.surgeWaitSeconds (60 s), and the model is down for a whole load",
+        )
+    ]
+    in_place = mllama(
+        serving={"pod": on_reserved, "rollout": {"strategy": "InPlace"}}, engine=pinned["engine"]
+    )
+    (chosen,) = by_field(preflight(*in_place, namespace, client))[surge]
+    assert chosen.severity is Severity.INFO and chosen.message.startswith("InPlace: a change stops each pod")

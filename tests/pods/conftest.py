@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from PIL import Image
 
 from mmd_testbed.localcluster import hub, images, realnodes
 from mmd_testbed.localcluster.binaries import ensure_binaries
@@ -152,3 +153,11 @@ def namespace(request: pytest.FixtureRequest, kube: Kube, operator_release: dict
 @pytest.fixture
 def resources(api_client: k8s.ApiClient, kube: Kube, namespace: str) -> Resources:
     return Resources(kube=kube, custom=k8s.CustomObjectsApi(api_client), namespace=namespace)
+
+
+@pytest.fixture(scope="session")
+def picture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small red PNG, the image of every request to a vision model here."""
+    path = tmp_path_factory.mktemp("picture") / "red.png"
+    Image.new("RGB", (32, 32), (200, 10, 10)).save(path)
+    return path

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from PIL import Image
 
 from mmd_operator.vocabulary import labels
 from mmd_testbed.build_tools.trtllm_tools import write_model_repo
@@ -42,13 +41,6 @@ pytestmark = pytest.mark.pods
 # Bounds of the request loop that watches a rollout (requests only to this cluster's Service).
 MAX_REQUESTS = 150
 MAX_SECONDS = 180
-
-
-@pytest.fixture(scope="module")
-def picture(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("picture") / "red.png"
-    Image.new("RGB", (32, 32), (200, 10, 10)).save(path)
-    return path
 
 
 def weights_on_a_claim(kube: Kube, namespace: str, **knobs: float) -> dict[str, Any]:

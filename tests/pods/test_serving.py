@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PIL import Image
 
 from engine_builder.result_format import BuildSucceeded, parse_termination_message
 from mmd_testbed.localcluster import addons
@@ -39,13 +38,6 @@ pytestmark = pytest.mark.pods
 @pytest.fixture(scope="module")
 def busybox() -> str:
     return addons.image_names(ensure_node_binaries(Layout.discover(), say=print))["busybox"]
-
-
-@pytest.fixture(scope="module")
-def picture(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("picture") / "red.png"
-    Image.new("RGB", (32, 32), (200, 10, 10)).save(path)
-    return path
 
 
 def test_the_operator_runs_as_a_real_pod_from_the_chart_on_its_token_alone(

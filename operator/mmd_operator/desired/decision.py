@@ -19,8 +19,11 @@ The rules, in the order the code follows them:
 - The content ConfigMap is applied unless it is over the ConfigMap size limit. Superseded ones are
   deleted once neither the Deployment nor any pod uses them.
 - The Deployment is applied only once the artifact is ready: until then a running Deployment keeps
-  serving the old one, untouched. The Service is applied from the start, and so is the NetworkPolicy
-  while the runtime wants one; once it no longer does, the policy is deleted.
+  serving the old one, untouched. It surges by one pod, or rolls in place when the spec says so or the
+  judgement found no room for the surge pod and the status says so already (then for the rest of
+  that rollout). The Service is
+  applied from the start, and so is the NetworkPolicy while the runtime wants one; once it no longer
+  does, the policy is deleted.
 - With `serving.autoscaling` the HorizontalPodAutoscaler is applied with the Deployment, whose manifest
   then has no `replicas`; the first such apply is preceded by the hand-over of `replicas` while the
   operator still owns it (`scaling`). Without the section the autoscaler is deleted. The
@@ -163,7 +166,11 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
         writes.apply.append(configmap)
     deployment = None
     if artifact.ready and not too_large:
-        deployment = hashing.stamped(children.deployment(artifact.location))
+        wanted = children.deployment(artifact.location)
+        rollout = case.judgement.rollout
+        if rollout.in_place_now:
+            wanted = serving.rolling_in_place(wanted, rollout.message)
+        deployment = hashing.stamped(wanted)
         writes.apply.append(deployment)
     if not blocked:
         writes.apply.append(hashing.stamped(children.service))

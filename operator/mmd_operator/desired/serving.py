@@ -3,11 +3,13 @@
 The pods' configuration (the model repository, or trtllm-serve's `--config`) is an immutable ConfigMap
 named after a digest of its content, so a different configuration is a new ConfigMap, and its new name in
 the pod template rolls the pods. Probes: a startup budget the user sets (loading a model takes minutes),
-then readiness and liveness on the server's health paths. A rollout replaces pods one at a time without a
-surge, so it never asks for GPUs the cluster lacks; a pod leaving waits until its Service stops sending
-to it before the server is told to stop, then has the server's own drain time for the requests it holds.
+then readiness and liveness on the server's health paths. A rollout starts each new pod beside the old
+ones (a surge of one) unless the spec asks for in place or the judgement found no room for the surge pod
+(`judgement.rollout`): then one old pod stops before its replacement starts. A pod leaving waits until
+its Service stops sending to it before the server is told to stop, then has the server's own drain time
+for the requests it holds.
 The Deployment and the Service share a name and belong to the resource alone. Pure: imports the api
-models, the pods' settings and the vocabulary.
+models, the pods' settings, the rollout's annotation and the vocabulary.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.desired import pods
 from mmd_operator.desired.children import Manifest, Owner
 from mmd_operator.facts import OwnerRef
+from mmd_operator.judgement.rollout import IN_PLACE_BECAUSE
 from mmd_operator.vocabulary import hashing, labels, names, ownership
 
 # The API server refuses objects over 1 MiB; keep room for the ConfigMap's metadata.
@@ -58,6 +61,23 @@ def content_configmap(owned: Owner, data: dict[str, str], *, cache_key: str) -> 
         },
         "immutable": True,
         "data": data,
+    }
+
+
+SURGE = {"maxSurge": 1, "maxUnavailable": 0}
+IN_PLACE = {"maxSurge": 0, "maxUnavailable": 1}
+
+
+def rolling_in_place(manifest: Manifest, because: str) -> Manifest:
+    """`manifest`, a serving Deployment, rolling in place for the rest of its rollout, and why."""
+    metadata = manifest["metadata"]
+    return {
+        **manifest,
+        "metadata": {
+            **metadata,
+            "annotations": {**metadata.get("annotations", {}), IN_PLACE_BECAUSE: because},
+        },
+        "spec": {**manifest["spec"], "strategy": {"type": "RollingUpdate", "rollingUpdate": dict(IN_PLACE)}},
     }
 
 
@@ -162,8 +182,10 @@ def deployment(
         "spec": {
             **deployment_replicas(owned.resource),
             "selector": {"matchLabels": labels.serving_selector(owned.instance)},
-            # Never more pods than replicas: a rollout must not wait for GPUs the cluster lacks.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": dict(SURGE if serving.rollout.strategy == "SurgeWhenPossible" else IN_PLACE),
+            },
             "progressDeadlineSeconds": serving.probes.startup_timeout_seconds + PROGRESS_MARGIN_SECONDS,
             "revisionHistoryLimit": 3,
             "template": {

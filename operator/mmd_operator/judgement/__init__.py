@@ -5,6 +5,7 @@
 - `triton`: the triton-trtllm-engine runtime's artifact, the engine;
 - `trtllm_serve`: the trtllm-serve runtime's artifact, the weights;
 - `placement`: where a GPU pod may run and what keeps it off (also `mmctl validate --cluster`'s rule);
+- `rollout`: whether a change surges or goes on in place, and why;
 - `availability`: whether serving is available, judged after the writes;
 - `autoscaling`: what the HorizontalPodAutoscaler reports, in the spec's words.
 

@@ -52,11 +52,16 @@ def _crash_summary(pod: PodFacts, crash: str) -> str:
 
 
 def _pod_trouble(
-    pods: list[PodFacts], now: datetime, startup_budget: float, demand: GpuDemand, nodes: Nodes | None
+    pods: list[PodFacts],
+    now: datetime,
+    startup_budget: float,
+    demand: GpuDemand,
+    nodes: Nodes | None,
+    waiting_for_gpus: frozenset[str],
 ) -> tuple[str, str, str] | None:
     """The first problem among `pods`: (reason, message, summary)."""
     for pod in pods:
-        if pod.unschedulable:
+        if pod.unschedulable and pod.meta.name not in waiting_for_gpus:
             unplaced = unschedulable(pod, demand, nodes)
             return unplaced.reason, unplaced.message, unplaced.summary
     for pod in pods:
@@ -123,6 +128,7 @@ def serving_state(
     waits_for: JobWords,
     nodes: Nodes | None = None,
     autoscaled_from: int | None = None,
+    waiting_for_gpus: frozenset[str] = frozenset(),
 ) -> ServingState:
     """The serving state.
 
@@ -130,7 +136,8 @@ def serving_state(
     `applied` says whether the live Deployment is the one the current spec wants, `demand` what the
     serving pods ask of the scheduler and `nodes` what the nodes offer (None: not known).
     `autoscaled_from`: an autoscaler sets the replicas, from this minimum; its steps above it are no
-    rollout (see `_scaling`).
+    rollout (see `_scaling`). `waiting_for_gpus` names the rollout's pods that wait for a GPU another of
+    its pods will free (`judgement.rollout`): no trouble.
     """
     if deployment is None:
         if not artifact_ready:
@@ -170,7 +177,7 @@ def serving_state(
         )
 
     live = [pod for pod in pods if not pod.meta.deleting]
-    problem = _pod_trouble(live, now, startup_budget, demand, nodes)
+    problem = _pod_trouble(live, now, startup_budget, demand, nodes, waiting_for_gpus)
     name = deployment.meta.name
     if problem is None and deployment.progress_failure:
         failure = deployment.progress_failure

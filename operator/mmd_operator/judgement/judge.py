@@ -1,4 +1,7 @@
-"""The judgement of one reconcile: the artifact (engine or weights) and whether its Job waits on a reference.
+"""The judgement of one reconcile: the artifact, whether its Job waits, how a change replaces the pods.
+
+The artifact is the engine or the weights; its Job may wait on a missing reference; a change replaces
+the serving pods beside the old ones or in place (`rollout`).
 
 `judge` looks the runtime's artifact rules up by the plan's runtime (`ARTIFACT_STATES`: one row per
 runtime) and reads the observed facts with them once; `desired` decides what to write from the judgement
@@ -13,11 +16,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from mmd_operator.api.v1alpha1 import MultimodalDeploymentStatus
+from mmd_operator.api.v1alpha1 import MultimodalDeploymentSpec, MultimodalDeploymentStatus
 from mmd_operator.facts import Observed
 from mmd_operator.judgement import triton, trtllm_serve
 from mmd_operator.judgement.artifact import ArtifactState, JobWords
-from mmd_operator.judgement.placement import GpuDemand
+from mmd_operator.judgement.placement import build_demand
+from mmd_operator.judgement.rollout import CONDITION as ROLLOUT
+from mmd_operator.judgement.rollout import Rollout, rollout_state
 from mmd_operator.knowledge import Runtime
 from mmd_operator.plan.resource_plan import AnyPlan
 
@@ -33,11 +38,12 @@ ARTIFACT_WORDS: Mapping[Runtime, JobWords] = MappingProxyType(
 
 @dataclass(frozen=True)
 class Judgement:
-    """The artifact of the resource's plan, and whether its Job waits on a missing reference."""
+    """The artifact of the resource's plan, whether its Job waits, and how the serving pods are replaced."""
 
     artifact: ArtifactState[Any, Any]
     # A Secret or source claim the Job needs is missing: nothing is created until it appears.
     blocked: bool
+    rollout: Rollout
 
 
 def judge(
@@ -45,15 +51,16 @@ def judge(
     observed: Observed,
     previous: MultimodalDeploymentStatus | None,
     generation: int,
-    build: GpuDemand,
+    spec: MultimodalDeploymentSpec,
 ) -> Judgement:
-    """Judge the world `observed` for `plan`.
-
-    `previous` is the last status written, `build` what the build pod asks of the scheduler.
-    """
-    artifact = ARTIFACT_STATES[plan.runtime](plan, observed, previous, generation, build)
+    """Judge the world `observed` for `plan`, the plan of `spec`; `previous` is the last status written."""
+    artifact = ARTIFACT_STATES[plan.runtime](plan, observed, previous, generation, build_demand(spec))
     blocked = bool(observed.missing) and not artifact.ready and observed.job is None
-    return Judgement(artifact=artifact, blocked=blocked)
+    shown = next((c.reason for c in previous.conditions if c.type == ROLLOUT), None) if previous else None
+    rollout = rollout_state(
+        spec, observed.deployment, observed.serving_pods, now=observed.now, nodes=observed.nodes, shown=shown
+    )
+    return Judgement(artifact=artifact, blocked=blocked, rollout=rollout)
 
 
 @dataclass(frozen=True)

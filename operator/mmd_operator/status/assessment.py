@@ -184,6 +184,7 @@ def assess(
         nodes=observed.nodes,
         waits_for=ARTIFACT_WORDS[plan.runtime],
         autoscaled_from=autoscaling_spec.min_replicas if autoscaling_spec is not None else None,
+        waiting_for_gpus=judgement.rollout.waiting_for_gpus,
     )
     own = RUNTIME_FINDINGS[plan.runtime](plan, observed, judgement, claim, instance, namespace)
     return Findings(
@@ -199,4 +200,5 @@ def assess(
         selector=selector_string(instance),
         warnings=warnings,
         autoscaling=autoscaling,
+        rollout=judgement.rollout,
     )

@@ -39,6 +39,8 @@ from mmd_operator.judgement.artifact import ArtifactState
 from mmd_operator.judgement.autoscaling import AUTOSCALING, AutoscalingState
 from mmd_operator.judgement.availability import ServingState
 from mmd_operator.judgement.judge import ARTIFACT_WORDS
+from mmd_operator.judgement.rollout import CONDITION as ROLLOUT
+from mmd_operator.judgement.rollout import SURGE_UNSCHEDULABLE, Rollout
 from mmd_operator.knowledge import Runtime
 
 VALIDATED = "Validated"
@@ -133,6 +135,8 @@ class Findings:
     warnings: Sequence[str] = ()
     # The autoscaler, with serving.autoscaling.
     autoscaling: AutoscalingState | None = None
+    # How a change replaces the serving pods.
+    rollout: Rollout | None = None
 
     @property
     def artifact_condition(self) -> str:
@@ -211,10 +215,16 @@ def _conditions(findings: Findings) -> list[Condition]:
     scaling = findings.autoscaling
     if scaling is not None:
         conditions.append(_condition(AUTOSCALING, scaling.ok, scaling.reason, scaling.message, generation))
+    rollout = findings.rollout
+    serving_summary = serving.summary or serving.message
+    if rollout is not None:
+        conditions.append(_condition(ROLLOUT, rollout.surge, rollout.reason, rollout.message, generation))
+        if (rollout.fell_back or rollout.waiting_for_gpus) and not serving.trouble:
+            serving_summary = f"{serving.message}; {rollout.message}."
     ready_checks = [
         (artifact.ready, artifact.reason, artifact.summary or artifact.message),
         (repo.status is ConditionStatus.TRUE, repo.reason, repository_summary),
-        (serving.rolled_out and serving.available, serving.reason, serving.summary or serving.message),
+        (serving.rolled_out and serving.available, serving.reason, serving_summary),
     ]
     failing = next(((reason, message) for ok, reason, message in ready_checks if not ok), None)
     if failing is None:
@@ -304,11 +314,31 @@ def _scaled_event(
     return (Event("Normal", "Autoscaled", message),)
 
 
+def _in_place_event(
+    status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
+) -> tuple[Event, ...]:
+    """A Warning event when a rollout that was to surge goes on in place.
+
+    A pod then stops before its replacement loads; the Deployment is told only by the next reconcile,
+    so the event and the status say it first.
+    """
+    now = next((c for c in status.conditions if c.type == ROLLOUT), None)
+    if now is None or now.reason != SURGE_UNSCHEDULABLE:
+        return ()
+    before = next((c for c in previous.conditions if c.type == ROLLOUT), None) if previous else None
+    if before is not None and (before.reason, before.message) == (now.reason, now.message):
+        return ()
+    return (Event("Warning", "RollingInPlace", now.message),)
+
+
 def _events(
     status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
 ) -> tuple[Event, ...]:
     return (
-        _phase_events(status, previous) + _warning_event(status, previous) + _scaled_event(status, previous)
+        _phase_events(status, previous)
+        + _in_place_event(status, previous)
+        + _warning_event(status, previous)
+        + _scaled_event(status, previous)
     )
 
 
@@ -393,7 +423,15 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
                 "autoscaling": previous.autoscaling,
             }
         )
-    recheck = serving.recheck_after if serving is not None else None
+    rechecks = [
+        after
+        for after in (
+            serving.recheck_after if serving is not None else None,
+            findings.rollout.recheck_after if findings.rollout is not None else None,
+        )
+        if after is not None
+    ]
+    recheck = min(rechecks) if rechecks else None
     return Report(status=status, events=_events(status, previous), recheck_after=recheck)
 
 

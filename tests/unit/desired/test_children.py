@@ -16,7 +16,6 @@ from mmd_operator.config import OperatorConfig
 from mmd_operator.desired.decision import desired_state, manifests
 from mmd_operator.facts import ClaimFacts, Meta, Observed
 from mmd_operator.judgement import judge
-from mmd_operator.judgement.placement import build_demand
 from mmd_operator.plan.resource_plan import AnyPlan
 from mmd_operator.plan.triton import TritonPlan
 from mmd_operator.vocabulary import hashing, names
@@ -36,7 +35,7 @@ def _resource(path: Path) -> tuple[MultimodalDeployment, AnyPlan]:
 
 
 def _applied(resource: MultimodalDeployment, plan: AnyPlan, observed: Observed) -> Applied:
-    judged = judge(plan, observed, None, 1, build_demand(resource.spec))
+    judged = judge(plan, observed, None, 1, resource.spec)
     decision = desired_state(resource, plan, observed, judged, config=CONFIG)
     return {(m["kind"], m["metadata"]["name"]): hashing.applied_hash(m) for m in decision.apply}
 

@@ -34,7 +34,6 @@ from mmd_operator.facts import (
 )
 from mmd_operator.judgement import judge
 from mmd_operator.judgement.artifact import describe_failure
-from mmd_operator.judgement.placement import build_demand
 from mmd_operator.knowledge import Runtime
 from mmd_operator.plan.model_repository import ModelRepository
 from mmd_operator.plan.triton import TritonPlan
@@ -107,7 +106,7 @@ class Decided(Desired):
 def decide(resource: MultimodalDeployment, plan: TritonPlan, previous: Any = None, **facts: Any) -> Decided:
     observed = Observed(now=NOW, **{"claim": bound_claim(), **facts})
     generation = int(resource.metadata.get("generation", 1))
-    judged = judge(plan, observed, previous, generation, build_demand(resource.spec))
+    judged = judge(plan, observed, previous, generation, resource.spec)
     decision = desired_state(resource, plan, observed, judged, config=CONFIG)
     claim = cache.claim_name(resource, CONFIG)
     findings = assess(resource, plan, observed, judged, decision.rendered, claim=claim)
@@ -172,7 +171,7 @@ def test_the_deployment_runs_the_plans_exact_argv_with_one_gpu_per_rank() -> Non
     }
     mounts = {m["name"]: m for m in server["volumeMounts"]}
     assert mounts["engine-cache"]["readOnly"] is True and mounts["shm"]["mountPath"] == "/dev/shm"
-    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
 
 
 def test_probes_give_loading_engines_the_startup_budget_and_liveness_more_than_a_second() -> None:

@@ -62,6 +62,8 @@ from mmd_operator.api.v1alpha1.serving import NetworkPolicySpec as NetworkPolicy
 from mmd_operator.api.v1alpha1.serving import NetworkPort as NetworkPort
 from mmd_operator.api.v1alpha1.serving import ProbeSpec as ProbeSpec
 from mmd_operator.api.v1alpha1.serving import QueueSpec as QueueSpec
+from mmd_operator.api.v1alpha1.serving import RolloutSpec as RolloutSpec
+from mmd_operator.api.v1alpha1.serving import RolloutStrategy as RolloutStrategy
 from mmd_operator.api.v1alpha1.serving import ScalingMetricSpec as ScalingMetricSpec
 from mmd_operator.api.v1alpha1.serving import ServingSpec as ServingSpec
 from mmd_operator.api.v1alpha1.spec import BuildSpec as BuildSpec

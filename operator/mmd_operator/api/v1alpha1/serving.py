@@ -30,6 +30,23 @@ class ProbeSpec(Schema):
     """Failed liveness checks (10 s apart) after which the container is restarted."""
 
 
+RolloutStrategy = Literal["SurgeWhenPossible", "InPlace"]
+
+
+class RolloutSpec(Schema):
+    """How a change (a new engine, snapshot or serving configuration) replaces the serving pods."""
+
+    strategy: RolloutStrategy = "SurgeWhenPossible"
+    """SurgeWhenPossible: each new pod starts beside the old ones, which serve until it is ready, so a
+    change costs no moment without a ready pod; when the surge pod cannot be scheduled (no free GPU it may
+    use) for `surgeWaitSeconds`, the rollout goes on in place, and the status and an Event name the pod
+    that stops first and why, before it stops. InPlace: each old pod stops before its replacement loads,
+    so a cluster never holds GPUs beyond the replicas; with one replica the model is down for a whole
+    load."""
+    surge_wait_seconds: int = Field(60, ge=0, le=3600)
+    """How long a surge pod may wait for the scheduler before the rollout goes on in place."""
+
+
 class QueueSpec(Schema):
     """Triton dynamic batching."""
 
@@ -356,6 +373,9 @@ class ServingSpec(Schema):
     """Scheduling and metadata of the serving pods (GPUs = tensor-parallel size)."""
     probes: ProbeSpec = Field(default_factory=ProbeSpec)
     """Health checks of the serving pods."""
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    """How a change replaces the serving pods: beside the old ones when a GPU is free (the default), or in
+    place."""
     shared_memory_size: Quantity = "2Gi"
     """Size of the memory-backed /dev/shm (Python backend tensors and MPI use it)."""
     model_code_path: str | None = Field(None, max_length=1024, pattern=r"^/")

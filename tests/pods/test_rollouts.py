@@ -1,0 +1,240 @@
+"""Real pods through a serving change with one replica: with a spare GPU the new pod surges in beside the
+old one and the Service always has a ready endpoint; with none, the rollout goes on in place after
+`surgeWaitSeconds`, says so (condition and Event) before the Deployment is told, and the downtime is the
+new pod's load.
+
+A watcher samples, every quarter second, the Service's ready endpoints and the resource's rollout
+condition, while a bounded client sends `mmctl infer` requests to the Service (only to this cluster's
+private network). "No spare GPU" is made on one real node: the resource's pods are pinned to it, and a
+busybox pod takes every GPU there but the one the serving pod holds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from mmd_operator.api.v1alpha1 import GPU_RESOURCE
+from mmd_operator.desired import pods as pod_settings
+from mmd_operator.judgement.rollout import CONDITION, SURGE, SURGE_UNSCHEDULABLE
+from mmd_testbed.localcluster import addons
+from mmd_testbed.localcluster.layout import Layout
+from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
+from tests.support.kube import Kube, Resources
+from tests.support.pods import example, mmctl_infer, service_ip, serving_pods, wait_until
+
+pytestmark = pytest.mark.pods
+MAX_REQUESTS = 120
+MAX_SECONDS = 240
+SAMPLE_SECONDS = 0.25
+
+
+@dataclass
+class Watch:
+    """What a rollout looked like from outside: samples of (time, ready endpoints, condition reason), and
+    the requests (time, exit code, last words)."""
+
+    samples: list[tuple[float, int, str]] = field(default_factory=list)
+    requests: list[tuple[float, int, str]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def zero_ready(self, since: float) -> list[float]:
+        return [at for at, ready, _ in self.samples if at >= since and ready == 0]
+
+    def first_reason(self, reason: str) -> float | None:
+        return next((at for at, _, shown in self.samples if shown == reason), None)
+
+    def failed(self) -> list[tuple[float, int, str]]:
+        return [request for request in self.requests if request[1] != 0]
+
+
+def _ready_endpoints(kube: Kube, namespace: str, service: str) -> int:
+    slices = k8s.DiscoveryV1Api(kube.core.api_client).list_namespaced_endpoint_slice(
+        namespace, label_selector=f"kubernetes.io/service-name={service}"
+    )
+    return sum(
+        1
+        for endpoint_slice in slices.items
+        for endpoint in endpoint_slice.endpoints or []
+        if endpoint.conditions is not None and endpoint.conditions.ready
+    )
+
+
+def _rollout_reason(resources: Resources, name: str) -> str:
+    conditions = (resources.get(name).get("status") or {}).get("conditions", [])
+    return next((c["reason"] for c in conditions if c["type"] == CONDITION), "")
+
+
+@pytest.fixture
+def watch(kube: Kube, resources: Resources, namespace: str, picture: Path) -> Iterator[Watch]:
+    """Start watching llava once it is Ready: the sampler and the client run until the test ends."""
+    resources.wait_phase("llava", "Ready", timeout=240)
+    url = f"grpc://{service_ip(kube, namespace, 'llava')}:8001"
+    watched = Watch()
+
+    def sample() -> None:
+        started = time.monotonic()
+        while not watched.stop.is_set() and time.monotonic() - started < MAX_SECONDS:
+            # Endpoints first: a condition seen after a zero was written before it.
+            ready = _ready_endpoints(kube, namespace, "llava")
+            watched.samples.append((time.monotonic(), ready, _rollout_reason(resources, "llava")))
+            time.sleep(SAMPLE_SECONDS)
+
+    def send() -> None:
+        started = time.monotonic()
+        while (
+            not watched.stop.is_set()
+            and len(watched.requests) < MAX_REQUESTS
+            and time.monotonic() - started < MAX_SECONDS
+        ):
+            answer = mmctl_infer(url, "--model-type", "llava", "--image", str(picture), "--timeout", "20")
+            watched.requests.append((time.monotonic(), answer.returncode, answer.stderr.strip()[-300:]))
+
+    threads = [threading.Thread(target=target, daemon=True) for target in (sample, send)]
+    for thread in threads:
+        thread.start()
+    wait_until("a first answer and samples", lambda: watched.requests and watched.samples, timeout=60)
+    yield watched
+    watched.stop.set()
+    for thread in threads:
+        thread.join(timeout=30)
+
+
+def _change_and_wait(resources: Resources, kube: Kube, namespace: str, document: dict[str, Any]) -> float:
+    """Apply `document`; wait until its pod replaced the old one and the resource is Ready; return when."""
+    old = {pod.metadata.name for pod in serving_pods(kube, namespace, "llava")}
+    changed = time.monotonic()
+    resources.apply(document)
+
+    def replaced() -> bool:
+        pods = serving_pods(kube, namespace, "llava")
+        return len(pods) == 1 and not old & {pod.metadata.name for pod in pods}
+
+    wait_until("the old pod to be replaced", replaced, timeout=240)
+    resources.wait_phase("llava", "Ready", timeout=240)
+    return changed
+
+
+def test_a_serving_change_with_a_spare_gpu_surges_and_keeps_a_ready_endpoint_throughout(
+    resources: Resources, kube: Kube, namespace: str, request: pytest.FixtureRequest
+) -> None:
+    resources.apply(example("llava"))
+    watched: Watch = request.getfixturevalue("watch")
+    strategy = kube.apps.read_namespaced_deployment("llava", namespace).spec.strategy.rolling_update
+    assert (strategy.max_surge, strategy.max_unavailable) == (1, 0)
+    changed = _change_and_wait(
+        resources, kube, namespace, example("llava", serving={"kvCacheFreeGpuMemFraction": 0.8})
+    )
+    ready_again = time.monotonic() - changed
+    time.sleep(2)
+    watched.stop.set()
+    during = [r for r in watched.requests if r[0] >= changed]
+    assert _rollout_reason(resources, "llava") == SURGE
+    assert not watched.zero_ready(changed), "a moment without a ready endpoint during a surge rollout"
+    assert len(during) >= 2, f"only {len(during)} requests during the rollout"
+    assert not watched.failed(), f"{len(watched.failed())} requests failed: {watched.failed()[:3]}"
+    print(
+        f"\nsurge, 1 replica, spare GPU: Ready {ready_again:.1f} s after the change, {len(during)} requests "
+        f"during it, 0 failed, never 0 ready endpoints ({len(watched.samples)} samples)"
+    )
+
+
+def _busybox() -> str:
+    return addons.image_names(ensure_node_binaries(Layout.discover(), say=print))["busybox"]
+
+
+def _free_gpus(kube: Kube, node: str) -> int:
+    """Allocatable GPUs of `node` less what its unfinished pods request (a terminating pod still holds)."""
+    allocatable = int(kube.core.read_node(node).status.allocatable.get(GPU_RESOURCE, "0"))
+    pods = kube.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+    held = 0
+    for pod in pods:
+        if pod.status.phase in ("Succeeded", "Failed"):
+            continue
+        for container in pod.spec.containers:
+            limits = (container.resources.limits or {}) if container.resources else {}
+            held += int(limits.get(GPU_RESOURCE, "0"))
+    return allocatable - held
+
+
+def _gpu_filler(kube: Kube, namespace: str, node: str, gpus: int) -> None:
+    """A busybox pod on `node` holding `gpus` GPUs, `restricted`."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gpu-filler", "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 0,
+            "securityContext": pod_settings.pod_security_context(),
+            "containers": [
+                {
+                    "name": "hold",
+                    "image": _busybox(),
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "3600"],
+                    "resources": {"limits": {GPU_RESOURCE: str(gpus)}},
+                    "securityContext": pod_settings.container_security_context(),
+                }
+            ],
+        },
+    }
+    kube.core.create_namespaced_pod(namespace, body)
+
+
+def _settled(kube: Kube, node: str) -> bool:
+    """No pod on `node` is terminating (its GPUs would come free during the test)."""
+    pods = kube.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+    return not any(pod.metadata.deletion_timestamp for pod in pods)
+
+
+def test_with_no_spare_gpu_the_rollout_says_it_goes_in_place_first_and_is_down_for_one_load(
+    resources: Resources, kube: Kube, namespace: str, request: pytest.FixtureRequest
+) -> None:
+    node = sorted(n.metadata.name for n in kube.core.list_node().items)[0]
+    pinned = {"pod": {"nodeSelector": {"kubernetes.io/hostname": node}}, "rollout": {"surgeWaitSeconds": 5}}
+    resources.apply(example("llava", serving=pinned))
+    resources.wait_phase("llava", "Ready", timeout=240)
+    wait_until(f"no pod terminating on {node}", lambda: _settled(kube, node), timeout=120)
+    _gpu_filler(kube, namespace, node, _free_gpus(kube, node))
+    wait_until(
+        "the GPU filler to run",
+        lambda: kube.core.read_namespaced_pod("gpu-filler", namespace).status.phase == "Running",
+        timeout=60,
+    )
+    (old,) = serving_pods(kube, namespace, "llava")
+    watched: Watch = request.getfixturevalue("watch")
+    changed = _change_and_wait(
+        resources, kube, namespace, example("llava", serving={**pinned, "kvCacheFreeGpuMemFraction": 0.8})
+    )
+    ready_again = time.monotonic() - changed
+    time.sleep(2)
+    watched.stop.set()
+
+    said = watched.first_reason(SURGE_UNSCHEDULABLE)
+    down = watched.zero_ready(changed)
+    assert said is not None, "the status never said the rollout goes on in place"
+    assert down, "no moment without a ready endpoint: was there a spare GPU after all?"
+    assert said <= down[0], f"the status said it {said - down[0]:.2f} s after the pod went"
+    events = kube.core.list_namespaced_event(namespace, field_selector="involvedObject.name=llava").items
+    rolling = [event.message or "" for event in events if event.reason == "RollingInPlace"]
+    assert len(rolling) == 1 and f"pod {old.metadata.name} stops before its replacement loads" in rolling[0]
+    assert f"offer 8 ({node} 8)" in rolling[0] and "Insufficient nvidia.com/gpu" in rolling[0], rolling[0]
+    assert _rollout_reason(resources, "llava") == SURGE  # the next change surges again
+    strategy = kube.apps.read_namespaced_deployment("llava", namespace).spec.strategy.rolling_update
+    assert (strategy.max_surge, strategy.max_unavailable) == (1, 0)
+    downtime = down[-1] - down[0] + SAMPLE_SECONDS
+    failed = [r for r in watched.failed() if r[0] >= changed]
+    during = [r for r in watched.requests if r[0] >= changed]
+    print(
+        f"\nin place, 1 replica, no spare GPU: said {said - changed:.1f} s after the change "
+        f"({down[0] - said:.1f} s before the pod went), no ready endpoint for {downtime:.1f} s, "
+        f"Ready {ready_again:.1f} s after the change; {len(during)} requests during it, {len(failed)} failed"
+    )
