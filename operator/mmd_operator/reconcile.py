@@ -11,6 +11,7 @@ layers below it: api, plan, judgement, desired, status, kube, metrics.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -28,17 +29,18 @@ from mmd_operator.facts import Observed
 from mmd_operator.judgement import Judgement, judge
 from mmd_operator.judgement.artifact import JobWords
 from mmd_operator.judgement.judge import ARTIFACT_WORDS
+from mmd_operator.judgement.revisions import RETRY_ANNOTATION
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.events import EventRecorder
 from mmd_operator.kube.nodes import NodeDirectory
-from mmd_operator.kube.observe import observe
+from mmd_operator.kube.observe import observe, revision_template
 from mmd_operator.kube.settling import REREAD_SECONDS, UNSETTLED, SpecSettling
 from mmd_operator.kube.writes import WriteCount, Writer
 from mmd_operator.plan_memory import PlanMemory, Use
 from mmd_operator.status import Findings, Report, previous_status, report, transition
 from mmd_operator.status.assessment import assess
-from mmd_operator.vocabulary import ownership
+from mmd_operator.vocabulary import names, ownership
 
 _log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -171,11 +173,29 @@ class Reconciler:
         if counted is not None and first_look and _new_key(previous, plan.cache_key):
             counted.looked_up(observed.artifact is not None)
 
-        def judged_now() -> Judgement:
-            return judge(plan, observed, previous, generation, resource.spec)
+        retry = (metadata.get("annotations") or {}).get(RETRY_ANNOTATION)
 
+        def judged_now() -> Judgement:
+            return judge(plan, observed, previous, generation, resource.spec, retry=retry)
+
+        stable_template = None
         judged = judged_now()
-        decision = desired_state(resource, plan, observed, judged, config=self.config)
+        if judged.undo is not None and judged.undo.write:
+            stable_template = revision_template(
+                self.client, namespace, names.serving(name), judged.undo.to.pod_template_hash
+            )
+
+        def undoable(judged: Judgement) -> Judgement:
+            # Without the stable revision's ReplicaSet there is nothing to go back to.
+            writes_undo = judged.undo is not None and judged.undo.write
+            return (
+                dataclasses.replace(judged, undo=None) if writes_undo and stable_template is None else judged
+            )
+
+        judged = undoable(judged)
+        decision = desired_state(
+            resource, plan, observed, judged, config=self.config, stable_template=stable_template
+        )
 
         self.writer.carry_out(
             namespace,
@@ -196,7 +216,7 @@ class Reconciler:
         if count.total:
             # Report what the world looks like after these writes, not before them.
             observed = look()
-            judged = judged_now()
+            judged = undoable(judged_now())
         findings = assess(
             resource, plan, observed, judged, decision.rendered, claim=claim, warnings=checked.warnings
         )

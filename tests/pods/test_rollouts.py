@@ -1,7 +1,8 @@
 """Real pods through a serving change with one replica: with a spare GPU the new pod surges in beside the
 old one and the Service always has a ready endpoint; with none, the rollout goes on in place after
 `surgeWaitSeconds`, says so (condition and Event) before the Deployment is told, and the downtime is the
-new pod's load.
+new pod's load. A revision whose pod cannot start (an image that cannot be pulled) is undone to the last
+Ready one, held there when the same spec is applied again, and tried once more on the retry annotation.
 
 A watcher samples, every quarter second, the Service's ready endpoints and the resource's rollout
 condition, while a bounded client sends `mmctl infer` requests to the Service (only to this cluster's
@@ -23,6 +24,7 @@ from kubernetes import client as k8s
 
 from mmd_operator.api.v1alpha1 import GPU_RESOURCE
 from mmd_operator.desired import pods as pod_settings
+from mmd_operator.judgement.revisions import RETRY_ANNOTATION, ROLLED_BACK, TEMPLATE_HASH
 from mmd_operator.judgement.rollout import CONDITION, SURGE, SURGE_UNSCHEDULABLE
 from mmd_testbed.localcluster import addons
 from mmd_testbed.localcluster.layout import Layout
@@ -237,4 +239,85 @@ def test_with_no_spare_gpu_the_rollout_says_it_goes_in_place_first_and_is_down_f
         f"\nin place, 1 replica, no spare GPU: said {said - changed:.1f} s after the change "
         f"({down[0] - said:.1f} s before the pod went), no ready endpoint for {downtime:.1f} s, "
         f"Ready {ready_again:.1f} s after the change; {len(during)} requests during it, {len(failed)} failed"
+    )
+
+
+BAD_IMAGE = "registry.invalid/mmd/no-such-server:0"
+
+
+def _undone(status: dict[str, Any]) -> bool:
+    ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
+    return ready.get("reason") == ROLLED_BACK and bool(status.get("rollback"))
+
+
+def _only_the_stable_pods(kube: Kube, namespace: str, stable_hash: str) -> bool:
+    pods = serving_pods(kube, namespace, "llava")
+    return bool(pods) and all(
+        pod.metadata.labels.get(TEMPLATE_HASH) == stable_hash and pod.status.phase == "Running"
+        for pod in pods
+    )
+
+
+@pytest.mark.parametrize("strategy", ["SurgeWhenPossible", "InPlace"])
+def test_a_revision_that_cannot_start_is_undone_to_the_last_ready_one_and_held(
+    strategy: str, resources: Resources, kube: Kube, namespace: str, request: pytest.FixtureRequest
+) -> None:
+    rollout = {"rollout": {"strategy": strategy}}
+    resources.apply(example("llava", serving=rollout))
+    ready = resources.wait_phase(
+        "llava", "Ready", timeout=240, status_also=lambda s: bool(s.get("stableRevision"))
+    )
+    stable = ready["status"]["stableRevision"]["podTemplateHash"]
+    watched: Watch = request.getfixturevalue("watch")
+    changed = time.monotonic()
+    resources.apply(example("llava", serving={**rollout, "image": BAD_IMAGE}))
+    degraded = resources.wait_phase("llava", "Degraded", timeout=180, status_also=_undone)
+    undone_after = time.monotonic() - changed
+    wait_until("the stable revision's pod alone", lambda: _only_the_stable_pods(kube, namespace, stable), 240)
+    resources.wait_phase("llava", "Degraded", timeout=240, status_also=lambda s: s.get("readyReplicas") == 1)
+    serving_again = time.monotonic() - changed
+    time.sleep(2)
+
+    rollback = degraded["status"]["rollback"]
+    message = rollback["message"]
+    assert message.startswith(f"revision {rollback['failed']} did not start: pod llava-{rollback['failed']}-")
+    assert (
+        "ErrImagePull" in message or "ImagePullBackOff" in message
+    ) and f"rolled back to revision {stable}" in message
+    assert degraded["status"]["stableRevision"]["podTemplateHash"] == stable
+    template = kube.apps.read_namespaced_deployment("llava", namespace).spec.template
+    assert BAD_IMAGE not in [c.image for c in template.spec.containers]
+    events = kube.core.list_namespaced_event(namespace, field_selector="involvedObject.name=llava").items
+    assert [e.message for e in events if e.reason == ROLLED_BACK] == [message]
+
+    # Held: the same spec again changes nothing; the retry annotation tries the revision once more.
+    resources.apply(example("llava", serving={**rollout, "image": BAD_IMAGE}))
+    time.sleep(3)
+    assert resources.get("llava")["status"]["rollback"] == rollback
+    retried = example("llava", serving={**rollout, "image": BAD_IMAGE})
+    retried["metadata"]["annotations"] = {RETRY_ANNOTATION: "1"}
+    resources.apply(retried)
+    again = resources.wait_phase(
+        "llava",
+        "Degraded",
+        timeout=180,
+        status_also=lambda s: _undone(s) and s["rollback"].get("retry") == "1",
+    )
+    assert again["status"]["rollback"]["failed"] == rollback["failed"]
+    wait_until(
+        "the stable revision's pod alone again", lambda: _only_the_stable_pods(kube, namespace, stable), 240
+    )
+    watched.stop.set()
+
+    during = [r for r in watched.requests if r[0] >= changed]
+    failed = [r for r in watched.failed() if r[0] >= changed]
+    down = watched.zero_ready(changed)
+    downtime = (down[-1] - down[0] + SAMPLE_SECONDS) if down else 0.0
+    if strategy == "SurgeWhenPossible":
+        assert not down and not failed, f"{len(failed)} failed, {len(down)} samples without a ready endpoint"
+    print(
+        f"\n{strategy}, a revision that cannot start (image pull): undone {undone_after:.1f} s after the "
+        f"change, the stable pod serving alone {serving_again:.1f} s after it; {len(during)} requests, "
+        f"{len(failed)} failed, no ready endpoint for {downtime:.1f} s; held on re-apply, retried once on "
+        "the annotation and undone again"
     )

@@ -21,7 +21,9 @@ The rules, in the order the code follows them:
 - The Deployment is applied only once the artifact is ready: until then a running Deployment keeps
   serving the old one, untouched. It surges by one pod, or rolls in place when the spec says so or the
   judgement found no room for the surge pod and the status says so already (then for the rest of
-  that rollout). The Service is
+  that rollout). A revision that cannot start is undone: the Deployment gets the last Ready revision's
+  pod template back, once, and is then left as it is until the spec or the retry annotation changes;
+  that revision's content ConfigMap is kept meanwhile. The Service is
   applied from the start, and so is the NetworkPolicy while the runtime wants one; once it no longer
   does, the policy is deleted.
 - With `serving.autoscaling` the HorizontalPodAutoscaler is applied with the Deployment, whose manifest
@@ -97,6 +99,8 @@ class _Case:
     children: Children
     observed: Observed
     judgement: Judgement
+    # The last Ready revision's pod template, when this reconcile undoes a revision.
+    stable_template: Manifest | None = None
 
 
 def owner_of(resource: MultimodalDeployment, config: OperatorConfig) -> Owner:
@@ -165,11 +169,15 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
     if not too_large and not blocked:
         writes.apply.append(configmap)
     deployment = None
-    if artifact.ready and not too_large:
+    undo, live = case.judgement.undo, case.observed.deployment
+    held = undo is not None and not undo.write and live is not None
+    if artifact.ready and not too_large and not held:
         wanted = children.deployment(artifact.location)
         rollout = case.judgement.rollout
         if rollout.in_place_now:
             wanted = serving.rolling_in_place(wanted, rollout.message)
+        if undo is not None and case.stable_template is not None:
+            wanted = serving.undone(wanted, case.stable_template, undo.failed)
         deployment = hashing.stamped(wanted)
         writes.apply.append(deployment)
     if not blocked:
@@ -184,7 +192,11 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
         configmap_size=size,
         too_large=too_large,
         configmap_digest=str(hashing.applied_hash(configmap)),
-        deployment_digest=hashing.applied_hash(deployment) if deployment else None,
+        deployment_digest=hashing.applied_hash(deployment)
+        if deployment
+        else live.meta.annotation(labels.APPLIED_HASH)
+        if held and live is not None
+        else None,
     )
 
 
@@ -227,6 +239,10 @@ def _superseded_configmaps(case: _Case, writes: _Writes, current: str) -> None:
     if observed.deployment is not None and observed.deployment.configmap:
         in_use.add(observed.deployment.configmap)
     in_use |= {pod.configmap for pod in observed.serving_pods if pod.configmap}
+    # The last Ready revision's, which a revision that cannot start is undone to.
+    stable = case.judgement.stable
+    if stable is not None and stable.content:
+        in_use.add(stable.content)
     writes.delete += [
         ObjectKey.of(kinds.CONFIGMAP, meta.name)
         for meta in observed.configmaps
@@ -241,10 +257,20 @@ def desired_state(
     judgement: Judgement,
     *,
     config: OperatorConfig,
+    stable_template: Manifest | None = None,
 ) -> Desired:
-    """Decide what should exist for `resource`, whose checked plan is `plan`, from `judgement`."""
+    """Decide what should exist for `resource`, whose checked plan is `plan`, from `judgement`.
+
+    `stable_template` is the last Ready revision's pod template, read when the judgement undoes a revision.
+    """
     owned = owner_of(resource, config)
-    case = _Case(owned=owned, children=children_of(owned, plan), observed=observed, judgement=judgement)
+    case = _Case(
+        owned=owned,
+        children=children_of(owned, plan),
+        observed=observed,
+        judgement=judgement,
+        stable_template=stable_template,
+    )
     writes = _Writes()
     if case.children.uses_claim:
         _engine_cache_claim(case, writes)

@@ -64,6 +64,8 @@ def content_configmap(owned: Owner, data: dict[str, str], *, cache_key: str) -> 
     }
 
 
+# The revision a Deployment was taken back from (it could not start).
+UNDONE_REVISION = f"{labels.PREFIX}/undone-revision"
 SURGE = {"maxSurge": 1, "maxUnavailable": 0}
 IN_PLACE = {"maxSurge": 0, "maxUnavailable": 1}
 
@@ -78,6 +80,17 @@ def rolling_in_place(manifest: Manifest, because: str) -> Manifest:
             "annotations": {**metadata.get("annotations", {}), IN_PLACE_BECAUSE: because},
         },
         "spec": {**manifest["spec"], "strategy": {"type": "RollingUpdate", "rollingUpdate": dict(IN_PLACE)}},
+    }
+
+
+def undone(manifest: Manifest, template: Manifest, failed: str) -> Manifest:
+    """`manifest`, a serving Deployment, with the pod `template` of the last Ready revision back."""
+    metadata = manifest["metadata"]
+    annotations = {**metadata.get("annotations", {}), UNDONE_REVISION: failed}
+    return {
+        **manifest,
+        "metadata": {**metadata, "annotations": annotations},
+        "spec": {**manifest["spec"], "template": template},
     }
 
 

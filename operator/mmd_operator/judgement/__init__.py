@@ -6,6 +6,7 @@
 - `trtllm_serve`: the trtllm-serve runtime's artifact, the weights;
 - `placement`: where a GPU pod may run and what keeps it off (also `mmctl validate --cluster`'s rule);
 - `rollout`: whether a change surges or goes on in place, and why;
+- `revisions`: the last revision whose every pod was ready, and when a new one is undone;
 - `availability`: whether serving is available, judged after the writes;
 - `autoscaling`: what the HorizontalPodAutoscaler reports, in the spec's words.
 

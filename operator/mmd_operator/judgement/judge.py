@@ -1,7 +1,8 @@
 """The judgement of one reconcile: the artifact, whether its Job waits, how a change replaces the pods.
 
 The artifact is the engine or the weights; its Job may wait on a missing reference; a change replaces
-the serving pods beside the old ones or in place (`rollout`).
+the serving pods beside the old ones or in place (`rollout`); a new revision that cannot start is undone
+to the last one whose every pod was ready (`revisions`).
 
 `judge` looks the runtime's artifact rules up by the plan's runtime (`ARTIFACT_STATES`: one row per
 runtime) and reads the observed facts with them once; `desired` decides what to write from the judgement
@@ -16,11 +17,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from mmd_operator.api.v1alpha1 import MultimodalDeploymentSpec, MultimodalDeploymentStatus
+from mmd_operator.api.v1alpha1 import MultimodalDeploymentSpec, MultimodalDeploymentStatus, ServingRevision
 from mmd_operator.facts import Observed
 from mmd_operator.judgement import triton, trtllm_serve
 from mmd_operator.judgement.artifact import ArtifactState, JobWords
 from mmd_operator.judgement.placement import build_demand
+from mmd_operator.judgement.revisions import Undo, stable_revision, undo
 from mmd_operator.judgement.rollout import CONDITION as ROLLOUT
 from mmd_operator.judgement.rollout import Rollout, rollout_state
 from mmd_operator.knowledge import Runtime
@@ -44,6 +46,9 @@ class Judgement:
     # A Secret or source claim the Job needs is missing: nothing is created until it appears.
     blocked: bool
     rollout: Rollout
+    # The last revision whose every pod was ready, and the revision to undo, if any (`revisions`).
+    stable: ServingRevision | None = None
+    undo: Undo | None = None
 
 
 def judge(
@@ -52,15 +57,35 @@ def judge(
     previous: MultimodalDeploymentStatus | None,
     generation: int,
     spec: MultimodalDeploymentSpec,
+    *,
+    retry: str | None = None,
 ) -> Judgement:
-    """Judge the world `observed` for `plan`, the plan of `spec`; `previous` is the last status written."""
+    """Judge the world `observed` for `plan`, the plan of `spec`; `previous` is the last status written.
+
+    `retry` is the resource's retry annotation (`revisions.RETRY_ANNOTATION`), if it has one.
+    """
     artifact = ARTIFACT_STATES[plan.runtime](plan, observed, previous, generation, build_demand(spec))
     blocked = bool(observed.missing) and not artifact.ready and observed.job is None
     shown = next((c.reason for c in previous.conditions if c.type == ROLLOUT), None) if previous else None
     rollout = rollout_state(
         spec, observed.deployment, observed.serving_pods, now=observed.now, nodes=observed.nodes, shown=shown
     )
-    return Judgement(artifact=artifact, blocked=blocked, rollout=rollout)
+    shown_stable = previous.stable_revision if previous is not None else None
+    undone = undo(
+        previous,
+        generation=generation,
+        retry=retry,
+        pods=observed.serving_pods,
+        now=observed.now,
+        startup_budget=float(spec.serving.probes.startup_timeout_seconds),
+    )
+    return Judgement(
+        artifact=artifact,
+        blocked=blocked,
+        rollout=rollout,
+        stable=stable_revision(shown_stable, observed.deployment, observed.serving_pods),
+        undo=undone,
+    )
 
 
 @dataclass(frozen=True)

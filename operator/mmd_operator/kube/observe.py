@@ -3,7 +3,8 @@
 Children come from the watch-fed cache. The API server is asked directly only for what the operator
 does not watch and only while it matters: whether the Hugging Face token Secret (and its key) and the
 model source claims exist, before an artifact's Job is created; and the nodes, while a pod cannot be
-scheduled (from the node directory's shared listing). Where the artifact is looked for (its Job, its
+scheduled (from the node directory's shared listing); and the last Ready revision's ReplicaSet, by
+name, to undo a revision that cannot start. Where the artifact is looked for (its Job, its
 index entry, its claim) is the runtime's, looked up once by the plan's runtime. A Secret's value is never
 read into memory beyond the API response, and never logged. Imports the cache, the client, the node
 directory, the plan and the facts.
@@ -16,11 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
+from typing import Any
 
 from engine_builder.result_format import BuildSucceeded
 from engine_builder.weights_format import DownloadSucceeded, is_commit, weights_key
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.facts import ClaimFacts, JobFacts, Meta, Missing, MissingReference, Observed, PodFacts
+from mmd_operator.judgement.revisions import TEMPLATE_HASH
 from mmd_operator.knowledge import Runtime
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import KubeClient
@@ -29,7 +32,7 @@ from mmd_operator.kube.nodes import NodeDirectory, requested_by_node, scheduler_
 from mmd_operator.plan.resource_plan import AnyPlan
 from mmd_operator.plan.triton import TritonPlan
 from mmd_operator.plan.trtllm_serve import TrtllmServePlan
-from mmd_operator.vocabulary import labels, names
+from mmd_operator.vocabulary import kinds, labels, names
 
 
 def missing_references(
@@ -182,3 +185,23 @@ def observe(
         disruption_budget=store.get(cached.DISRUPTION_BUDGETS, namespace, names.serving(instance)),
         nodes=listed,
     )
+
+
+def revision_template(
+    client: KubeClient, namespace: str, deployment: str, template_hash: str
+) -> dict[str, Any] | None:
+    """The pod template of the Deployment's revision `template_hash`; None when its ReplicaSet is gone.
+
+    As `kubectl rollout undo` takes it back: without the hash label, which the Deployment controller sets.
+    A read by name, made only to undo a revision that cannot start (`judgement.revisions`).
+    """
+    kind = kinds.REPLICA_SET
+    found = client.get(kind.api_version, kind.kind, namespace, f"{deployment}-{template_hash}")
+    if found is None:
+        return None
+    template: dict[str, Any] = dict((found.get("spec") or {}).get("template") or {})
+    metadata = {key: value for key, value in (template.get("metadata") or {}).items() if value is not None}
+    metadata["labels"] = {
+        key: value for key, value in (metadata.get("labels") or {}).items() if key != TEMPLATE_HASH
+    }
+    return {**template, "metadata": metadata}

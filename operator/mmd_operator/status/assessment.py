@@ -201,4 +201,6 @@ def assess(
         warnings=warnings,
         autoscaling=autoscaling,
         rollout=judgement.rollout,
+        stable=judgement.stable,
+        undo=judgement.undo,
     )

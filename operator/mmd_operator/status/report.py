@@ -33,12 +33,15 @@ from mmd_operator.api.v1alpha1 import (
     Endpoints,
     MultimodalDeploymentStatus,
     Phase,
+    RollbackStatus,
+    ServingRevision,
 )
 from mmd_operator.api.validation import Problem
 from mmd_operator.judgement.artifact import ArtifactState
 from mmd_operator.judgement.autoscaling import AUTOSCALING, AutoscalingState
 from mmd_operator.judgement.availability import ServingState
 from mmd_operator.judgement.judge import ARTIFACT_WORDS
+from mmd_operator.judgement.revisions import ROLLED_BACK, Undo
 from mmd_operator.judgement.rollout import CONDITION as ROLLOUT
 from mmd_operator.judgement.rollout import SURGE_UNSCHEDULABLE, Rollout
 from mmd_operator.knowledge import Runtime
@@ -137,6 +140,9 @@ class Findings:
     autoscaling: AutoscalingState | None = None
     # How a change replaces the serving pods.
     rollout: Rollout | None = None
+    # The last revision whose every pod was ready, and the revision undone, if any.
+    stable: ServingRevision | None = None
+    undo: Undo | None = None
 
     @property
     def artifact_condition(self) -> str:
@@ -221,9 +227,11 @@ def _conditions(findings: Findings) -> list[Condition]:
         conditions.append(_condition(ROLLOUT, rollout.surge, rollout.reason, rollout.message, generation))
         if (rollout.fell_back or rollout.waiting_for_gpus) and not serving.trouble:
             serving_summary = f"{serving.message}; {rollout.message}."
+    undo = findings.undo
     ready_checks = [
         (artifact.ready, artifact.reason, artifact.summary or artifact.message),
         (repo.status is ConditionStatus.TRUE, repo.reason, repository_summary),
+        (undo is None, ROLLED_BACK, undo.message if undo is not None else ""),
         (serving.rolled_out and serving.available, serving.reason, serving_summary),
     ]
     failing = next(((reason, message) for ok, reason, message in ready_checks if not ok), None)
@@ -248,7 +256,7 @@ def _phase(findings: Findings, conditions: list[Condition]) -> Phase:
         return findings.words.making
     if ready.status is ConditionStatus.TRUE:
         return Phase.READY
-    if serving.trouble:
+    if serving.trouble or ready.reason == ROLLED_BACK:
         return Phase.DEGRADED
     return Phase.DEPLOYING
 
@@ -331,11 +339,22 @@ def _in_place_event(
     return (Event("Warning", "RollingInPlace", now.message),)
 
 
+def _rolled_back_event(
+    status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
+) -> tuple[Event, ...]:
+    """A Warning event when a revision is undone (once per undo)."""
+    now = status.rollback
+    if now is None or (previous is not None and previous.rollback == now):
+        return ()
+    return (Event("Warning", ROLLED_BACK, now.message),)
+
+
 def _events(
     status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
 ) -> tuple[Event, ...]:
     return (
         _phase_events(status, previous)
+        + _rolled_back_event(status, previous)
         + _in_place_event(status, previous)
         + _warning_event(status, previous)
         + _scaled_event(status, previous)
@@ -405,6 +424,15 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
         ready_replicas=serving.ready_replicas if serving is not None else None,
         selector=findings.selector,
         autoscaling=_autoscaling_status(findings.autoscaling),
+        stable_revision=findings.stable,
+        rollback=RollbackStatus(
+            generation=findings.generation,
+            failed=findings.undo.failed,
+            message=_clip(findings.undo.message),
+            retry=findings.undo.retry,
+        )
+        if findings.undo is not None
+        else None,
         warnings=[_clip(w, WARNING_MAX_LENGTH) for w in findings.warnings[:MAX_WARNINGS]] or None,
     )
     if findings.problems and previous is not None:
@@ -421,6 +449,8 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
                 "ready_replicas": previous.ready_replicas,
                 "selector": previous.selector,
                 "autoscaling": previous.autoscaling,
+                "stable_revision": previous.stable_revision,
+                "rollback": previous.rollback,
             }
         )
     rechecks = [

@@ -40,6 +40,8 @@ SECRET = ApiKind("v1", "Secret", "secrets")
 EVENT = ApiKind("v1", "Event", "events")
 JOB = ApiKind("batch/v1", "Job", "jobs")
 DEPLOYMENT = ApiKind("apps/v1", "Deployment", "deployments")
+# Read by name only, to undo a revision that cannot start (`judgement.revisions`).
+REPLICA_SET = ApiKind("apps/v1", "ReplicaSet", "replicasets")
 NETWORK_POLICY = ApiKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies")
 HORIZONTAL_POD_AUTOSCALER = ApiKind("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers")
 POD_DISRUPTION_BUDGET = ApiKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
@@ -61,6 +63,7 @@ ALL = (
     EVENT,
     JOB,
     DEPLOYMENT,
+    REPLICA_SET,
     NETWORK_POLICY,
     HORIZONTAL_POD_AUTOSCALER,
     POD_DISRUPTION_BUDGET,

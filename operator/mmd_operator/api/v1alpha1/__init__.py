@@ -87,5 +87,7 @@ from mmd_operator.api.v1alpha1.status import EngineSource as EngineSource
 from mmd_operator.api.v1alpha1.status import EngineStatus as EngineStatus
 from mmd_operator.api.v1alpha1.status import MultimodalDeploymentStatus as MultimodalDeploymentStatus
 from mmd_operator.api.v1alpha1.status import Phase as Phase
+from mmd_operator.api.v1alpha1.status import RollbackStatus as RollbackStatus
+from mmd_operator.api.v1alpha1.status import ServingRevision as ServingRevision
 from mmd_operator.api.v1alpha1.status import WeightsSource as WeightsSource
 from mmd_operator.api.v1alpha1.status import WeightsStatus as WeightsStatus

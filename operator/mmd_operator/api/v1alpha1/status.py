@@ -171,6 +171,30 @@ class AutoscalingStatus(Schema):
     """When it last changed the number of serving pods (RFC 3339)."""
 
 
+class ServingRevision(Schema):
+    """One revision of the serving pods: the pod template the Deployment controller hashed, what it runs."""
+
+    pod_template_hash: str = Field(max_length=64)
+    """The `pod-template-hash` label of its pods (its ReplicaSet is `<name>-<hash>`)."""
+    cache_key: str | None = Field(None, max_length=128)
+    """The engine cacheKey, or the weights' snapshot key, its pods use."""
+    content: str | None = Field(None, max_length=253)
+    """The ConfigMap its pods mount: the model repository, or trtllm-serve's `--config`."""
+
+
+class RollbackStatus(Schema):
+    """A revision that did not start, undone: the last Ready one serves until the spec or retry changes."""
+
+    generation: int
+    """The metadata.generation whose revision was undone."""
+    failed: str = Field(max_length=64)
+    """The pod-template-hash of the revision that did not start."""
+    message: str = Field(max_length=4096)
+    """The pod, what its container last said, and the revision that serves."""
+    retry: str | None = Field(None, max_length=253)
+    """The value of the `serving.multimodal.dev/retry-rollout` annotation when it was undone."""
+
+
 class MultimodalDeploymentStatus(Schema):
     """Observed state, written by the operator."""
 
@@ -201,6 +225,10 @@ class MultimodalDeploymentStatus(Schema):
     """Label selector of the serving pods (for the scale subresource and autoscalers)."""
     autoscaling: AutoscalingStatus | None = None
     """The autoscaler's decision, with serving.autoscaling (the Autoscaling condition says it in words)."""
+    stable_revision: ServingRevision | None = None
+    """The last revision whose every pod was ready: what a revision that does not start is undone to."""
+    rollback: RollbackStatus | None = None
+    """The revision undone for this generation, if one was (phase Degraded, reason RolledBack)."""
     warnings: list[Annotated[str, Field(max_length=WARNING_MAX_LENGTH)]] | None = Field(
         None, max_length=MAX_WARNINGS
     )
