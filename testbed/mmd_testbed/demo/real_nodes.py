@@ -22,6 +22,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
@@ -191,14 +192,22 @@ def real_demo(keep_cluster: bool) -> int:
             ["mllama-no-token"], lambda b: (b.get("status") or {}).get("phase") == "Failed", timeout=300
         )
 
-        step("A serving-only change: llava streams now; its pods roll onto a new repository, no build")
+        step(
+            "A serving-only change: llava streams now; its new pod surges in beside the old one onto a new "
+            "repository, no build"
+        )
         before = demo.get("llava")["status"]
         demo.apply(example("llava", serving={"streaming": True}))
-        demo.follow(
-            ["llava"], lambda b: ready(b) and b["status"]["modelRepository"] != before["modelRepository"]
-        )
+        ready_pods: list[int] = []
+
+        def rolled(body: dict[str, Any]) -> bool:
+            ready_pods.append(int((body.get("status") or {}).get("readyReplicas") or 0))
+            return ready(body) and body["status"]["modelRepository"] != before["modelRepository"]
+
+        demo.follow(["llava"], rolled)
         after = demo.get("llava")["status"]
         say(f"  model repository {before['modelRepository']} -> {after['modelRepository']}")
+        say(f"  ready pods through the rollout: never fewer than {min(ready_pods)} ({len(ready_pods)} looks)")
         say(f"  engine {after['engine']['cacheKey']} unchanged; build Jobs: {', '.join(demo.jobs())}")
         say(f"\n  The operator so far: {operator_figures(demo)}")
 
