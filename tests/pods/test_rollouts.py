@@ -12,9 +12,12 @@ busybox pod takes every GPU there but the one the serving pod holds.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,12 +33,44 @@ from mmd_testbed.localcluster import addons
 from mmd_testbed.localcluster.layout import Layout
 from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
 from tests.support.kube import Kube, Resources
-from tests.support.pods import example, mmctl_infer, service_ip, serving_pods, wait_until
+from tests.support.pods import example, mmctl_chat, mmctl_infer, service_ip, serving_pods, wait_until
 
 pytestmark = pytest.mark.pods
 MAX_REQUESTS = 120
 MAX_SECONDS = 240
 SAMPLE_SECONDS = 0.25
+
+
+@dataclass(frozen=True)
+class Served:
+    """A resource of one runtime, and how a client asks it something through its Service."""
+
+    instance: str
+    example: str
+    port: int
+    ask: Callable[[str, Path], subprocess.CompletedProcess[str]]
+
+    def document(self, **serving: Any) -> dict[str, Any]:
+        return example(self.example, serving=serving)
+
+
+TRITON = Served(
+    "llava",
+    "llava",
+    8001,
+    lambda address, picture: mmctl_infer(
+        f"grpc://{address}:8001", "--model-type", "llava", "--image", str(picture), "--timeout", "20"
+    ),
+)
+TRTLLM_SERVE = Served(
+    "qwen2-5-vl",
+    "qwen2_5_vl",
+    8000,
+    lambda address, picture: mmctl_chat(
+        f"http://{address}:8000", "--image", str(picture), "--text", "What is this?", timeout=30
+    ),
+)
+RUNTIMES = [pytest.param(TRITON, id="triton"), pytest.param(TRTLLM_SERVE, id="trtllm-serve")]
 
 
 @dataclass
@@ -74,19 +109,22 @@ def _rollout_reason(resources: Resources, name: str) -> str:
     return next((c["reason"] for c in conditions if c["type"] == CONDITION), "")
 
 
-@pytest.fixture
-def watch(kube: Kube, resources: Resources, namespace: str, picture: Path) -> Iterator[Watch]:
-    """Start watching llava once it is Ready: the sampler and the client run until the test ends."""
-    resources.wait_phase("llava", "Ready", timeout=240)
-    url = f"grpc://{service_ip(kube, namespace, 'llava')}:8001"
+@contextlib.contextmanager
+def watching(
+    served: Served, kube: Kube, resources: Resources, namespace: str, picture: Path
+) -> Iterator[Watch]:
+    """Watch `served` once it is Ready: the sampler and the client run until the block ends."""
+    name = served.instance
+    resources.wait_phase(name, "Ready", timeout=240)
+    address = service_ip(kube, namespace, name)
     watched = Watch()
 
     def sample() -> None:
         started = time.monotonic()
         while not watched.stop.is_set() and time.monotonic() - started < MAX_SECONDS:
             # Endpoints first: a condition seen after a zero was written before it.
-            ready = _ready_endpoints(kube, namespace, "llava")
-            watched.samples.append((time.monotonic(), ready, _rollout_reason(resources, "llava")))
+            ready = _ready_endpoints(kube, namespace, name)
+            watched.samples.append((time.monotonic(), ready, _rollout_reason(resources, name)))
             time.sleep(SAMPLE_SECONDS)
 
     def send() -> None:
@@ -96,55 +134,59 @@ def watch(kube: Kube, resources: Resources, namespace: str, picture: Path) -> It
             and len(watched.requests) < MAX_REQUESTS
             and time.monotonic() - started < MAX_SECONDS
         ):
-            answer = mmctl_infer(url, "--model-type", "llava", "--image", str(picture), "--timeout", "20")
+            answer = served.ask(address, picture)
             watched.requests.append((time.monotonic(), answer.returncode, answer.stderr.strip()[-300:]))
 
     threads = [threading.Thread(target=target, daemon=True) for target in (sample, send)]
     for thread in threads:
         thread.start()
     wait_until("a first answer and samples", lambda: watched.requests and watched.samples, timeout=60)
-    yield watched
-    watched.stop.set()
-    for thread in threads:
-        thread.join(timeout=30)
+    try:
+        yield watched
+    finally:
+        watched.stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
 
 
-def _change_and_wait(resources: Resources, kube: Kube, namespace: str, document: dict[str, Any]) -> float:
+def _change_and_wait(
+    resources: Resources, kube: Kube, namespace: str, name: str, document: dict[str, Any]
+) -> float:
     """Apply `document`; wait until its pod replaced the old one and the resource is Ready; return when."""
-    old = {pod.metadata.name for pod in serving_pods(kube, namespace, "llava")}
+    old = {pod.metadata.name for pod in serving_pods(kube, namespace, name)}
     changed = time.monotonic()
     resources.apply(document)
 
     def replaced() -> bool:
-        pods = serving_pods(kube, namespace, "llava")
+        pods = serving_pods(kube, namespace, name)
         return len(pods) == 1 and not old & {pod.metadata.name for pod in pods}
 
     wait_until("the old pod to be replaced", replaced, timeout=240)
-    resources.wait_phase("llava", "Ready", timeout=240)
+    resources.wait_phase(name, "Ready", timeout=240)
     return changed
 
 
+@pytest.mark.parametrize("served", RUNTIMES)
 def test_a_serving_change_with_a_spare_gpu_surges_and_keeps_a_ready_endpoint_throughout(
-    resources: Resources, kube: Kube, namespace: str, request: pytest.FixtureRequest
+    served: Served, resources: Resources, kube: Kube, namespace: str, picture: Path
 ) -> None:
-    resources.apply(example("llava"))
-    watched: Watch = request.getfixturevalue("watch")
-    strategy = kube.apps.read_namespaced_deployment("llava", namespace).spec.strategy.rolling_update
-    assert (strategy.max_surge, strategy.max_unavailable) == (1, 0)
-    changed = _change_and_wait(
-        resources, kube, namespace, example("llava", serving={"kvCacheFreeGpuMemFraction": 0.8})
-    )
-    ready_again = time.monotonic() - changed
-    time.sleep(2)
-    watched.stop.set()
+    name = served.instance
+    resources.apply(served.document())
+    with watching(served, kube, resources, namespace, picture) as watched:
+        strategy = kube.apps.read_namespaced_deployment(name, namespace).spec.strategy.rolling_update
+        assert (strategy.max_surge, strategy.max_unavailable) == (1, 0)
+        document = served.document(kvCacheFreeGpuMemFraction=0.8)
+        changed = _change_and_wait(resources, kube, namespace, name, document)
+        ready_again = time.monotonic() - changed
+        time.sleep(2)
     during = [r for r in watched.requests if r[0] >= changed]
-    assert _rollout_reason(resources, "llava") == SURGE
+    assert _rollout_reason(resources, name) == SURGE
     assert not watched.zero_ready(changed), "a moment without a ready endpoint during a surge rollout"
     assert len(during) >= 2, f"only {len(during)} requests during the rollout"
     assert not watched.failed(), f"{len(watched.failed())} requests failed: {watched.failed()[:3]}"
     print(
-        f"\nsurge, 1 replica, spare GPU: Ready {ready_again:.1f} s after the change, {len(during)} requests "
-        f"during it, 0 failed, never 0 ready endpoints ({len(watched.samples)} samples)"
+        f"\n{name}: surge, 1 replica, spare GPU: Ready {ready_again:.1f} s after the change, {len(during)} "
+        f"requests during it, 0 failed, never 0 ready endpoints ({len(watched.samples)} samples)"
     )
 
 
@@ -197,13 +239,15 @@ def _settled(kube: Kube, node: str) -> bool:
     return not any(pod.metadata.deletion_timestamp for pod in pods)
 
 
+@pytest.mark.parametrize("served", RUNTIMES)
 def test_with_no_spare_gpu_the_rollout_says_it_goes_in_place_first_and_is_down_for_one_load(
-    resources: Resources, kube: Kube, namespace: str, request: pytest.FixtureRequest
+    served: Served, resources: Resources, kube: Kube, namespace: str, picture: Path
 ) -> None:
+    name = served.instance
     node = sorted(n.metadata.name for n in kube.core.list_node().items)[0]
     pinned = {"pod": {"nodeSelector": {"kubernetes.io/hostname": node}}, "rollout": {"surgeWaitSeconds": 5}}
-    resources.apply(example("llava", serving=pinned))
-    resources.wait_phase("llava", "Ready", timeout=240)
+    resources.apply(served.document(**pinned))
+    resources.wait_phase(name, "Ready", timeout=240)
     wait_until(f"no pod terminating on {node}", lambda: _settled(kube, node), timeout=120)
     _gpu_filler(kube, namespace, node, _free_gpus(kube, node))
     wait_until(
@@ -211,32 +255,30 @@ def test_with_no_spare_gpu_the_rollout_says_it_goes_in_place_first_and_is_down_f
         lambda: kube.core.read_namespaced_pod("gpu-filler", namespace).status.phase == "Running",
         timeout=60,
     )
-    (old,) = serving_pods(kube, namespace, "llava")
-    watched: Watch = request.getfixturevalue("watch")
-    changed = _change_and_wait(
-        resources, kube, namespace, example("llava", serving={**pinned, "kvCacheFreeGpuMemFraction": 0.8})
-    )
-    ready_again = time.monotonic() - changed
-    time.sleep(2)
-    watched.stop.set()
+    (old,) = serving_pods(kube, namespace, name)
+    with watching(served, kube, resources, namespace, picture) as watched:
+        document = served.document(**pinned, kvCacheFreeGpuMemFraction=0.8)
+        changed = _change_and_wait(resources, kube, namespace, name, document)
+        ready_again = time.monotonic() - changed
+        time.sleep(2)
 
     said = watched.first_reason(SURGE_UNSCHEDULABLE)
     down = watched.zero_ready(changed)
     assert said is not None, "the status never said the rollout goes on in place"
     assert down, "no moment without a ready endpoint: was there a spare GPU after all?"
     assert said <= down[0], f"the status said it {said - down[0]:.2f} s after the pod went"
-    events = kube.core.list_namespaced_event(namespace, field_selector="involvedObject.name=llava").items
+    events = kube.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
     rolling = [event.message or "" for event in events if event.reason == "RollingInPlace"]
     assert len(rolling) == 1 and f"pod {old.metadata.name} stops before its replacement loads" in rolling[0]
     assert f"offer 8 ({node} 8)" in rolling[0] and "Insufficient nvidia.com/gpu" in rolling[0], rolling[0]
-    assert _rollout_reason(resources, "llava") == SURGE  # the next change surges again
-    strategy = kube.apps.read_namespaced_deployment("llava", namespace).spec.strategy.rolling_update
+    assert _rollout_reason(resources, name) == SURGE  # the next change surges again
+    strategy = kube.apps.read_namespaced_deployment(name, namespace).spec.strategy.rolling_update
     assert (strategy.max_surge, strategy.max_unavailable) == (1, 0)
     downtime = down[-1] - down[0] + SAMPLE_SECONDS
     failed = [r for r in watched.failed() if r[0] >= changed]
     during = [r for r in watched.requests if r[0] >= changed]
     print(
-        f"\nin place, 1 replica, no spare GPU: said {said - changed:.1f} s after the change "
+        f"\n{name}: in place, 1 replica, no spare GPU: said {said - changed:.1f} s after the change "
         f"({down[0] - said:.1f} s before the pod went), no ready endpoint for {downtime:.1f} s, "
         f"Ready {ready_again:.1f} s after the change; {len(during)} requests during it, {len(failed)} failed"
     )
@@ -250,8 +292,8 @@ def _undone(status: dict[str, Any]) -> bool:
     return ready.get("reason") == ROLLED_BACK and bool(status.get("rollback"))
 
 
-def _only_the_stable_pods(kube: Kube, namespace: str, stable_hash: str) -> bool:
-    pods = serving_pods(kube, namespace, "llava")
+def _only_the_stable_pods(kube: Kube, namespace: str, name: str, stable_hash: str) -> bool:
+    pods = serving_pods(kube, namespace, name)
     return bool(pods) and all(
         pod.metadata.labels.get(TEMPLATE_HASH) == stable_hash and pod.status.phase == "Running"
         for pod in pods
@@ -259,55 +301,55 @@ def _only_the_stable_pods(kube: Kube, namespace: str, stable_hash: str) -> bool:
 
 
 @pytest.mark.parametrize("strategy", ["SurgeWhenPossible", "InPlace"])
+@pytest.mark.parametrize("served", RUNTIMES)
 def test_a_revision_that_cannot_start_is_undone_to_the_last_ready_one_and_held(
-    strategy: str, resources: Resources, kube: Kube, namespace: str, request: pytest.FixtureRequest
+    served: Served, strategy: str, resources: Resources, kube: Kube, namespace: str, picture: Path
 ) -> None:
+    name = served.instance
     rollout = {"rollout": {"strategy": strategy}}
-    resources.apply(example("llava", serving=rollout))
+    resources.apply(served.document(**rollout))
     ready = resources.wait_phase(
-        "llava", "Ready", timeout=240, status_also=lambda s: bool(s.get("stableRevision"))
+        name, "Ready", timeout=240, status_also=lambda s: bool(s.get("stableRevision"))
     )
     stable = ready["status"]["stableRevision"]["podTemplateHash"]
-    watched: Watch = request.getfixturevalue("watch")
-    changed = time.monotonic()
-    resources.apply(example("llava", serving={**rollout, "image": BAD_IMAGE}))
-    degraded = resources.wait_phase("llava", "Degraded", timeout=180, status_also=_undone)
-    undone_after = time.monotonic() - changed
-    wait_until("the stable revision's pod alone", lambda: _only_the_stable_pods(kube, namespace, stable), 240)
-    resources.wait_phase("llava", "Degraded", timeout=240, status_also=lambda s: s.get("readyReplicas") == 1)
-    serving_again = time.monotonic() - changed
-    time.sleep(2)
+    bad = served.document(**rollout, image=BAD_IMAGE)
+    with watching(served, kube, resources, namespace, picture) as watched:
+        changed = time.monotonic()
+        resources.apply(bad)
+        degraded = resources.wait_phase(name, "Degraded", timeout=180, status_also=_undone)
+        undone_after = time.monotonic() - changed
+        alone = functools.partial(_only_the_stable_pods, kube, namespace, name, stable)
+        wait_until("the stable pod alone", alone, 240)
+        resources.wait_phase(name, "Degraded", timeout=240, status_also=lambda s: s.get("readyReplicas") == 1)
+        serving_again = time.monotonic() - changed
+        time.sleep(2)
 
     rollback = degraded["status"]["rollback"]
     message = rollback["message"]
-    assert message.startswith(f"revision {rollback['failed']} did not start: pod llava-{rollback['failed']}-")
-    assert (
-        "ErrImagePull" in message or "ImagePullBackOff" in message
-    ) and f"rolled back to revision {stable}" in message
+    assert message.startswith(
+        f"revision {rollback['failed']} did not start: pod {name}-{rollback['failed']}-"
+    )
+    assert "ErrImagePull" in message or "ImagePullBackOff" in message, message
+    assert f"rolled back to revision {stable}" in message
     assert degraded["status"]["stableRevision"]["podTemplateHash"] == stable
-    template = kube.apps.read_namespaced_deployment("llava", namespace).spec.template
+    template = kube.apps.read_namespaced_deployment(name, namespace).spec.template
     assert BAD_IMAGE not in [c.image for c in template.spec.containers]
-    events = kube.core.list_namespaced_event(namespace, field_selector="involvedObject.name=llava").items
+    events = kube.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
     assert [e.message for e in events if e.reason == ROLLED_BACK] == [message]
 
     # Held: the same spec again changes nothing; the retry annotation tries the revision once more.
-    resources.apply(example("llava", serving={**rollout, "image": BAD_IMAGE}))
+    resources.apply(bad)
     time.sleep(3)
-    assert resources.get("llava")["status"]["rollback"] == rollback
-    retried = example("llava", serving={**rollout, "image": BAD_IMAGE})
-    retried["metadata"]["annotations"] = {RETRY_ANNOTATION: "1"}
-    resources.apply(retried)
+    assert resources.get(name)["status"]["rollback"] == rollback
+    bad["metadata"]["annotations"] = {RETRY_ANNOTATION: "1"}
+    resources.apply(bad)
     again = resources.wait_phase(
-        "llava",
-        "Degraded",
-        timeout=180,
-        status_also=lambda s: _undone(s) and s["rollback"].get("retry") == "1",
+        name, "Degraded", timeout=180, status_also=lambda s: _undone(s) and s["rollback"].get("retry") == "1"
     )
     assert again["status"]["rollback"]["failed"] == rollback["failed"]
     wait_until(
-        "the stable revision's pod alone again", lambda: _only_the_stable_pods(kube, namespace, stable), 240
+        "the stable pod alone again", lambda: _only_the_stable_pods(kube, namespace, name, stable), 240
     )
-    watched.stop.set()
 
     during = [r for r in watched.requests if r[0] >= changed]
     failed = [r for r in watched.failed() if r[0] >= changed]
@@ -316,8 +358,8 @@ def test_a_revision_that_cannot_start_is_undone_to_the_last_ready_one_and_held(
     if strategy == "SurgeWhenPossible":
         assert not down and not failed, f"{len(failed)} failed, {len(down)} samples without a ready endpoint"
     print(
-        f"\n{strategy}, a revision that cannot start (image pull): undone {undone_after:.1f} s after the "
-        f"change, the stable pod serving alone {serving_again:.1f} s after it; {len(during)} requests, "
+        f"\n{name}: {strategy}, a revision that cannot start (image pull): undone {undone_after:.1f} s after "
+        f"the change, the stable pod serving alone {serving_again:.1f} s after it; {len(during)} requests, "
         f"{len(failed)} failed, no ready endpoint for {downtime:.1f} s; held on re-apply, retried once on "
         "the annotation and undone again"
     )

@@ -204,7 +204,8 @@ def pod(obj: Mapping[str, Any]) -> PodFacts:
         else PodPhase.UNKNOWN,
         ready=ready is not None and ready.get("status") == "True",
         unschedulable=unschedulable,
-        crash_loop=_container_trouble(containers),
+        # An init container (the repository's assembly) fails first, and the server never starts.
+        crash_loop=_container_trouble([*(status.get("initContainerStatuses") or []), *containers]),
         restarts=sum(int(c.get("restartCount", 0)) for c in containers),
         started=timestamp(status.get("startTime")),
         termination_message=terminated.get("message") if terminated else None,

@@ -18,6 +18,7 @@ from mmd_operator.judgement.revisions import (
     stable_revision,
     undo,
 )
+from mmd_operator.kube import object_facts
 from mmd_operator.status import report
 from mmd_operator.vocabulary import labels
 from tests.support.builds import summary
@@ -136,3 +137,34 @@ def test_a_resource_that_never_had_a_ready_revision_is_left_as_it_is() -> None:
     previous = _shown(resource, plan).model_copy(update={"stable_revision": STABLE})
     late = undo(previous, generation=1, retry=None, pods=(OLD, slow), now=NOW, startup_budget=1800)
     assert late is not None and "still not ready after its startup budget of 1800 s" in late.message
+
+
+def test_an_init_container_that_cannot_pull_its_image_is_a_pod_that_cannot_start() -> None:
+    """The serving pods assemble their repository in an init container of the serving image: a bad image
+    fails there first, with the server container only waiting (PodInitializing)."""
+    waiting = {"reason": "ErrImagePull", "message": 'failed to resolve reference "registry.invalid/x:0"'}
+    pod = object_facts.pod(
+        {
+            "metadata": {"name": "llava-bbbb-1", "labels": {TEMPLATE_HASH: "bbbb"}},
+            "spec": {"containers": [{"name": "server"}]},
+            "status": {
+                "phase": "Pending",
+                "startTime": "2026-11-23T11:59:00Z",
+                "initContainerStatuses": [{"name": "assemble-repository", "state": {"waiting": waiting}}],
+                "containerStatuses": [
+                    {"name": "server", "state": {"waiting": {"reason": "PodInitializing"}}}
+                ],
+            },
+        }
+    )
+    assert pod.crash_loop is not None and pod.crash_loop.startswith(
+        "container assemble-repository is in ErrImagePull (failed to resolve reference"
+    )
+    resource, plan = example()
+    previous = _shown(resource, plan).model_copy(update={"stable_revision": STABLE})
+    found = undo(previous, generation=1, retry=None, pods=(OLD, pod), now=NOW, startup_budget=1800)
+    assert (
+        found is not None
+        and found.write
+        and "pod llava-bbbb-1: container assemble-repository" in found.message
+    )
