@@ -1,13 +1,16 @@
-"""Real pods through a serving change with one replica: with a spare GPU the new pod surges in beside the
-old one and the Service always has a ready endpoint; with none, the rollout goes on in place after
-`surgeWaitSeconds`, says so (condition and Event) before the Deployment is told, and the downtime is the
-new pod's load. A revision whose pod cannot start (an image that cannot be pulled) is undone to the last
-Ready one, held there when the same spec is applied again, and tried once more on the retry annotation.
+"""Real pods through change and disruption, on both runtimes (Triton's llava, trtllm-serve's qwen2_5_vl).
+
+A serving change with one replica and a spare GPU surges the new pod in beside the old one, and the
+Service always has a ready endpoint; with none, the rollout goes on in place after `surgeWaitSeconds`,
+says so (condition and Event) before the Deployment is told, and the downtime is the new pod's load. A
+revision whose pod cannot start (an image that cannot be pulled) is undone to the last Ready one, held
+there when the same spec is applied again, and tried once more on the retry annotation. A drain of a node
+with a serving pod, with two replicas, loses no request.
 
 A watcher samples, every quarter second, the Service's ready endpoints and the resource's rollout
-condition, while a bounded client sends `mmctl infer` requests to the Service (only to this cluster's
-private network). "No spare GPU" is made on one real node: the resource's pods are pinned to it, and a
-busybox pod takes every GPU there but the one the serving pod holds.
+condition, while a bounded client sends requests to the Service (`mmctl infer` or `mmctl chat`, only to
+this cluster's private network). "No spare GPU" is made on one real node: the resource's pods are pinned
+to it, and a busybox pod takes every GPU there but the one the serving pod holds.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from mmd_operator.judgement.rollout import CONDITION, SURGE, SURGE_UNSCHEDULABLE
 from mmd_testbed.localcluster import addons
 from mmd_testbed.localcluster.layout import Layout
 from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
-from tests.support.kube import Kube, Resources
+from tests.support.kube import Kube, Resources, Tools
 from tests.support.pods import example, mmctl_chat, mmctl_infer, service_ip, serving_pods, wait_until
 
 pytestmark = pytest.mark.pods
@@ -233,6 +236,10 @@ def _gpu_filler(kube: Kube, namespace: str, node: str, gpus: int) -> None:
     kube.core.create_namespaced_pod(namespace, body)
 
 
+def _pod_ready(pod: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
 def _settled(kube: Kube, node: str) -> bool:
     """No pod on `node` is terminating (its GPUs would come free during the test)."""
     pods = kube.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
@@ -288,7 +295,7 @@ BAD_IMAGE = "registry.invalid/mmd/no-such-server:0"
 
 
 def _undone(status: dict[str, Any]) -> bool:
-    ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
+    ready: dict[str, Any] = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
     return ready.get("reason") == ROLLED_BACK and bool(status.get("rollback"))
 
 
@@ -362,4 +369,47 @@ def test_a_revision_that_cannot_start_is_undone_to_the_last_ready_one_and_held(
         f"the change, the stable pod serving alone {serving_again:.1f} s after it; {len(during)} requests, "
         f"{len(failed)} failed, no ready endpoint for {downtime:.1f} s; held on re-apply, retried once on "
         "the annotation and undone again"
+    )
+
+
+@pytest.mark.parametrize("served", RUNTIMES)
+def test_a_drain_of_a_node_with_a_serving_pod_loses_no_request_with_two_replicas(
+    served: Served, resources: Resources, kube: Kube, tools: Tools, namespace: str, picture: Path
+) -> None:
+    """The disruption budget lets the drain take one serving pod at a time; the other serves meanwhile."""
+    name = served.instance
+    resources.apply(served.document(replicas=2))
+    resources.wait_phase(name, "Ready", timeout=240)
+    budget = k8s.PolicyV1Api(kube.core.api_client).read_namespaced_pod_disruption_budget(name, namespace)
+    assert budget.spec is not None and budget.spec.max_unavailable == 1
+    node = serving_pods(kube, namespace, name)[0].spec.node_name
+    drained_pods = {p.metadata.name for p in serving_pods(kube, namespace, name) if p.spec.node_name == node}
+    selector = f"app.kubernetes.io/instance={name}"
+    try:
+        with watching(served, kube, resources, namespace, picture) as watched:
+            started = time.monotonic()
+            tools.run(
+                "kubectl", "drain", node, "--pod-selector", selector, "--delete-emptydir-data",
+                "--ignore-daemonsets", "--timeout", "240s", timeout=300,
+            )  # fmt: skip
+            drained = time.monotonic() - started
+
+            def moved() -> bool:
+                pods = serving_pods(kube, namespace, name)
+                ready = [p for p in pods if _pod_ready(p)]
+                return len(ready) == 2 and not drained_pods & {p.metadata.name for p in pods}
+
+            wait_until("two ready pods off the drained node", moved, timeout=240)
+            recovered = time.monotonic() - started
+            time.sleep(2)
+    finally:
+        tools.run("kubectl", "uncordon", node, check=False)
+    during = [r for r in watched.requests if r[0] >= started]
+    assert not watched.zero_ready(started), "a moment without a ready endpoint during the drain"
+    assert len(during) >= 2, f"only {len(during)} requests during the drain"
+    assert not watched.failed(), f"{len(watched.failed())} requests failed: {watched.failed()[:3]}"
+    print(
+        f"\n{name}: drain of {node} ({len(drained_pods)} of 2 serving pods on it): drained in "
+        f"{drained:.1f} s, 2 ready pods again {recovered:.1f} s after it began; {len(during)} requests, "
+        "0 failed"
     )
