@@ -5,7 +5,8 @@ Service always has a ready endpoint; with none, the rollout goes on in place aft
 says so (condition and Event) before the Deployment is told, and the downtime is the new pod's load. A
 revision whose pod cannot start (an image that cannot be pulled) is undone to the last Ready one, held
 there when the same spec is applied again, and tried once more on the retry annotation. A drain of a node
-with a serving pod, with two replicas, loses no request.
+with a serving pod, with two replicas, loses no request. `make test` runs each case on one runtime at
+least (the surge on both); `make rollouts` runs the whole matrix.
 
 A watcher samples, every quarter second, the Service's ready endpoints and the resource's rollout
 condition, while a bounded client sends requests to the Service (`mmctl infer` or `mmctl chat`, only to
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import subprocess
 import threading
 import time
@@ -74,6 +76,13 @@ TRTLLM_SERVE = Served(
     ),
 )
 RUNTIMES = [pytest.param(TRITON, id="triton"), pytest.param(TRTLLM_SERVE, id="trtllm-serve")]
+# `make test` runs each case on one runtime at least and the surge cases on both; `make rollouts`
+# (MMD_ROLLOUTS_ALL=1) runs every case on both runtimes and both strategies.
+ALL_CASES = os.environ.get("MMD_ROLLOUTS_ALL") == "1"
+
+
+def _cases(always: list[Any], more: list[Any]) -> list[Any]:
+    return always + more if ALL_CASES else always
 
 
 @dataclass
@@ -246,7 +255,9 @@ def _settled(kube: Kube, node: str) -> bool:
     return not any(pod.metadata.deletion_timestamp for pod in pods)
 
 
-@pytest.mark.parametrize("served", RUNTIMES)
+@pytest.mark.parametrize(
+    "served", _cases([pytest.param(TRITON, id="triton")], [pytest.param(TRTLLM_SERVE, id="trtllm-serve")])
+)
 def test_with_no_spare_gpu_the_rollout_says_it_goes_in_place_first_and_is_down_for_one_load(
     served: Served, resources: Resources, kube: Kube, namespace: str, picture: Path
 ) -> None:
@@ -307,8 +318,19 @@ def _only_the_stable_pods(kube: Kube, namespace: str, name: str, stable_hash: st
     )
 
 
-@pytest.mark.parametrize("strategy", ["SurgeWhenPossible", "InPlace"])
-@pytest.mark.parametrize("served", RUNTIMES)
+@pytest.mark.parametrize(
+    ("served", "strategy"),
+    _cases(
+        [
+            pytest.param(TRITON, "InPlace", id="triton-InPlace"),
+            pytest.param(TRTLLM_SERVE, "SurgeWhenPossible", id="trtllm-serve-SurgeWhenPossible"),
+        ],
+        [
+            pytest.param(TRITON, "SurgeWhenPossible", id="triton-SurgeWhenPossible"),
+            pytest.param(TRTLLM_SERVE, "InPlace", id="trtllm-serve-InPlace"),
+        ],
+    ),
+)
 def test_a_revision_that_cannot_start_is_undone_to_the_last_ready_one_and_held(
     served: Served, strategy: str, resources: Resources, kube: Kube, namespace: str, picture: Path
 ) -> None:
@@ -372,7 +394,9 @@ def test_a_revision_that_cannot_start_is_undone_to_the_last_ready_one_and_held(
     )
 
 
-@pytest.mark.parametrize("served", RUNTIMES)
+@pytest.mark.parametrize(
+    "served", _cases([pytest.param(TRITON, id="triton")], [pytest.param(TRTLLM_SERVE, id="trtllm-serve")])
+)
 def test_a_drain_of_a_node_with_a_serving_pod_loses_no_request_with_two_replicas(
     served: Served, resources: Resources, kube: Kube, tools: Tools, namespace: str, picture: Path
 ) -> None:
