@@ -78,6 +78,7 @@ from mmd_operator.facts import JobFacts, Meta, Observed
 from mmd_operator.judgement import Judgement
 from mmd_operator.judgement.artifact import ArtifactState
 from mmd_operator.judgement.availability import ServingState
+from mmd_operator.judgement.rollout import rollout_state
 from mmd_operator.judgement.triton import pod_result
 from mmd_operator.kube import engine_index, object_facts
 from mmd_operator.kube.client import KubeClient
@@ -355,7 +356,9 @@ def ready_status(
         location=plan.cache_key,
     )
     observed = Observed(now=datetime.now(UTC), job=JobFacts(meta=Meta(name=job["metadata"]["name"])))
-    judged = Judgement(artifact=artifact, blocked=False)
+    now = datetime.now(UTC)
+    rollout = rollout_state(resource.spec, None, (), now=now, nodes=None)
+    judged = Judgement(artifact=artifact, blocked=False, rollout=rollout)
     claim = objects[0]["metadata"]["name"]
     own = RUNTIME_FINDINGS[plan.runtime](plan, observed, judged, claim, name, namespace)
     findings = Findings(
@@ -381,8 +384,9 @@ def ready_status(
         ),
         endpoints=own.endpoints,
         selector=selector_string(name),
+        rollout=rollout,
     )
-    status = report(findings, previous=None, now=datetime.now(UTC)).status
+    status = report(findings, previous=None, now=now).status
     assert status.phase == "Ready", status
     return status.model_dump(by_alias=True, exclude_none=True, mode="json")
 
