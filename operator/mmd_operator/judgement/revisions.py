@@ -47,9 +47,16 @@ def _live(pods: tuple[PodFacts, ...]) -> list[PodFacts]:
 def stable_revision(
     shown: ServingRevision | None, deployment: DeploymentFacts | None, pods: tuple[PodFacts, ...]
 ) -> ServingRevision | None:
-    """The revision the status keeps: the pods' one when all of them run it and are ready, else `shown`."""
+    """The revision the status keeps: the pods' one when all of them run it and are ready, else `shown`.
+
+    A Deployment at rest at zero pods forgets it: nothing shows that what it would start works, and the
+    ConfigMap kept for going back would outlive every pod.
+    """
+    if deployment is not None and deployment.replicas == 0:
+        at_rest = deployment.observed_generation >= deployment.generation and deployment.status_replicas == 0
+        return None if at_rest else shown
     live = _live(pods)
-    if deployment is None or not live or deployment.replicas == 0:
+    if deployment is None or not live:
         return shown
     hashes = {pod.meta.label(TEMPLATE_HASH) for pod in live}
     settled = (

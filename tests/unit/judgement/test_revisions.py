@@ -63,6 +63,10 @@ def test_the_stable_revision_is_the_one_every_ready_pod_runs_once_the_rollout_is
     )  # fmt: skip
     assert stable_revision(STABLE, rolling, (OLD, CRASHING)) == STABLE
     assert stable_revision(None, rolling, (OLD, CRASHING)) is None
+    # Scaled to zero and at rest: forgotten (nothing runs it, and its ConfigMap would outlive every pod).
+    scaling_down = DeploymentFacts(meta=meta("llava"), replicas=0, status_replicas=1)
+    assert stable_revision(STABLE, scaling_down, (OLD,)) == STABLE
+    assert stable_revision(STABLE, DeploymentFacts(meta=meta("llava"), replicas=0), ()) is None
 
 
 def test_a_revision_that_cannot_start_is_undone_once_then_held_until_the_spec_or_retry_changes() -> None:
