@@ -191,7 +191,13 @@ def serving_state(
         reason, message, summary = problem
         return state(available, rolled_out, reason, message, summary=summary, trouble=True)
     recheck = _budget_left(live, now, startup_budget)
-    ready = f"{deployment.ready_replicas} of {desired} pods ready"
+    ready_now = deployment.ready_replicas
+    # A surge holds one pod more than wanted for a while.
+    ready = (
+        f"{ready_now} of {desired} pods ready"
+        if ready_now <= desired
+        else f"{ready_now} pods ready, {desired} wanted"
+    )
     if rolled_out:
         return state(True, True, "ScaledToZero" if desired == 0 else "AllReplicasAvailable", ready)
     if autoscaled_from is not None and current and _scaling(deployment, autoscaled_from):
@@ -208,7 +214,7 @@ def serving_state(
         summary = f"{message}; kubectl rollout status deployment/{name} follows it."
         return state(available, False, "RolloutInProgress", message, summary=summary, recheck_after=recheck)
     summary = (
-        f"{ready}; the others are starting, with {startup_budget:.0f} s to load the {waits_for} "
+        f"{ready}; the others are starting, with {startup_budget:.0f} s to load the {waits_for.artifact} "
         "(spec.serving.probes.startupTimeoutSeconds): nothing to do yet."
     )
     return state(available, False, "PodsNotReady", ready, summary=summary, recheck_after=recheck)

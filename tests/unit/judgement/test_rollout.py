@@ -190,3 +190,24 @@ def test_a_surge_pod_no_node_may_take_keeps_the_old_pods_serving() -> None:
     assert _deployment(decided)["spec"]["strategy"]["rollingUpdate"] == serving.SURGE
     assert decided.findings is not None
     assert report(decided.findings, previous=None, now=NOW).status.phase == "Degraded"
+
+
+def test_what_ready_says_while_a_pod_loads_and_while_a_surge_holds_one_pod_more() -> None:
+    resource, plan = example()
+    digest = _decide(resource, plan).rendered.deployment_digest
+    loading = PodFacts(
+        meta=Meta(name="llava-new"), phase=PodPhase.RUNNING, started=NOW - timedelta(seconds=5), gpus=1
+    )
+    first = DeploymentFacts(
+        meta=meta("llava", applied=digest), replicas=1, status_replicas=1, updated_replicas=1
+    )
+    decided = _decide(resource, plan, deployment=first, serving_pods=(loading,))
+    assert decided.findings is not None
+    shown = report(decided.findings, previous=None, now=NOW).status.conditions
+    ready = next(c for c in shown if c.type == "Ready")
+    assert "with 1800 s to load the engine (spec.serving.probes.startupTimeoutSeconds)" in ready.message
+
+    both = _rolling(meta=meta("llava", applied=digest), ready_replicas=2, available_replicas=2)
+    decided = _decide(resource, plan, deployment=both, serving_pods=(OLD_POD,))
+    assert decided.findings is not None and decided.findings.serving is not None
+    assert decided.findings.serving.message == "rolling out: 1 of 1 pods updated, 2 pods ready, 1 wanted"
