@@ -3,10 +3,10 @@
 A serving change with one replica and a spare GPU surges the new pod in beside the old one, and the
 Service always has a ready endpoint; with none, the rollout goes on in place after `surgeWaitSeconds`,
 says so (condition and Event) before the Deployment is told, and the downtime is the new pod's load. A
-revision whose pod cannot start (an image that cannot be pulled) is undone to the last Ready one, held
-there when the same spec is applied again, and tried once more on the retry annotation. A drain of a node
-with a serving pod, with two replicas, loses no request. `make test` runs each case on one runtime at
-least (the surge on both); `make rollouts` runs the whole matrix.
+revision whose pod cannot start (an image that cannot be pulled, or a container that exits at start) is
+undone to the last Ready one, held there when the same spec is applied again, and tried once more on the
+retry annotation. A drain of a node with a serving pod, with two replicas, loses no request. `make test`
+runs each case on one runtime at least (the surge on both); `make rollouts` runs the whole matrix.
 
 A watcher samples, every quarter second, the Service's ready endpoints and the resource's rollout
 condition, while a bounded client sends requests to the Service (`mmctl infer` or `mmctl chat`, only to
@@ -436,4 +436,35 @@ def test_a_drain_of_a_node_with_a_serving_pod_loses_no_request_with_two_replicas
         f"\n{name}: drain of {node} ({len(drained_pods)} of 2 serving pods on it): drained in "
         f"{drained:.1f} s, 2 ready pods again {recovered:.1f} s after it began; {len(during)} requests, "
         "0 failed"
+    )
+
+
+def test_a_revision_whose_container_exits_at_start_is_undone_while_the_old_pod_serves(
+    resources: Resources, kube: Kube, namespace: str, picture: Path
+) -> None:
+    """A serving change naming model code the image does not hold: the repository's assembly exits 1 at
+    every start (CrashLoopBackOff), and the surge's old pod serves until the revision is undone."""
+    served = TRITON
+    name = served.instance
+    resources.apply(served.document())
+    ready = resources.wait_phase(
+        name, "Ready", timeout=240, status_also=lambda s: bool(s.get("stableRevision"))
+    )
+    stable = ready["status"]["stableRevision"]["podTemplateHash"]
+    with watching(served, kube, resources, namespace, picture) as watched:
+        changed = time.monotonic()
+        resources.apply(served.document(modelCodePath="/no/such/model/code"))
+        degraded = resources.wait_phase(name, "Degraded", timeout=240, status_also=_undone)
+        undone_after = time.monotonic() - changed
+        alone = functools.partial(_only_the_stable_pods, kube, namespace, name, stable)
+        wait_until("the stable pod alone", alone, 240)
+        time.sleep(2)
+    message = degraded["status"]["rollback"]["message"]
+    assert "is in CrashLoopBackOff" in message and "exit code 1" in message, message
+    assert f"rolled back to revision {stable}" in message
+    during = [r for r in watched.requests if r[0] >= changed]
+    assert not watched.zero_ready(changed) and not watched.failed(), watched.failed()[:3]
+    print(
+        f"\n{name}: a revision whose container exits at start: undone {undone_after:.1f} s after the change "
+        f"(the kubelet's back-off first); {len(during)} requests, 0 failed, never 0 ready endpoints"
     )
