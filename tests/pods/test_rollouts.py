@@ -103,6 +103,14 @@ class Watch:
     def failed(self) -> list[tuple[float, int, str]]:
         return [request for request in self.requests if request[1] != 0]
 
+    def unbroken_since(self, since: float, what: str) -> list[tuple[float, int, str]]:
+        """Assert a ready endpoint and an answer throughout `what`; return its requests."""
+        during = [request for request in self.requests if request[0] >= since]
+        assert not self.zero_ready(since), f"a moment without a ready endpoint during {what}"
+        assert len(during) >= 2, f"only {len(during)} requests during {what}"
+        assert not self.failed(), f"{len(self.failed())} requests failed: {self.failed()[:3]}"
+        return during
+
 
 def _ready_endpoints(kube: Kube, namespace: str, service: str) -> int:
     slices = k8s.DiscoveryV1Api(kube.core.api_client).list_namespaced_endpoint_slice(
@@ -191,11 +199,8 @@ def test_a_serving_change_with_a_spare_gpu_surges_and_keeps_a_ready_endpoint_thr
         changed = _change_and_wait(resources, kube, namespace, name, document)
         ready_again = time.monotonic() - changed
         time.sleep(2)
-    during = [r for r in watched.requests if r[0] >= changed]
     assert _rollout_reason(resources, name) == SURGE
-    assert not watched.zero_ready(changed), "a moment without a ready endpoint during a surge rollout"
-    assert len(during) >= 2, f"only {len(during)} requests during the rollout"
-    assert not watched.failed(), f"{len(watched.failed())} requests failed: {watched.failed()[:3]}"
+    during = watched.unbroken_since(changed, "a surge rollout")
     print(
         f"\n{name}: surge, 1 replica, spare GPU: Ready {ready_again:.1f} s after the change, {len(during)} "
         f"requests during it, 0 failed, never 0 ready endpoints ({len(watched.samples)} samples)"
@@ -428,10 +433,7 @@ def test_a_drain_of_a_node_with_a_serving_pod_loses_no_request_with_two_replicas
             time.sleep(2)
     finally:
         tools.run("kubectl", "uncordon", node, check=False)
-    during = [r for r in watched.requests if r[0] >= started]
-    assert not watched.zero_ready(started), "a moment without a ready endpoint during the drain"
-    assert len(during) >= 2, f"only {len(during)} requests during the drain"
-    assert not watched.failed(), f"{len(watched.failed())} requests failed: {watched.failed()[:3]}"
+    during = watched.unbroken_since(started, "the drain")
     print(
         f"\n{name}: drain of {node} ({len(drained_pods)} of 2 serving pods on it): drained in "
         f"{drained:.1f} s, 2 ready pods again {recovered:.1f} s after it began; {len(during)} requests, "
