@@ -240,6 +240,9 @@ class Values(_Values):
     hf_endpoint: str = _DEFAULTS.hf_endpoint
     """The Hugging Face Hub the trtllm-serve runtime's weights download Jobs talk to (their
     `HF_ENDPOINT`): a mirror, or the local cluster's Hub double. Empty: the public Hub."""
+    prometheus_url: str = _DEFAULTS.prometheus_url
+    """The Prometheus a Canary rollout's analysis asks for the serving pods' request figures
+    (http://prometheus-operated.monitoring:9090, say). Empty: a canary is judged on readiness alone."""
     logging: Logging = Field(default_factory=Logging)
     """Logging."""
     metrics: Metrics = Field(default_factory=Metrics)

@@ -67,6 +67,9 @@ class OperatorConfig:
     lease_retry_seconds: float = 2.0
     # The operator's pod (the chart sets it from the downward API): the stem of its election identity.
     pod_name: str = ""
+    # The Prometheus a Canary rollout's analysis asks (http://prometheus.monitoring:9090, say); empty:
+    # a canary is judged on readiness alone, and its status says so.
+    prometheus_url: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:

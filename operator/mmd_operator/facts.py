@@ -9,7 +9,8 @@ only the builder's result format.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
@@ -196,6 +197,8 @@ class DeploymentFacts:
     # Who owns spec.replicas in server-side apply terms: (field manager, operation) pairs, such as
     # ("mmd-operator", "Apply") or the autoscaler's ("kube-controller-manager", "Update").
     replicas_managers: tuple[tuple[str, str], ...] = ()
+    # The digest of the pod template the operator rendered (`labels.TEMPLATE_DIGEST`), if it says.
+    template_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -270,6 +273,27 @@ class Observed:
     # The serving Deployment's HorizontalPodAutoscaler and the serving pods' PodDisruptionBudget, if any.
     autoscaler: AutoscalerFacts | None = None
     disruption_budget: Meta | None = None
+    # A Canary rollout's Deployment of the new revision, while there is one.
+    canary: DeploymentFacts | None = None
     # The nodes, read only while one of the resource's pods cannot be scheduled and the operator may
     # read them; None otherwise.
     nodes: Nodes | None = None
+
+
+@dataclass(frozen=True)
+class PodCounts:
+    """One serving pod's requests over a window, as Prometheus counted them."""
+
+    answered: float = 0.0
+    # None: the runtime counts no failed requests.
+    failed: float | None = None
+    # Seconds the answered requests took, added up.
+    latency_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What Prometheus said of the serving pods over a canary's analysis window, or why it said nothing."""
+
+    counts: Mapping[str, PodCounts] = field(default_factory=dict)
+    error: str | None = None

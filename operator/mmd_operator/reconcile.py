@@ -6,7 +6,7 @@ resync), a reconcile reads the resource and its children from the cache, derives
 and writes only what differs; after writes it observes and judges again, so the status (`status`)
 tells what the world looks like after them. A spec the API server admitted but the plan refuses is
 reported InvalidSpec with every field path, and nothing is created for it. No kopf here; imports the
-layers below it: api, plan, judgement, desired, status, kube, metrics.
+layers below it: api, plan, judgement, desired, status, kube (Prometheus too, for a canary), metrics.
 """
 
 from __future__ import annotations
@@ -20,21 +20,30 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mmd_operator import metrics
-from mmd_operator.api.v1alpha1 import API_VERSION, KIND, MultimodalDeploymentStatus, Phase
+from mmd_operator.api.v1alpha1 import (
+    API_VERSION,
+    KIND,
+    MultimodalDeploymentSpec,
+    MultimodalDeploymentStatus,
+    Phase,
+)
 from mmd_operator.api.validation import InvalidSpecError, spec_runtime
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import cache, scaling
 from mmd_operator.desired.decision import desired_state
-from mmd_operator.facts import Observed
+from mmd_operator.facts import Observed, Reading
 from mmd_operator.judgement import Judgement, judge
 from mmd_operator.judgement.artifact import JobWords
+from mmd_operator.judgement.canary import analysis_window
 from mmd_operator.judgement.judge import ARTIFACT_WORDS
 from mmd_operator.judgement.revisions import RETRY_ANNOTATION
+from mmd_operator.knowledge import Runtime
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.events import EventRecorder
 from mmd_operator.kube.nodes import NodeDirectory
 from mmd_operator.kube.observe import observe, revision_template
+from mmd_operator.kube.prometheus import read_counts
 from mmd_operator.kube.settling import REREAD_SECONDS, UNSETTLED, SpecSettling
 from mmd_operator.kube.writes import WriteCount, Writer
 from mmd_operator.plan_memory import PlanMemory, Use
@@ -174,9 +183,10 @@ class Reconciler:
             counted.looked_up(observed.artifact is not None)
 
         retry = (metadata.get("annotations") or {}).get(RETRY_ANNOTATION)
+        reading = self._canary_reading(resource.spec, plan.runtime, namespace, observed, previous, now)
 
         def judged_now() -> Judgement:
-            return judge(plan, observed, previous, generation, resource.spec, retry=retry)
+            return judge(plan, observed, previous, generation, resource.spec, retry=retry, reading=reading)
 
         stable_template = None
         judged = judged_now()
@@ -237,6 +247,28 @@ class Reconciler:
                 ", ".join(count.applied + count.owners + count.deleted),
             )
         return Outcome(phase=result.status.phase, writes=count.total, requeue_after=requeue)
+
+    def _canary_reading(
+        self,
+        spec: MultimodalDeploymentSpec,
+        runtime: Runtime,
+        namespace: str,
+        observed: Observed,
+        previous: MultimodalDeploymentStatus | None,
+        now: datetime,
+    ) -> Reading | None:
+        """What Prometheus says of the serving pods over a canary's analysis so far; None: nothing to ask.
+
+        Without a Prometheus URL the analysis judges readiness alone.
+        """
+        url = self.config.prometheus_url
+        if not url or spec.serving.rollout.strategy != "Canary":
+            return None
+        window = analysis_window(previous, observed.canary, now)
+        pods = tuple(pod.meta.name for pod in observed.serving_pods if not pod.meta.deleting)
+        if window is None or not pods:
+            return Reading()
+        return read_counts(url, runtime, namespace, pods, window)
 
     def _write_status(
         self,

@@ -1,4 +1,4 @@
-"""The metrics `spec.serving.autoscaling` scales on, in one table, and the prometheus-adapter rules for them.
+"""The metrics `spec.serving.autoscaling` scales on and a canary is judged on, in one table, and the rules.
 
 A spec names a metric (`ScalingMetric`); each runtime that can serve it has a `MetricSource` here: the
 Prometheus series its pods expose, the query that turns them into one value per pod, and the name of the
@@ -15,6 +15,9 @@ calls queue in the models it calls. So the queue time adds up every model's queu
 it by the requests the entry models answered (each client request counted once), and the pending count
 adds up every model's (a request pends at one hop at a time). The entry-model filter is in the query: the
 HPA asks for the metric without a selector.
+
+A Canary rollout's analysis (`ANALYSIS_SERIES`) reads each runtime's counters of answered and failed
+requests and of their latency, per pod, straight from Prometheus (`analysis_queries`).
 
 Both ratios give 0, not nothing, for a pod that served no request in the window: an absent value would
 keep the autoscaler from scaling an idle Deployment down. Pure: imports the knowledge table's runtimes and
@@ -202,3 +205,59 @@ def adapter_config_yaml(window: str = RATE_WINDOW) -> str:
         "# prometheus-adapter rules for MultimodalDeployment autoscaling (mmd_operator.scaling_metrics)\n"
     )
     return header + yaml.safe_dump({"rules": adapter_rules(window)}, sort_keys=False, width=1000)
+
+
+@dataclass(frozen=True)
+class AnalysisSeries:
+    """The counters a canary's analysis reads from one runtime's pods."""
+
+    # Requests answered, and the seconds they took added up (`latency_scale` turns its unit to seconds).
+    answered: str
+    latency: str
+    latency_scale: float
+    # Requests that failed; None: the runtime counts none (`failures_unavailable` says why).
+    failed: str | None = None
+    failures_unavailable: str = ""
+    # Label matchers beside the pods' (`label=~"..."`).
+    matchers: str = ""
+
+
+ANALYSIS_SERIES: Mapping[Runtime, AnalysisSeries] = MappingProxyType(
+    {
+        # Counted at the entry models, so each client request once.
+        Runtime.TRITON_TRTLLM_ENGINE: AnalysisSeries(
+            answered="nv_inference_request_success",
+            latency="nv_inference_request_duration_us",
+            latency_scale=1e-6,
+            failed="nv_inference_request_failure",
+            matchers=f'model=~"{"|".join(TRITON_ENTRY_MODELS)}"',
+        ),
+        Runtime.TRTLLM_SERVE: AnalysisSeries(
+            answered="trtllm_e2e_request_latency_seconds_count",
+            latency="trtllm_e2e_request_latency_seconds_sum",
+            latency_scale=1.0,
+            failures_unavailable=(
+                "TensorRT-LLM 1.2.1 counts answered requests only (trtllm_request_success_total, "
+                "trtllm_e2e_request_latency_seconds): a request it answers with an error is not counted"
+            ),
+        ),
+    }
+)
+
+
+def analysis_queries(
+    runtime: Runtime, namespace: str, pods: tuple[str, ...], window_seconds: int
+) -> dict[str, str]:
+    """PromQL per counter ("answered", "latency", "failed" where counted): its increase per pod of `pods`."""
+    series = ANALYSIS_SERIES[runtime]
+    pod_names = "|".join(pods)
+    matchers = f'namespace="{namespace}",pod=~"{pod_names}"' + (
+        f",{series.matchers}" if series.matchers else ""
+    )
+    counters = {"answered": series.answered, "latency": series.latency}
+    if series.failed is not None:
+        counters["failed"] = series.failed
+    return {
+        what: f"sum by (pod) (increase({name}{{{matchers}}}[{window_seconds}s]))"
+        for what, name in counters.items()
+    }

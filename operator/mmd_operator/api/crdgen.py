@@ -28,6 +28,7 @@ _PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Reason", "type": "string", "jsonPath": f"{_READY_CONDITION}.reason"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+    {"name": "Rollout", "type": "string", "jsonPath": ".status.rollout"},
     # What the operator or, with autoscaling, the autoscaler wants (status.replicas), not the spec's number.
     {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas", "priority": 1},
     {"name": "TP", "type": "integer", "jsonPath": ".spec.engine.tensorParallelSize", "priority": 1},

@@ -23,7 +23,10 @@ The rules, in the order the code follows them:
   judgement found no room for the surge pod and the status says so already (then for the rest of
   that rollout). A revision that cannot start is undone: the Deployment gets the last Ready revision's
   pod template back, once, and is then left as it is until the spec or the retry annotation changes;
-  that revision's content ConfigMap is kept meanwhile. The Service is
+  that revision's content ConfigMap is kept meanwhile. With strategy Canary a change of a Deployment
+  whose revision was Ready goes first to a canary Deployment of one pod (the serving Deployment is left
+  as it is) until the judgement passes it: then the serving Deployment takes it, and the canary serves on
+  until that rollout is over; a failed canary is deleted and the stable revision held. The Service is
   applied from the start, and so is the NetworkPolicy while the runtime wants one; once it no longer
   does, the policy is deleted.
 - With `serving.autoscaling` the HorizontalPodAutoscaler is applied with the Deployment, whose manifest
@@ -51,6 +54,7 @@ from mmd_operator.desired import cache, scaling, serving, triton, trtllm_serve
 from mmd_operator.desired.children import Children, Manifest, Owner
 from mmd_operator.facts import Meta, Observed
 from mmd_operator.judgement import Judgement, Rendered
+from mmd_operator.judgement.revisions import settled
 from mmd_operator.knowledge import Runtime
 from mmd_operator.plan.resource_plan import AnyPlan
 from mmd_operator.vocabulary import hashing, kinds, labels, ownership
@@ -171,15 +175,23 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
     deployment = None
     undo, live = case.judgement.undo, case.observed.deployment
     held = undo is not None and not undo.write and live is not None
+    trial = False
     if artifact.ready and not too_large and not held:
         wanted = children.deployment(artifact.location)
-        rollout = case.judgement.rollout
-        if rollout.in_place_now:
-            wanted = serving.rolling_in_place(wanted, rollout.message)
-        if undo is not None and case.stable_template is not None:
-            wanted = serving.undone(wanted, case.stable_template, undo.failed)
-        deployment = hashing.stamped(wanted)
-        writes.apply.append(deployment)
+        trial = _on_trial(case, serving.template_digest(wanted))
+        if trial:
+            writes.apply.append(hashing.stamped(serving.canary_deployment(wanted)))
+        else:
+            rollout = case.judgement.rollout
+            if rollout.in_place_now:
+                wanted = serving.rolling_in_place(wanted, rollout.message)
+            if undo is not None and case.stable_template is not None:
+                wanted = serving.undone(wanted, case.stable_template, undo.failed)
+            deployment = hashing.stamped(wanted)
+            writes.apply.append(deployment)
+    canary = case.observed.canary
+    if canary is not None and not canary.meta.deleting and not trial and not _promoting(case):
+        writes.delete.append(ObjectKey.of(kinds.DEPLOYMENT, canary.meta.name))
     if not blocked:
         writes.apply.append(hashing.stamped(children.service))
     policy = children.network_policy
@@ -195,9 +207,39 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
         deployment_digest=hashing.applied_hash(deployment)
         if deployment
         else live.meta.annotation(labels.APPLIED_HASH)
-        if held and live is not None
+        if (held or trial) and live is not None
         else None,
     )
+
+
+def _on_trial(case: _Case, revision: str) -> bool:
+    """Whether the new `revision` runs as a canary, the serving Deployment left on the stable one.
+
+    With strategy Canary, for a change of a Deployment whose revision was Ready, until the canary passed
+    (then the Deployment takes it) or failed (then the judgement holds the stable revision).
+    """
+    judged, live = case.judgement, case.observed.deployment
+    return (
+        case.owned.resource.spec.serving.rollout.strategy == "Canary"
+        and live is not None
+        and judged.stable is not None
+        and judged.undo is None
+        and live.template_digest is not None
+        and live.template_digest != revision
+        and not judged.canary.passed(revision)
+    )
+
+
+def _promoting(case: _Case) -> bool:
+    """Whether the serving Deployment is yet to finish rolling to the revision its canary passed.
+
+    Until it has, the canary pod serves on beside it.
+    """
+    canary, live = case.observed.canary, case.observed.deployment
+    if canary is None or canary.template_digest is None or live is None:
+        return False
+    rolled = live.template_digest == canary.template_digest and settled(live)
+    return case.judgement.canary.passed(canary.template_digest) and not rolled
 
 
 def _delete_unwanted(

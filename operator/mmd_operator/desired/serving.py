@@ -5,9 +5,10 @@ named after a digest of its content, so a different configuration is a new Confi
 the pod template rolls the pods. Probes: a startup budget the user sets (loading a model takes minutes),
 then readiness and liveness on the server's health paths. A rollout starts each new pod beside the old
 ones (a surge of one) unless the spec asks for in place or the judgement found no room for the surge pod
-(`judgement.rollout`): then one old pod stops before its replacement starts. A pod leaving waits until
-its Service stops sending to it before the server is told to stop, then has the server's own drain time
-for the requests it holds.
+(`judgement.rollout`): then one old pod stops before its replacement starts. A Canary rollout first
+runs the new revision as one pod of a second Deployment (`canary_deployment`) behind the same Service.
+A pod leaving waits until its Service stops sending to it before the server is told to stop, then has
+the server's own drain time for the requests it holds.
 The Deployment and the Service share a name and belong to the resource alone. Pure: imports the api
 models, the pods' settings, the rollout's annotation and the vocabulary.
 """
@@ -86,11 +87,47 @@ def rolling_in_place(manifest: Manifest, because: str) -> Manifest:
 def undone(manifest: Manifest, template: Manifest, failed: str) -> Manifest:
     """`manifest`, a serving Deployment, with the pod `template` of the last Ready revision back."""
     metadata = manifest["metadata"]
-    annotations = {**metadata.get("annotations", {}), UNDONE_REVISION: failed}
+    # The revision it runs is the stable one's, not the one rendered: a retry of the latter is a change.
+    annotations = {
+        **metadata.get("annotations", {}),
+        UNDONE_REVISION: failed,
+        labels.TEMPLATE_DIGEST: hashing.digest(template),
+    }
     return {
         **manifest,
         "metadata": {**metadata, "annotations": annotations},
         "spec": {**manifest["spec"], "template": template},
+    }
+
+
+def template_digest(manifest: Manifest) -> str:
+    """The revision a serving Deployment `manifest` runs: the digest of its pod template as rendered."""
+    return str(manifest["metadata"]["annotations"][labels.TEMPLATE_DIGEST])
+
+
+def canary_deployment(manifest: Manifest) -> Manifest:
+    """A Deployment of one pod of `manifest`'s revision beside the stable pods, behind the same Service.
+
+    Its pods carry the serving labels the Service selects, and the track label, which its selector
+    adds; the serving Deployment's ReplicaSets leave them alone, since each pod names its controller.
+    """
+    metadata = manifest["metadata"]
+    spec = manifest["spec"]
+    template = spec["template"]
+    track = {labels.TRACK: labels.CANARY}
+    return {
+        **manifest,
+        "metadata": {**metadata, "name": names.canary(metadata["name"])},
+        "spec": {
+            **{key: value for key, value in spec.items() if key != "strategy"},
+            "replicas": 1,
+            "selector": {"matchLabels": {**spec["selector"]["matchLabels"], **track}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": dict(SURGE)},
+            "template": {
+                **template,
+                "metadata": {**template["metadata"], "labels": {**template["metadata"]["labels"], **track}},
+            },
+        },
     }
 
 
@@ -188,23 +225,25 @@ def deployment(
             },
         ],
     }
+    template = {
+        "metadata": pods.pod_metadata(serving.pod, pod_labels, {labels.REPOSITORY: configmap}),
+        "spec": pod_spec,
+    }
+    metadata = serving_metadata(owned.instance, owned.namespace, owned.owner)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": serving_metadata(owned.instance, owned.namespace, owned.owner),
+        "metadata": {**metadata, "annotations": {labels.TEMPLATE_DIGEST: hashing.digest(template)}},
         "spec": {
             **deployment_replicas(owned.resource),
             "selector": {"matchLabels": labels.serving_selector(owned.instance)},
             "strategy": {
                 "type": "RollingUpdate",
-                "rollingUpdate": dict(SURGE if serving.rollout.strategy == "SurgeWhenPossible" else IN_PLACE),
+                "rollingUpdate": dict(IN_PLACE if serving.rollout.strategy == "InPlace" else SURGE),
             },
             "progressDeadlineSeconds": serving.probes.startup_timeout_seconds + PROGRESS_MARGIN_SECONDS,
             "revisionHistoryLimit": 3,
-            "template": {
-                "metadata": pods.pod_metadata(serving.pod, pod_labels, {labels.REPOSITORY: configmap}),
-                "spec": pod_spec,
-            },
+            "template": template,
         },
     }
 

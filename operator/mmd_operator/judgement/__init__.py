@@ -7,6 +7,7 @@
 - `placement`: where a GPU pod may run and what keeps it off (also `mmctl validate --cluster`'s rule);
 - `rollout`: whether a change surges or goes on in place, and why;
 - `revisions`: the last revision whose every pod was ready, and when a new one is undone;
+- `canary`: a Canary rollout's analysis of its new revision, promoted or rolled back;
 - `availability`: whether serving is available, judged after the writes;
 - `autoscaling`: what the HorizontalPodAutoscaler reports, in the spec's words.
 

@@ -2,7 +2,8 @@
 
 The artifact is the engine or the weights; its Job may wait on a missing reference; a change replaces
 the serving pods beside the old ones or in place (`rollout`); a new revision that cannot start is undone
-to the last one whose every pod was ready (`revisions`).
+to the last one whose every pod was ready (`revisions`); with strategy Canary a new revision is judged
+on one pod first (`canary`).
 
 `judge` looks the runtime's artifact rules up by the plan's runtime (`ARTIFACT_STATES`: one row per
 runtime) and reads the observed facts with them once; `desired` decides what to write from the judgement
@@ -13,14 +14,20 @@ the api models, the facts, the plan and this package's runtime modules.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from mmd_operator.api.v1alpha1 import MultimodalDeploymentSpec, MultimodalDeploymentStatus, ServingRevision
-from mmd_operator.facts import Observed
+from mmd_operator.api.v1alpha1 import (
+    CanaryVerdict,
+    MultimodalDeploymentSpec,
+    MultimodalDeploymentStatus,
+    ServingRevision,
+)
+from mmd_operator.facts import Observed, Reading
 from mmd_operator.judgement import triton, trtllm_serve
 from mmd_operator.judgement.artifact import ArtifactState, JobWords
+from mmd_operator.judgement.canary import Canary, canary_state
 from mmd_operator.judgement.placement import build_demand
 from mmd_operator.judgement.revisions import Undo, stable_revision, undo
 from mmd_operator.judgement.rollout import CONDITION as ROLLOUT
@@ -49,6 +56,8 @@ class Judgement:
     # The last revision whose every pod was ready, and the revision to undo, if any (`revisions`).
     stable: ServingRevision | None = None
     undo: Undo | None = None
+    # With strategy Canary: the new revision's analysis (`canary`).
+    canary: Canary = field(default_factory=Canary)
 
 
 def judge(
@@ -59,10 +68,12 @@ def judge(
     spec: MultimodalDeploymentSpec,
     *,
     retry: str | None = None,
+    reading: Reading | None = None,
 ) -> Judgement:
     """Judge the world `observed` for `plan`, the plan of `spec`; `previous` is the last status written.
 
-    `retry` is the resource's retry annotation (`revisions.RETRY_ANNOTATION`), if it has one.
+    `retry` is the resource's retry annotation (`revisions.RETRY_ANNOTATION`), if it has one; `reading`
+    what Prometheus said of the serving pods over a canary's analysis (`canary.analysis_window`).
     """
     artifact = ARTIFACT_STATES[plan.runtime](plan, observed, previous, generation, build_demand(spec))
     blocked = bool(observed.missing) and not artifact.ready and observed.job is None
@@ -79,12 +90,29 @@ def judge(
         now=observed.now,
         startup_budget=float(spec.serving.probes.startup_timeout_seconds),
     )
+    stable = stable_revision(shown_stable, observed.deployment, observed.serving_pods)
+    canary = Canary(status=previous.canary if previous is not None else None)
+    if spec.serving.rollout.strategy == "Canary":
+        canary = canary_state(
+            spec.serving.rollout.canary,
+            previous,
+            generation=generation,
+            retry=retry,
+            runtime=plan.runtime,
+            canary=observed.canary,
+            pods=observed.serving_pods,
+            reading=reading,
+            stable=stable,
+            now=observed.now,
+        )
+    if undone is None:
+        undone = canary.undo
+    elif canary.analysing and canary.status is not None:
+        # The canary's pod cannot start: undone as any revision that cannot, and the analysis says so.
+        failed = canary.status.model_copy(update={"verdict": CanaryVerdict.FAILED, "message": undone.message})
+        canary = Canary(status=failed, undo=undone)
     return Judgement(
-        artifact=artifact,
-        blocked=blocked,
-        rollout=rollout,
-        stable=stable_revision(shown_stable, observed.deployment, observed.serving_pods),
-        undo=undone,
+        artifact=artifact, blocked=blocked, rollout=rollout, stable=stable, undo=undone, canary=canary
     )
 
 

@@ -44,6 +44,15 @@ def _live(pods: tuple[PodFacts, ...]) -> list[PodFacts]:
     return [pod for pod in pods if not pod.meta.deleting]
 
 
+def settled(deployment: DeploymentFacts) -> bool:
+    """Whether the Deployment's rollout is over: every pod runs its template and is available."""
+    return (
+        deployment.observed_generation >= deployment.generation
+        and deployment.status_replicas == deployment.updated_replicas == deployment.replicas
+        and deployment.available_replicas >= deployment.replicas
+    )
+
+
 def stable_revision(
     shown: ServingRevision | None, deployment: DeploymentFacts | None, pods: tuple[PodFacts, ...]
 ) -> ServingRevision | None:
@@ -59,12 +68,7 @@ def stable_revision(
     if deployment is None or not live:
         return shown
     hashes = {pod.meta.label(TEMPLATE_HASH) for pod in live}
-    settled = (
-        deployment.observed_generation >= deployment.generation
-        and deployment.status_replicas == deployment.updated_replicas == deployment.replicas
-        and deployment.available_replicas >= deployment.replicas
-    )
-    if not settled or len(hashes) != 1 or not all(pod.ready for pod in live):
+    if not settled(deployment) or len(hashes) != 1 or not all(pod.ready for pod in live):
         return shown
     (template_hash,) = hashes
     if template_hash is None:

@@ -261,6 +261,7 @@ def deployment(obj: Mapping[str, Any]) -> DeploymentFacts:
         progress_failure=progress_failure,
         configmap=(template.get("annotations") or {}).get(labels.REPOSITORY),
         replicas_managers=replicas_managers(obj),
+        template_digest=((obj.get("metadata") or {}).get("annotations") or {}).get(labels.TEMPLATE_DIGEST),
     )
 
 

@@ -183,6 +183,7 @@ def observe(
         network_policy=store.get(cached.NETWORK_POLICIES, namespace, names.serving(instance)),
         autoscaler=store.get(cached.AUTOSCALERS, namespace, names.serving(instance)),
         disruption_budget=store.get(cached.DISRUPTION_BUDGETS, namespace, names.serving(instance)),
+        canary=store.get(cached.DEPLOYMENTS, namespace, names.canary(instance)),
         nodes=listed,
     )
 

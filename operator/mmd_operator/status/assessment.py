@@ -13,15 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
 from engine_builder.weights_format import DownloadSucceeded
 from mmd_operator.api.v1alpha1 import (
+    CanaryVerdict,
     DerivedLimits,
     Endpoints,
     EngineStatus,
     MultimodalDeployment,
+    RevisionStatus,
     WeightsSource,
     WeightsStatus,
 )
@@ -29,8 +32,10 @@ from mmd_operator.facts import Meta, Observed
 from mmd_operator.judgement import Judgement, Rendered
 from mmd_operator.judgement.autoscaling import autoscaling_state
 from mmd_operator.judgement.availability import serving_state
+from mmd_operator.judgement.canary import split
 from mmd_operator.judgement.judge import ARTIFACT_WORDS
 from mmd_operator.judgement.placement import serving_demand
+from mmd_operator.judgement.revisions import ROLLED_BACK, TEMPLATE_HASH, settled
 from mmd_operator.knowledge import Runtime
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from mmd_operator.plan.resource_plan import AnyPlan
@@ -203,4 +208,53 @@ def assess(
         rollout=judgement.rollout,
         stable=judgement.stable,
         undo=judgement.undo,
+        canary=judgement.canary if resource.spec.serving.rollout.strategy == "Canary" else None,
+        revisions=revisions(observed, judgement),
+        rollout_words=rollout_words(resource, observed, judgement),
     )
+
+
+def revisions(observed: Observed, judgement: Judgement) -> list[RevisionStatus]:
+    """The revisions that have live pods: the serving Deployment's (Stable) and a canary's, with shares."""
+    canary_pods, stable_pods = split(observed.serving_pods)
+    ready_total = sum(1 for pod in canary_pods + stable_pods if pod.ready)
+    shown = judgement.canary.status
+    rows = []
+    for role, pods in (("Stable", stable_pods), ("Canary", canary_pods)):
+        if not pods:
+            continue
+        ready = sum(1 for pod in pods if pod.ready)
+        newest = max(pods, key=lambda pod: (pod.meta.created is not None, pod.meta.created, pod.meta.name))
+        verdict = shown.verdict if role == "Canary" and shown is not None else None
+        rows.append(
+            RevisionStatus(
+                role=role,
+                revision=newest.meta.label(TEMPLATE_HASH),
+                cache_key=newest.meta.label(labels.CACHE_KEY),
+                content=newest.configmap,
+                pods=len(pods),
+                ready=ready,
+                share=round(100 * ready / ready_total) if ready_total else 0,
+                verdict=verdict,
+            )
+        )
+    return rows
+
+
+def rollout_words(resource: MultimodalDeployment, observed: Observed, judgement: Judgement) -> str:
+    """The rollout in a few words, for the printer column."""
+    shown, live = judgement.canary.status, observed.deployment
+    if judgement.undo is not None:
+        return ROLLED_BACK
+    if judgement.canary.analysing and shown is not None:
+        started = shown.ready_since
+        if started is None:
+            return "Canary starting"
+        elapsed = observed.now - datetime.strptime(started, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        total = resource.spec.serving.rollout.canary.analysis_seconds
+        return f"Canary {min(int(elapsed.total_seconds()), total)}/{total}s"
+    if observed.canary is not None and shown is not None and shown.verdict is CanaryVerdict.PASSED:
+        return "Promoting"
+    if live is None or settled(live):
+        return "Stable"
+    return "Surging" if judgement.rollout.surge else "InPlace"

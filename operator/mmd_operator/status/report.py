@@ -27,12 +27,14 @@ from mmd_operator.api.v1alpha1 import (
     MAX_WARNINGS,
     WARNING_MAX_LENGTH,
     AutoscalingStatus,
+    CanaryVerdict,
     Condition,
     ConditionStatus,
     DerivedLimits,
     Endpoints,
     MultimodalDeploymentStatus,
     Phase,
+    RevisionStatus,
     RollbackStatus,
     ServingRevision,
 )
@@ -40,6 +42,8 @@ from mmd_operator.api.validation import Problem
 from mmd_operator.judgement.artifact import ArtifactState
 from mmd_operator.judgement.autoscaling import AUTOSCALING, AutoscalingState
 from mmd_operator.judgement.availability import ServingState
+from mmd_operator.judgement.canary import CONDITION as CANARY
+from mmd_operator.judgement.canary import Canary
 from mmd_operator.judgement.judge import ARTIFACT_WORDS
 from mmd_operator.judgement.revisions import ROLLED_BACK, Undo
 from mmd_operator.judgement.rollout import CONDITION as ROLLOUT
@@ -143,6 +147,11 @@ class Findings:
     # The last revision whose every pod was ready, and the revision undone, if any.
     stable: ServingRevision | None = None
     undo: Undo | None = None
+    # With strategy Canary: the new revision's analysis.
+    canary: Canary | None = None
+    # The revisions that have pods, and the rollout in a few words.
+    revisions: Sequence[RevisionStatus] = ()
+    rollout_words: str | None = None
 
     @property
     def artifact_condition(self) -> str:
@@ -228,10 +237,17 @@ def _conditions(findings: Findings) -> list[Condition]:
         if (rollout.fell_back or rollout.waiting_for_gpus) and not serving.trouble:
             serving_summary = f"{serving.message}; {rollout.message}."
     undo = findings.undo
+    canary = findings.canary.status if findings.canary is not None else None
+    if canary is not None:
+        verdict = canary.verdict
+        ok = None if verdict is CanaryVerdict.ANALYSING else verdict is CanaryVerdict.PASSED
+        conditions.append(_condition(CANARY, ok, str(verdict), canary.message, generation))
+    analysing = findings.canary is not None and findings.canary.analysing
     ready_checks = [
         (artifact.ready, artifact.reason, artifact.summary or artifact.message),
         (repo.status is ConditionStatus.TRUE, repo.reason, repository_summary),
         (undo is None, ROLLED_BACK, undo.message if undo is not None else ""),
+        (not analysing, CANARY, canary.message if canary is not None else ""),
         (serving.rolled_out and serving.available, serving.reason, serving_summary),
     ]
     failing = next(((reason, message) for ok, reason, message in ready_checks if not ok), None)
@@ -349,11 +365,29 @@ def _rolled_back_event(
     return (Event("Warning", ROLLED_BACK, now.message),)
 
 
+def _canary_events(
+    status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
+) -> tuple[Event, ...]:
+    """An event when a canary's analysis starts, passes or fails."""
+    now = status.canary
+    before = previous.canary if previous is not None else None
+    if now is None:
+        return ()
+    if before is not None and (before.revision, before.verdict) == (now.revision, now.verdict):
+        return ()
+    if now.verdict is CanaryVerdict.ANALYSING:
+        return (Event("Normal", "CanaryStarted", now.message),)
+    if now.verdict is CanaryVerdict.PASSED:
+        return (Event("Normal", "CanaryPromoted", now.message),)
+    return ()  # a failed canary is rolled back: the RolledBack event says it
+
+
 def _events(
     status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
 ) -> tuple[Event, ...]:
     return (
         _phase_events(status, previous)
+        + _canary_events(status, previous)
         + _rolled_back_event(status, previous)
         + _in_place_event(status, previous)
         + _warning_event(status, previous)
@@ -433,6 +467,9 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
         )
         if findings.undo is not None
         else None,
+        rollout=findings.rollout_words,
+        canary=findings.canary.status if findings.canary is not None else None,
+        revisions=list(findings.revisions) or None,
         warnings=[_clip(w, WARNING_MAX_LENGTH) for w in findings.warnings[:MAX_WARNINGS]] or None,
     )
     if findings.problems and previous is not None:
@@ -451,6 +488,9 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
                 "autoscaling": previous.autoscaling,
                 "stable_revision": previous.stable_revision,
                 "rollback": previous.rollback,
+                "rollout": previous.rollout,
+                "canary": previous.canary,
+                "revisions": previous.revisions,
             }
         )
     rechecks = [
@@ -458,6 +498,7 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
         for after in (
             serving.recheck_after if serving is not None else None,
             findings.rollout.recheck_after if findings.rollout is not None else None,
+            findings.canary.recheck_after if findings.canary is not None else None,
         )
         if after is not None
     ]

@@ -37,6 +37,11 @@ APPLIED_HASH = f"{PREFIX}/applied-hash"
 BUILD_RECIPE = f"{PREFIX}/build-recipe"
 # The rendered repository a serving pod assembled (a new one rolls the pods).
 REPOSITORY = f"{PREFIX}/model-repository"
+# Digest of a serving Deployment's pod template as the operator rendered it: the revision it runs.
+TEMPLATE_DIGEST = f"{PREFIX}/template-digest"
+# On the pods of a Canary rollout's new revision (`TRACK: CANARY`); the stable pods have no such label.
+TRACK = f"{PREFIX}/track"
+CANARY = "canary"
 
 
 def common(component: str) -> dict[str, str]:

@@ -39,3 +39,8 @@ def repository(instance: str, digest: str) -> str:
 def serving(instance: str) -> str:
     """The Deployment and the Service of `instance`."""
     return instance
+
+
+def canary(instance: str) -> str:
+    """The Deployment of a Canary rollout's new revision of `instance` (one pod, behind its Service)."""
+    return f"{instance}-canary"

@@ -101,7 +101,7 @@ def test_names_status_scale_and_printer_columns() -> None:
         "labelSelectorPath": ".status.selector",
     }
     shown = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
-    assert shown == ["Type", "Phase", "Reason", "Ready", "Cache-Key", "Age"]
+    assert shown == ["Type", "Phase", "Reason", "Ready", "Rollout", "Cache-Key", "Age"]
     columns = {column["name"]: column["jsonPath"] for column in version["additionalPrinterColumns"]}
     assert columns["Type"] == ".spec.model.type"
     assert columns["Phase"] == ".status.phase"

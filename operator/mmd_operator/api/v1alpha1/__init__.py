@@ -52,6 +52,7 @@ from mmd_operator.api.v1alpha1.schema import StringMap as StringMap
 from mmd_operator.api.v1alpha1.serving import CIDR_PATTERN as CIDR_PATTERN
 from mmd_operator.api.v1alpha1.serving import LABEL_KEY_MAX_LENGTH as LABEL_KEY_MAX_LENGTH
 from mmd_operator.api.v1alpha1.serving import AutoscalingSpec as AutoscalingSpec
+from mmd_operator.api.v1alpha1.serving import CanarySpec as CanarySpec
 from mmd_operator.api.v1alpha1.serving import EgressAllowance as EgressAllowance
 from mmd_operator.api.v1alpha1.serving import InstanceCounts as InstanceCounts
 from mmd_operator.api.v1alpha1.serving import LabelSelector as LabelSelector
@@ -79,6 +80,9 @@ from mmd_operator.api.v1alpha1.spec import VolumeSource as VolumeSource
 from mmd_operator.api.v1alpha1.status import MAX_WARNINGS as MAX_WARNINGS
 from mmd_operator.api.v1alpha1.status import WARNING_MAX_LENGTH as WARNING_MAX_LENGTH
 from mmd_operator.api.v1alpha1.status import AutoscalingStatus as AutoscalingStatus
+from mmd_operator.api.v1alpha1.status import CanaryFigures as CanaryFigures
+from mmd_operator.api.v1alpha1.status import CanaryStatus as CanaryStatus
+from mmd_operator.api.v1alpha1.status import CanaryVerdict as CanaryVerdict
 from mmd_operator.api.v1alpha1.status import Condition as Condition
 from mmd_operator.api.v1alpha1.status import ConditionStatus as ConditionStatus
 from mmd_operator.api.v1alpha1.status import DerivedLimits as DerivedLimits
@@ -87,6 +91,7 @@ from mmd_operator.api.v1alpha1.status import EngineSource as EngineSource
 from mmd_operator.api.v1alpha1.status import EngineStatus as EngineStatus
 from mmd_operator.api.v1alpha1.status import MultimodalDeploymentStatus as MultimodalDeploymentStatus
 from mmd_operator.api.v1alpha1.status import Phase as Phase
+from mmd_operator.api.v1alpha1.status import RevisionStatus as RevisionStatus
 from mmd_operator.api.v1alpha1.status import RollbackStatus as RollbackStatus
 from mmd_operator.api.v1alpha1.status import ServingRevision as ServingRevision
 from mmd_operator.api.v1alpha1.status import WeightsSource as WeightsSource

@@ -30,7 +30,23 @@ class ProbeSpec(Schema):
     """Failed liveness checks (10 s apart) after which the container is restarted."""
 
 
-RolloutStrategy = Literal["SurgeWhenPossible", "InPlace"]
+RolloutStrategy = Literal["SurgeWhenPossible", "InPlace", "Canary"]
+
+
+class CanarySpec(Schema):
+    """How a Canary rollout judges the new revision's one pod against the stable revision's pods."""
+
+    analysis_seconds: int = Field(120, ge=10, le=86400)
+    """How long the canary pod serves, from its first Ready, before it is promoted; a figure past its
+    threshold rolls it back sooner."""
+    max_failure_ratio: float = Field(0.05, ge=0, le=1)
+    """Share of the canary's requests that may fail (Triton: `nv_inference_request_failure` of the
+    entry models). trtllm-serve 1.2.1 counts no failures: there the canary's errors are not judged."""
+    max_latency_ratio: float = Field(1.5, ge=1, le=1000)
+    """How many times the stable revision's mean request latency the canary's may reach."""
+    min_requests: int = Field(10, ge=1, le=1_000_000)
+    """Requests the canary must have answered before its figures are judged; with fewer by the end of the
+    analysis it is promoted on readiness alone, and the status says so."""
 
 
 class RolloutSpec(Schema):
@@ -42,9 +58,14 @@ class RolloutSpec(Schema):
     use) for `surgeWaitSeconds`, the rollout goes on in place, and the status and an Event name the pod
     that stops first and why, before it stops. InPlace: each old pod stops before its replacement loads,
     so a cluster never holds GPUs beyond the replicas; with one replica the model is down for a whole
-    load."""
+    load. Canary: the new revision first runs as one pod beside the stable ones, behind the same
+    Service, and is judged for `canary.analysisSeconds` on Prometheus figures (the operator's
+    MMD_PROMETHEUS_URL; without one, on readiness alone); then it is promoted (the rest roll as with
+    SurgeWhenPossible) or rolled back (phase Degraded, reason RolledBack, with the figures)."""
     surge_wait_seconds: int = Field(60, ge=0, le=3600)
     """How long a surge pod may wait for the scheduler before the rollout goes on in place."""
+    canary: CanarySpec = Field(default_factory=CanarySpec)
+    """The canary's analysis, with strategy Canary."""
 
 
 class QueueSpec(Schema):

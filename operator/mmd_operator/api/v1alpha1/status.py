@@ -7,7 +7,7 @@ the spec's warnings. Pure: imports pydantic and the package's `schema`.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -195,6 +195,69 @@ class RollbackStatus(Schema):
     """The value of the `serving.multimodal.dev/retry-rollout` annotation when it was undone."""
 
 
+class CanaryVerdict(StrEnum):
+    """Where a canary's analysis stands."""
+
+    ANALYSING = "Analysing"
+    PASSED = "Passed"
+    FAILED = "Failed"
+
+
+class CanaryFigures(Schema):
+    """What Prometheus showed of the canary and of the stable pods over the analysis so far."""
+
+    requests: int = Field(ge=0)
+    """Requests the canary answered."""
+    failure_ratio: float | None = None
+    """Share of the canary's requests that failed (None: the runtime counts no failures)."""
+    stable_failure_ratio: float | None = None
+    """The same of the stable pods."""
+    latency_seconds: float | None = None
+    """The canary's mean request latency."""
+    stable_latency_seconds: float | None = None
+    """The stable pods' mean request latency."""
+
+
+class CanaryStatus(Schema):
+    """The analysis of a Canary rollout's new revision: kept here, so another operator resumes it."""
+
+    revision: str = Field(max_length=64)
+    """Digest of the new revision's pod template (the Deployments' template-digest annotation)."""
+    generation: int
+    """The metadata.generation that asked for it."""
+    gate: Literal["Prometheus", "Readiness"]
+    """What judges it: Prometheus figures, or without a Prometheus URL readiness alone."""
+    verdict: CanaryVerdict
+    """Analysing, Passed (promoted: the rest roll to it) or Failed (rolled back)."""
+    ready_since: str | None = None
+    """When the canary pod was first seen Ready (RFC 3339): the analysis runs from then."""
+    figures: CanaryFigures | None = None
+    """The last figures read."""
+    message: str = Field("", max_length=4096)
+    """The verdict in words, with the figures and thresholds."""
+
+
+class RevisionStatus(Schema):
+    """One revision that has pods now: the stable one, or a canary."""
+
+    role: Literal["Stable", "Canary"]
+    """Stable: the serving Deployment's; Canary: the new revision under analysis."""
+    revision: str | None = Field(None, max_length=64)
+    """The `pod-template-hash` of its pods."""
+    cache_key: str | None = Field(None, max_length=128)
+    """The engine cacheKey, or the weights' snapshot key, its pods use."""
+    content: str | None = Field(None, max_length=253)
+    """The ConfigMap its pods mount."""
+    pods: int = Field(ge=0)
+    """Its pods."""
+    ready: int = Field(ge=0)
+    """Its ready pods."""
+    share: int = Field(ge=0, le=100)
+    """Its share of the ready pods behind the Service, in percent: the share of requests it gets."""
+    verdict: CanaryVerdict | None = None
+    """A canary's analysis verdict so far."""
+
+
 class MultimodalDeploymentStatus(Schema):
     """Observed state, written by the operator."""
 
@@ -229,6 +292,13 @@ class MultimodalDeploymentStatus(Schema):
     """The last revision whose every pod was ready: what a revision that does not start is undone to."""
     rollback: RollbackStatus | None = None
     """The revision undone for this generation, if one was (phase Degraded, reason RolledBack)."""
+    rollout: str | None = Field(None, max_length=64)
+    """The rollout in a few words, for `kubectl get`: Stable, Surging, InPlace, Canary 40/120s, Promoting,
+    RolledBack."""
+    canary: CanaryStatus | None = None
+    """The analysis of the last Canary rollout's revision (strategy Canary)."""
+    revisions: list[RevisionStatus] | None = Field(None, max_length=4)
+    """The revisions that have pods, with their share of the ready pods."""
     warnings: list[Annotated[str, Field(max_length=WARNING_MAX_LENGTH)]] | None = Field(
         None, max_length=MAX_WARNINGS
     )
