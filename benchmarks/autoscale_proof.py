@@ -624,17 +624,26 @@ def _write_picture(path: Path) -> None:
 
 
 def weights_on_a_claim(
-    core: k8s.CoreV1Api, namespace: str, knobs: dict[str, float], write_checkpoint: Callable[[Path], None]
+    core: k8s.CoreV1Api,
+    namespace: str,
+    knobs: dict[str, float],
+    write_checkpoint: Callable[[Path], None],
+    path: str = "llava-1.5-7b",
 ) -> dict[str, Any]:
-    """A claim holding a (fake) checkpoint whose config carries the doubles' `knobs`; the model source.
+    """A claim holding a (fake) checkpoint at `path` whose config carries the doubles' `knobs`; the source.
 
     `write_checkpoint` writes the checkpoint into a directory; it goes into the claim's local-path
-    volume from this host, then its `config.json` gets the knobs.
+    volume from this host, then its `config.json` gets the knobs. The claim is made once per namespace:
+    each further call adds a checkpoint beside the others.
     """
     claim = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}
-    core.create_namespaced_persistent_volume_claim(
-        namespace, {"metadata": {"name": "weights"}, "spec": claim}
-    )
+    try:
+        core.create_namespaced_persistent_volume_claim(
+            namespace, {"metadata": {"name": "weights"}, "spec": claim}
+        )
+    except ApiException as error:
+        if error.status != 409:
+            raise
 
     def bound_volume() -> str | None:
         found: Any = core.read_namespaced_persistent_volume_claim("weights", namespace)
@@ -642,8 +651,8 @@ def weights_on_a_claim(
 
     volume = wait_for("the weights claim to bind", bound_volume, 60, 0.5)
     persistent: Any = core.read_persistent_volume(volume)
-    model = Path(persistent.spec.host_path.path) / "llava-1.5-7b"
+    model = Path(persistent.spec.host_path.path) / path
     write_checkpoint(model)
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "mmd_double": knobs}))
-    return {"source": {"pvc": {"claimName": "weights", "path": "llava-1.5-7b"}}}
+    return {"source": {"pvc": {"claimName": "weights", "path": path}}}

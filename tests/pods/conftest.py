@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client as k8s
 from PIL import Image
 
-from mmd_testbed.localcluster import hub, images, realnodes
+from mmd_testbed.localcluster import hub, images, monitoring, realnodes
 from mmd_testbed.localcluster.binaries import ensure_binaries
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.layout import Layout
@@ -137,7 +137,10 @@ def operator_release(
     tools.run(
         "helm", "install", "mmd-operator", str(CHART), "-n", OPERATOR_NAMESPACE, *values,
         # Tests fix and create things within seconds; look again that soon.
-        "--set", "retrySeconds=2", "--wait", "--timeout", "180s", timeout=240,
+        "--set", "retrySeconds=2",
+        # A canary's analysis asks the metrics path's Prometheus, where a test starts it.
+        "--set", f"prometheusUrl={monitoring.PROMETHEUS_URL}",
+        "--wait", "--timeout", "180s", timeout=240,
     )  # fmt: skip
     return {"namespace": OPERATOR_NAMESPACE, "images": references}
 

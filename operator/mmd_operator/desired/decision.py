@@ -190,7 +190,8 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
             deployment = hashing.stamped(wanted)
             writes.apply.append(deployment)
     canary = case.observed.canary
-    if canary is not None and not canary.meta.deleting and not trial and not _promoting(case):
+    kept = trial or _promoting(case) or case.judgement.canary.keep
+    if canary is not None and not canary.meta.deleting and not kept:
         writes.delete.append(ObjectKey.of(kinds.DEPLOYMENT, canary.meta.name))
     if not blocked:
         writes.apply.append(hashing.stamped(children.service))

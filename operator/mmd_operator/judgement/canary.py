@@ -40,6 +40,8 @@ READINESS = "Readiness"
 CHECK_SECONDS = 10.0
 # The shortest window the figures are read over: a counter's increase needs two scrapes in it.
 MIN_WINDOW_SECONDS = 30
+# How soon after a new verdict is written the canary Deployment is removed.
+NEW_VERDICT_SECONDS = 1.0
 _STAMP = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -52,6 +54,9 @@ class Canary:
     # It failed: the stable revision keeps serving, held there.
     undo: Undo | None = None
     recheck_after: float | None = None
+    # The canary Deployment stays for this reconcile: its verdict is new, and the status must hold it
+    # before the Deployment (which the verdict is read against) goes; the next reconcile removes it.
+    keep: bool = False
 
     @property
     def analysing(self) -> bool:
@@ -183,12 +188,15 @@ def _said(found: CanaryFigures | None, runtime: Runtime) -> str:
     return ", ".join(parts)
 
 
-def _failed(shown: CanaryStatus, message: str, stable: ServingRevision | None, retry: str | None) -> Canary:
+def _failed(
+    shown: CanaryStatus, message: str, stable: ServingRevision | None, retry: str | None, *, new: bool
+) -> Canary:
+    """The canary failed (`new`: in this reconcile); the stable revision is held."""
     status = shown.model_copy(update={"verdict": CanaryVerdict.FAILED, "message": message})
     undo = None
     if stable is not None:
         undo = Undo(to=stable, failed=shown.revision, message=message, write=False, retry=retry)
-    return Canary(status=status, undo=undo)
+    return Canary(status=status, undo=undo, keep=new, recheck_after=NEW_VERDICT_SECONDS if new else None)
 
 
 def canary_state(
@@ -223,7 +231,7 @@ def canary_state(
             and held.failed == revision
             and (held.generation, held.retry) == (generation, retry)
         ):
-            return _failed(shown, shown.message, stable, retry)
+            return _failed(shown, shown.message, stable, retry, new=False)
         shown = None  # the spec or the retry annotation changed: judge it again
     gate = READINESS if reading is None and (shown is None or shown.gate == READINESS) else PROMETHEUS
     if shown is None:
@@ -264,13 +272,13 @@ def canary_state(
             f"apply a fixed spec, or set the annotation {RETRY_ANNOTATION} to a new value to try this "
             "revision again"
         )
-        return _failed(analysed, message, stable, retry)
+        return _failed(analysed, message, stable, retry, new=True)
     if gate == PROMETHEUS and reading is not None and reading.error and elapsed >= spec.analysis_seconds:
         message = (
             f"the canary of revision {revision} could not be judged: {reading.error}. Rolled back: "
             f"{stable_words} keeps serving; set the annotation {RETRY_ANNOTATION} to a new value to try again"
         )
-        return _failed(analysed, message, stable, retry)
+        return _failed(analysed, message, stable, retry, new=True)
     if elapsed >= spec.analysis_seconds and len(ready) == len(canary_pods):
         if gate == READINESS:
             how = "ready throughout (no Prometheus URL is set, MMD_PROMETHEUS_URL: readiness alone judged it)"

@@ -27,7 +27,7 @@ from mmd_operator.api.v1alpha1 import (
 from mmd_operator.facts import Observed, Reading
 from mmd_operator.judgement import triton, trtllm_serve
 from mmd_operator.judgement.artifact import ArtifactState, JobWords
-from mmd_operator.judgement.canary import Canary, canary_state
+from mmd_operator.judgement.canary import NEW_VERDICT_SECONDS, Canary, canary_state
 from mmd_operator.judgement.placement import build_demand
 from mmd_operator.judgement.revisions import Undo, stable_revision, undo
 from mmd_operator.judgement.rollout import CONDITION as ROLLOUT
@@ -110,7 +110,7 @@ def judge(
     elif canary.analysing and canary.status is not None:
         # The canary's pod cannot start: undone as any revision that cannot, and the analysis says so.
         failed = canary.status.model_copy(update={"verdict": CanaryVerdict.FAILED, "message": undone.message})
-        canary = Canary(status=failed, undo=undone)
+        canary = Canary(status=failed, undo=undone, keep=True, recheck_after=NEW_VERDICT_SECONDS)
     return Judgement(
         artifact=artifact, blocked=blocked, rollout=rollout, stable=stable, undo=undone, canary=canary
     )

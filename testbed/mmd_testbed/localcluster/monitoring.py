@@ -52,6 +52,8 @@ NAMESPACE = "monitoring"
 PROMETHEUS = "prometheus"
 ADAPTER = "prometheus-adapter"
 PROMETHEUS_PORT = 9090
+# Where pods (the operator's canary analysis) reach Prometheus, by the cluster's DNS.
+PROMETHEUS_URL = f"http://{PROMETHEUS}.{NAMESPACE}.svc.cluster.local:{PROMETHEUS_PORT}"
 ADAPTER_PORT = 6443
 CUSTOM_METRICS_GROUP = "custom.metrics.k8s.io"
 CUSTOM_METRICS_VERSION = "v1beta1"

@@ -117,7 +117,7 @@ def _run_serve(facts: Facts, params: Mapping[str, Any]) -> None:
             return_perf_metrics=bool(values.get("return_perf_metrics", False)),
             video_frames=frames,
             media_policy=media.MediaPolicy.from_env(),
-            delay_seconds=server.delay_from_env(),
+            delay_seconds=server.delay_from_env() or served.knobs.get("seconds_per_request", 0.0),
         )
         server.serve_forever(settings, facts.metric_names)
     except models.ModelDirError as error:

@@ -12,7 +12,8 @@ refused per request like the real server does (`chat`). Imports the standard lib
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
@@ -62,6 +63,9 @@ class ServedModel:
 
     path: Path
     architecture: Architecture
+    # The doubles' knobs in the snapshot's config.json (`mmd_double`): `seconds_per_request` and
+    # `fail_share`, the share of requests answered with an error (a bad revision, for a canary to catch).
+    knobs: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def model_id(self) -> str:
@@ -89,4 +93,5 @@ def load_model(model: str) -> ServedModel:
     architecture = ARCHITECTURES.get(name) if isinstance(name, str) else None
     if architecture is None:
         raise ModelDirError(f"Unknown architecture for AutoModelForCausalLM: {name}")
-    return ServedModel(path=path, architecture=architecture)
+    knobs = config.get("mmd_double") if isinstance(config.get("mmd_double"), dict) else {}
+    return ServedModel(path=path, architecture=architecture, knobs={k: float(v) for k, v in knobs.items()})

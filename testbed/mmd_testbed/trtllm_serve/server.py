@@ -7,7 +7,9 @@ Routes as openai_server.py registers them for a served LLM: `GET /health` (200, 
 `return_perf_metrics`, `GET /prometheus/metrics` with the collector's metric names (labels `model_name` and
 `engine_type`, which 1.2-era code sets to `undefined`). Anything else is 404 `{"detail": "Not Found"}`, as
 FastAPI answers. At most `max_batch_size` requests are answered at once (the rest wait, which the queue-time
-histogram shows), each after MMD_DOUBLE_DELAY_SECONDS (the double's own setting, for saturation tests).
+histogram shows), each after MMD_DOUBLE_DELAY_SECONDS or the snapshot's `seconds_per_request` knob (for
+saturation and slow-canary tests); with its `fail_share` knob that share of requests is answered 400, as
+the real server answers an exception in the chat route, and not counted in the metrics.
 Imports prometheus_client and the standard library.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import math
 import os
 import signal
 import sys
@@ -122,11 +125,23 @@ class DoubleServer(http.server.ThreadingHTTPServer):
     def __init__(self, settings: ServeSettings, metric_names: tuple[str, ...]) -> None:
         self.settings = settings
         self.slots = threading.BoundedSemaphore(max(settings.max_batch_size, 1))
+        self.requests_seen = 0
+        self.seen_lock = threading.Lock()
         self.metrics = Metrics(metric_names) if settings.return_perf_metrics else None
         try:
             super().__init__((settings.host, settings.port), _Handler)
         except OSError as error:
             raise ServeError(f"Failed to bind socket to {settings.host}:{settings.port}: {error}") from error
+
+    def fails_now(self) -> chat.ApiError | None:
+        """With the snapshot's `fail_share` knob, the error answer of this request when it is in the share."""
+        share = self.settings.served.knobs.get("fail_share", 0.0)
+        with self.seen_lock:
+            self.requests_seen += 1
+            seen = self.requests_seen
+        if math.floor(seen * share) > math.floor((seen - 1) * share):
+            return chat.bad_request(f"request {seen} fails: the snapshot fails {share:g} (fail_share)")
+        return None
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -203,6 +218,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             queued = time.perf_counter() - arrived
             if settings.delay_seconds:
                 time.sleep(settings.delay_seconds)
+            failure = self.server.fails_now()
+            if failure is not None:
+                # Answered as the real server answers an exception in the chat route, and not counted.
+                self._json(failure.status, failure.body)
+                return
             first = time.perf_counter() - arrived
             if request.stream:
                 self._stream(chat.chunks(request, answer))

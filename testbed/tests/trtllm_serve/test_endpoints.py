@@ -182,3 +182,36 @@ def test_delay_and_batch_slots_queue_requests(models_root: Path, logs: Path) -> 
         double.stop()
     assert statuses == [200, 200, 200]
     assert elapsed >= 0.9, f"3 requests of 0.3 s through one slot took {elapsed:.2f} s"
+
+
+def test_the_snapshots_knobs_fail_a_share_of_requests_uncounted_and_slow_each(
+    models_root: Path, logs: Path, tmp_path: Path
+) -> None:
+    """`mmd_double` in config.json: `fail_share` answers that share 400 as the real server answers an
+    exception (its metrics count only what was answered); `seconds_per_request` delays each one."""
+    model = model_dir(models_root, "Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", name="bad-qwen")
+    config = json.loads((model / "config.json").read_text())
+    knobs = {"fail_share": 0.5, "seconds_per_request": 0.2}
+    (model / "config.json").write_text(json.dumps({**config, "mmd_double": knobs}))
+    options = tmp_path / "extra-llm-api-config.yml"
+    options.write_text("return_perf_metrics: true\n")
+    double = start(model, logs, ["--config", str(options)])
+    try:
+        began = time.monotonic()
+        replies = [call(f"{double.url}/v1/chat/completions", chat_request("hi")) for _ in range(4)]
+        elapsed = time.monotonic() - began
+        metrics = call(f"{double.url}/prometheus/metrics").body.decode()
+    finally:
+        double.stop()
+    assert [reply.status for reply in replies] == [200, 400, 200, 400]
+    assert replies[1].json() == {
+        "object": "error",
+        "message": "request 2 fails: the snapshot fails 0.5 (fail_share)",
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
+    assert elapsed >= 0.8, f"4 requests of 0.2 s took {elapsed:.2f} s"
+    assert 'trtllm_e2e_request_latency_seconds_count{engine_type="undefined",model_name="undefined"} 2.0' in (
+        metrics
+    )

@@ -204,8 +204,11 @@ def test_a_canary_that_fails_requests_is_rolled_back_with_its_figures_and_held()
         f"fixed spec, or set the annotation {RETRY_ANNOTATION} to a new value to try this revision again"
     )
     assert status.rollback is not None and status.rollback.failed == story.digest
-    assert failing.delete == ["llava-canary"] and "Deployment" not in failing.apply
-    assert ROLLED_BACK in failing.events
+    # The canary goes on the next reconcile, a second later: the status holds the verdict first.
+    assert failing.delete == [] and "Deployment" not in failing.apply
+    assert "Deployment/canary" not in failing.apply and ROLLED_BACK in failing.events
+    removed = story.decide(now=NOW + timedelta(seconds=21), **story.live())
+    assert removed.delete == ["llava-canary"] and removed.status.rollback == status.rollback
 
     # Held: the same spec again changes nothing; the canary is not started again.
     held = story.decide(now=NOW + timedelta(seconds=40), deployment=_settled("llava", "old-digest"),

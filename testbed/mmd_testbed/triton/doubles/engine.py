@@ -9,6 +9,7 @@ loading on ranks other than 0. Imports `base`, `executor` and what they import.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -78,6 +79,7 @@ class TensorrtLlm(Model):
         self.lora_cache: dict[int, str] = {}
         self.lock = threading.Lock()
         self.last_request_id = 0
+        self.requests_seen = 0
         missing = next((name for name in executor.LOAD_PARAMETERS if name not in self.params), None)
         if missing is not None:
             raise RuntimeError(f"Cannot find parameter with name: {missing}")  # ModelState::GetParameter
@@ -294,6 +296,15 @@ class TensorrtLlm(Model):
                 raise RefusalError(executor.executor_failed(request_id, executor.FORWARD + refusal))
         return items
 
+    def fail_my_share(self) -> None:
+        """With `fail_share` in the spec (the engine knob), fail that share of the requests, spread evenly."""
+        share = float(self.spec.get("fail_share", 0))
+        with self.lock:
+            self.requests_seen += 1
+            seen = self.requests_seen
+        if math.floor(seen * share) > math.floor((seen - 1) * share):
+            raise DoubleError(f"request {seen} fails: this engine fails a share of {share:g} (fail_share)")
+
     def responses(self, inputs: dict[str, Any]) -> list[list[Any]]:
         """The output tensors of every response, in order: per batch item, per sequence, per segment.
 
@@ -303,6 +314,7 @@ class TensorrtLlm(Model):
         batch = self.array(inputs["request_output_len"], "request_output_len").shape[0]
         items = self.check(inputs, batch)
         time.sleep(float(self.spec.get("seconds_per_request", 0)))
+        self.fail_my_share()
         whisper = bool(self.spec["knowledge"]["whisper"])
         # (batch item, sequence_index or None, the text of every beam of every response)
         answers: list[tuple[int, int | None, list[list[str]]]] = []

@@ -17,11 +17,12 @@ configs point at and the model type its `manifest.json` records, and becomes the
 would have generated for that model (`repository.double_specs`, `runtime.build`). So the serving pod runs
 the operator's rendered configs and its init container's assembly unchanged, on a real tritonserver.
 
-Two knobs travel with the (fake) weights, like properties of the model; the build doubles carry them from
+Three knobs travel with the (fake) weights, like properties of the model; the build doubles carry them from
 the checkpoint's `config.json` into the engine's (`pretrained_config.mmd_double`): `load_seconds`, how long
-the `tensorrt_llm` double takes to load, as a large engine would, and `seconds_per_request`, how long it
+the `tensorrt_llm` double takes to load, as a large engine would; `seconds_per_request`, how long it
 works on each request, one at a time, as a saturated GPU would: with more requests than it finishes per
-second, they wait in Triton's queue, and the queue time and pending count Triton reports are real.
+second, they wait in Triton's queue, and the queue time and pending count Triton reports are real; and
+`fail_share`, the share of requests it answers with an error (a bad engine, for a canary to catch).
 
 `python -m mmd_testbed.triton.doubles.image install ...` lays these files out (the Dockerfile runs it).
 Imports: the standard library, and (inside Triton only) the doubles' runtime.
@@ -109,10 +110,12 @@ class TritonPythonModel:
         if seconds:
             print(f"{spec['model']} double: loading the engine takes {seconds:.0f} s", flush=True)
             time.sleep(seconds)
-        per_request = engine_knob(spec, "seconds_per_request")
-        if per_request:
-            print(f"{spec['model']} double: each request takes {per_request:g} s", flush=True)
-            spec = {**spec, "seconds_per_request": per_request}
+        for knob, words in (("seconds_per_request", "each request takes {:g} s"),
+                            ("fail_share", "a share of {:g} of the requests fail")):  # fmt: skip
+            value = engine_knob(spec, knob)
+            if value:
+                print(f"{spec['model']} double: {words.format(value)}", flush=True)
+                spec = {**spec, knob: value}
         self.delegate = runtime.build(spec)()
         self.delegate.initialize(args)
 
