@@ -132,11 +132,11 @@ soak: venv
 		MMD_SOAK_SECONDS=1800 \
 		$(BIN)/pytest -s --with-cluster tests/cluster/test_fault_loops.py tests/cluster/test_soak.py $(ARGS)
 
-# Every rollout case of tests/pods/test_rollouts.py on both runtimes and both strategies, with figures
-# (`make test` runs each case once; about 8 minutes).
+# Every rollout case of tests/pods/test_rollouts.py and test_canary.py on both runtimes and every
+# strategy, with figures (`make test` runs each case once; about 12 minutes).
 .PHONY: rollouts
 rollouts: venv node-deps
-	MMD_ROLLOUTS_ALL=1 $(BIN)/pytest -s --with-pods tests/pods/test_rollouts.py $(ARGS)
+	MMD_ROLLOUTS_ALL=1 $(BIN)/pytest -s --with-pods tests/pods/test_rollouts.py tests/pods/test_canary.py $(ARGS)
 
 # Per-request overhead of the ensemble against the LLM double alone (200 requests each).
 bench-triton: triton-server

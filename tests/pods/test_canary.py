@@ -1,18 +1,21 @@
-"""Canary rollouts on real pods (Triton's llava), judged on the real Prometheus's figures, under load.
+"""Canary rollouts on real pods, both runtimes, judged on the real Prometheus's figures, under load.
 
-The stable revision serves a (fake) LLaVA checkpoint from a claim whose doubles take `PER_REQUEST` seconds a
-request. A change starts one canary pod beside it, behind the same Service, and the operator judges it on
-Prometheus (the local cluster's, which scrapes the serving pods): a serving-only change passes and is
-promoted with no request lost; a new engine whose double fails half its requests (`fail_share`), or takes
-five times as long (`seconds_per_request`), is rolled back while the stable pod serves on. A watcher
-samples the Service's ready endpoints and a bounded client sends requests through it throughout
-(`test_rollouts.watching`). `make test` runs the failing canary; `make rollouts` runs all three.
+The stable revision serves a (fake) checkpoint from a claim (Triton: a LLaVA checkpoint its engine is
+built from; trtllm-serve: a Qwen2.5-VL snapshot) whose doubles take `PER_REQUEST` seconds a request. A
+change starts one canary pod beside it, behind the same Service, and the operator judges it on Prometheus
+(the local cluster's, which scrapes the serving pods): a serving-only change passes and is promoted with
+no request lost; a new checkpoint whose double fails half its requests (`fail_share`; Triton only, as
+TensorRT-LLM 1.2.1 counts no failures), or takes five times as long (`seconds_per_request`), is rolled
+back while the stable pod serves on. A watcher samples the Service's ready endpoints and a bounded client
+sends requests through it throughout (`test_rollouts.watching`). `make test` runs the failing canary on
+Triton and the passing one on trtllm-serve; `make rollouts` runs all five.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +23,12 @@ import pytest
 
 from benchmarks.autoscale_proof import weights_on_a_claim
 from mmd_operator.judgement.revisions import ROLLED_BACK
+from mmd_operator.knowledge import ModelType
 from mmd_operator.vocabulary import labels, names
 from mmd_testbed.build_tools.trtllm_tools import write_model_repo
 from mmd_testbed.localcluster.cluster import LocalCluster
-from tests.pods.test_rollouts import ALL_CASES, TRITON, Watch, watching
+from mmd_testbed.localcluster.hub import synthetic_snapshot
+from tests.pods.test_rollouts import TRITON, TRTLLM_SERVE, Served, _cases, watching
 from tests.support.kube import Kube, Resources
 from tests.support.pods import serving_pods, wait_until
 
@@ -31,7 +36,56 @@ pytestmark = pytest.mark.pods
 PER_REQUEST = 0.2
 ANALYSIS_SECONDS = 30
 CANARY = {"strategy": "Canary", "canary": {"analysisSeconds": ANALYSIS_SECONDS, "minRequests": 5}}
-NAME = TRITON.instance
+
+
+@dataclass(frozen=True)
+class Checkpointed:
+    """A runtime's resource serving a checkpoint from the claim `weights`, and how the checkpoint is made."""
+
+    served: Served
+    spec: dict[str, Any]
+    write: Callable[[Path], None]
+
+    @property
+    def name(self) -> str:
+        return self.served.instance
+
+    def document(self, namespace: str, source: dict[str, Any], **serving: Any) -> dict[str, Any]:
+        spec = {
+            **self.spec,
+            "model": {**self.spec["model"], **source},
+            "serving": {**self.spec.get("serving", {}), "rollout": CANARY, **serving},
+        }
+        return {
+            "apiVersion": "serving.multimodal.dev/v1alpha1",
+            "kind": "MultimodalDeployment",
+            "metadata": {"name": self.name, "namespace": namespace},
+            "spec": spec,
+        }
+
+    def checkpoint(self, kube: Kube, namespace: str, path: str, **knobs: float) -> dict[str, Any]:
+        return weights_on_a_claim(kube.core, namespace, knobs, self.write, path=path)
+
+
+def _snapshot(where: Path) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    for name, content in synthetic_snapshot("Qwen/Qwen2.5-VL-3B-Instruct", ModelType.QWEN2_5_VL).items():
+        (where / name).write_bytes(content)
+
+
+LLAVA = Checkpointed(
+    TRITON, {"model": {"type": "llava"}}, lambda where: write_model_repo(where, "pvc/llava-1.5-7b")
+)
+QWEN = Checkpointed(
+    TRTLLM_SERVE,
+    {
+        "runtime": "trtllm-serve",
+        "model": {"type": "qwen2_5_vl"},
+        "engine": {"maxBatchSize": 8, "maxSeqLen": 8192},
+        "serving": {"modalities": ["image"]},
+    },
+    _snapshot,
+)
 
 
 @pytest.fixture(scope="module")
@@ -40,160 +94,180 @@ def metrics_path(real_cluster: LocalCluster) -> None:
     real_cluster.start_metrics()
 
 
-def _document(namespace: str, source: dict[str, Any], **serving: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "serving.multimodal.dev/v1alpha1",
-        "kind": "MultimodalDeployment",
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {"model": {"type": "llava", **source}, "serving": {"rollout": CANARY, **serving}},
-    }
+def _status(resources: Resources, name: str) -> dict[str, Any]:
+    return dict(resources.get(name).get("status") or {})
 
 
-def _checkpoint(kube: Kube, namespace: str, path: str, **knobs: float) -> dict[str, Any]:
-    return weights_on_a_claim(
-        kube.core, namespace, knobs, lambda where: write_model_repo(where, "pvc/llava-1.5-7b"), path=path
-    )
-
-
-def _status(resources: Resources) -> dict[str, Any]:
-    return dict(resources.get(NAME).get("status") or {})
-
-
-def _canary_deployment(kube: Kube, namespace: str) -> bool:
+def _canary_deployment(kube: Kube, namespace: str, name: str) -> bool:
     return any(
-        d.metadata.name == names.canary(NAME) for d in kube.apps.list_namespaced_deployment(namespace).items
+        d.metadata.name == names.canary(name) for d in kube.apps.list_namespaced_deployment(namespace).items
     )
 
 
-def _canary_ready(kube: Kube, namespace: str) -> bool:
+def _canary_ready(kube: Kube, namespace: str, name: str) -> bool:
     return any(
         pod.metadata.labels.get(labels.TRACK) == labels.CANARY
         and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-        for pod in serving_pods(kube, namespace, NAME)
+        for pod in serving_pods(kube, namespace, name)
     )
 
 
-def _events(kube: Kube, namespace: str) -> list[str]:
-    found = kube.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={NAME}").items
+def _events(kube: Kube, namespace: str, name: str) -> list[str]:
+    found = kube.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
     return [event.reason for event in found]
 
 
-def _wait(what: str, check: Callable[[], bool], timeout: float, resources: Resources) -> float:
-    """Wait for `check`; on timeout, say what the resource's status shows."""
-    try:
-        wait_until(what, check, timeout=timeout)
-    except AssertionError as error:
-        status = _status(resources)
-        shown = {key: status.get(key) for key in ("phase", "rollout", "canary", "revisions", "rollback")}
-        raise AssertionError(f"{error}; the status shows {shown}") from None
-    return time.monotonic()
-
-
-def _stable_hashes(kube: Kube, namespace: str) -> set[str]:
+def _stable_hashes(kube: Kube, namespace: str, name: str) -> set[str]:
     return {
         pod.metadata.labels.get("pod-template-hash", "")
-        for pod in serving_pods(kube, namespace, NAME)
+        for pod in serving_pods(kube, namespace, name)
         if pod.metadata.labels.get(labels.TRACK) != labels.CANARY
     }
 
 
-def _requests(watched: Watch, since: float) -> tuple[int, int]:
-    during = [r for r in watched.requests if r[0] >= since]
-    return len(during), sum(1 for r in during if r[1] != 0)
+@dataclass
+class Rollout:
+    """One canary rollout under watch, and when each of its steps was seen."""
+
+    case: Checkpointed
+    kube: Kube
+    resources: Resources
+    namespace: str
+    marks: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.case.name
+
+    def status(self) -> dict[str, Any]:
+        return _status(self.resources, self.name)
+
+    def wait(self, what: str, check: Callable[[], bool], timeout: float) -> None:
+        """Wait for `check` and mark when; on timeout, say what the resource's status shows."""
+        try:
+            wait_until(what, check, timeout=timeout)
+        except AssertionError as error:
+            shown = {
+                key: self.status().get(key) for key in ("phase", "rollout", "canary", "revisions", "rollback")
+            }
+            raise AssertionError(f"{error}; the status shows {shown}") from None
+        self.marks[what] = time.monotonic()
+
+    def canary_ready(self, timeout: float) -> None:
+        self.wait("canary ready", lambda: _canary_ready(self.kube, self.namespace, self.name), timeout)
+
+    def canary_gone(self, timeout: float) -> None:
+        self.wait(
+            "canary gone", lambda: not _canary_deployment(self.kube, self.namespace, self.name), timeout
+        )
+
+    def since(self, mark: str, before: str) -> float:
+        return self.marks[mark] - self.marks[before]
 
 
 def _rolled_back(
-    resources: Resources, kube: Kube, namespace: str, picture: Path, knobs: dict[str, float], why: str
+    case: Checkpointed,
+    rollout: Rollout,
+    picture: Path,
+    knobs: dict[str, float],
+    why: str,
 ) -> None:
-    """A new engine with `knobs` is rolled back: `why` is in the figures' words, the stable pod serves."""
-    stable = _checkpoint(kube, namespace, "llava-stable", seconds_per_request=PER_REQUEST)
-    candidate = _checkpoint(kube, namespace, "llava-candidate", **knobs)
-    resources.apply(_document(namespace, stable))
-    with watching(TRITON, kube, resources, namespace, picture) as watched:
-        before = _stable_hashes(kube, namespace)
-        changed = time.monotonic()
-        resources.apply(_document(namespace, candidate))
-        canary_ready = _wait(
-            "the canary pod to be ready", lambda: _canary_ready(kube, namespace), 300, resources
-        )
-        undone = _wait("the rollback", lambda: bool(_status(resources).get("rollback")), 180, resources)
-        gone = _wait("the canary to go", lambda: not _canary_deployment(kube, namespace), 60, resources)
+    """A new checkpoint with `knobs` is rolled back: `why` is in the figures' words, the stable pod serves."""
+    kube, namespace, name = rollout.kube, rollout.namespace, case.name
+    stable = case.checkpoint(kube, namespace, "stable", seconds_per_request=PER_REQUEST)
+    candidate = case.checkpoint(kube, namespace, "candidate", **knobs)
+    rollout.resources.apply(case.document(namespace, stable))
+    with watching(case.served, kube, rollout.resources, namespace, picture) as watched:
+        before = _stable_hashes(kube, namespace, name)
+        rollout.marks["change"] = changed = time.monotonic()
+        rollout.resources.apply(case.document(namespace, candidate))
+        rollout.canary_ready(300)
+        rollout.wait("rolled back", lambda: bool(rollout.status().get("rollback")), 180)
+        rollout.canary_gone(60)
         time.sleep(2)
-    status = _status(resources)
+    status = rollout.status()
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (status["phase"], ready["reason"], status["rollout"]) == ("Degraded", ROLLED_BACK, ROLLED_BACK)
     assert status["canary"]["verdict"] == "Failed" and why in ready["message"], ready["message"]
     assert "keeps serving" in ready["message"]
-    assert _stable_hashes(kube, namespace) == before  # the stable revision was never touched
+    assert _stable_hashes(kube, namespace, name) == before  # the stable revision was never touched
     assert not watched.zero_ready(changed), "a moment without a ready endpoint"
-    assert {"CanaryStarted", ROLLED_BACK} <= set(_events(kube, namespace))
-    sent, failed = _requests(watched, changed)
-    figures = status["canary"]["figures"]
+    assert {"CanaryStarted", ROLLED_BACK} <= set(_events(kube, namespace, name))
+    during = [r for r in watched.requests if r[0] >= changed]
+    failed = [r for r in during if r[1] != 0]
     print(
-        f"\n{NAME}: canary {knobs}: ready {canary_ready - changed:.1f} s after the change (its engine "
-        f"built first), rolled back {undone - canary_ready:.1f} s after it was ready, removed "
-        f"{gone - undone:.1f} s later; {sent} requests since the change, {failed} failed (the canary's); "
-        f"figures {figures}"
+        f"\n{name}: canary {knobs}: ready {rollout.since('canary ready', 'change'):.1f} s after the change "
+        f"(its checkpoint prepared first), rolled back {rollout.since('rolled back', 'canary ready'):.1f} s "
+        f"after it was ready, removed {rollout.since('canary gone', 'rolled back'):.1f} s later; "
+        f"{len(during)} requests since the change, {len(failed)} failed (the canary's); figures "
+        f"{status['canary']['figures']}"
     )
     # Only the canary answered errors, and it was stopped: after its removal every request is answered.
-    assert not [r for r in watched.requests if r[0] > gone + 1 and r[1] != 0]
+    assert not [r for r in failed if r[0] > rollout.marks["canary gone"] + 1]
 
 
+@pytest.fixture
+def rollout(request: pytest.FixtureRequest, kube: Kube, resources: Resources, namespace: str) -> Rollout:
+    case: Checkpointed = request.param
+    return Rollout(case, kube, resources, namespace)
+
+
+@pytest.mark.parametrize("rollout", [pytest.param(LLAVA, id="triton")], indirect=True)
 @pytest.mark.usefixtures("metrics_path")
 def test_a_canary_that_fails_requests_is_rolled_back_while_the_stable_pod_serves(
-    resources: Resources, kube: Kube, namespace: str, picture: Path
+    rollout: Rollout, picture: Path
 ) -> None:
-    _rolled_back(
-        resources, kube, namespace, picture, {"seconds_per_request": PER_REQUEST, "fail_share": 0.5},
-        "maxFailureRatio",
-    )  # fmt: skip
+    knobs = {"seconds_per_request": PER_REQUEST, "fail_share": 0.5}
+    _rolled_back(rollout.case, rollout, picture, knobs, "maxFailureRatio")
 
 
-@pytest.mark.skipif(not ALL_CASES, reason="make rollouts (MMD_ROLLOUTS_ALL=1) runs it")
+@pytest.mark.parametrize(
+    "rollout", _cases([], [pytest.param(LLAVA, id="triton"), pytest.param(QWEN, id="trtllm-serve")]),
+    indirect=True,
+)  # fmt: skip
 @pytest.mark.usefixtures("metrics_path")
-def test_a_slow_canary_is_rolled_back_on_its_latency(
-    resources: Resources, kube: Kube, namespace: str, picture: Path
-) -> None:
-    _rolled_back(
-        resources, kube, namespace, picture, {"seconds_per_request": 5 * PER_REQUEST}, "maxLatencyRatio"
-    )
+def test_a_slow_canary_is_rolled_back_on_its_latency(rollout: Rollout, picture: Path) -> None:
+    _rolled_back(rollout.case, rollout, picture, {"seconds_per_request": 5 * PER_REQUEST}, "maxLatencyRatio")
 
 
+@pytest.mark.parametrize(
+    "rollout",
+    _cases([pytest.param(QWEN, id="trtllm-serve")], [pytest.param(LLAVA, id="triton")]),
+    indirect=True,
+)
 @pytest.mark.usefixtures("metrics_path")
 def test_a_canary_within_its_thresholds_is_promoted_and_no_request_is_lost(
-    resources: Resources, kube: Kube, namespace: str, picture: Path
+    rollout: Rollout, picture: Path
 ) -> None:
-    stable = _checkpoint(kube, namespace, "llava-stable", seconds_per_request=PER_REQUEST)
-    resources.apply(_document(namespace, stable))
-    with watching(TRITON, kube, resources, namespace, picture) as watched:
-        before = _stable_hashes(kube, namespace)
-        changed = time.monotonic()
-        resources.apply(_document(namespace, stable, kvCacheFreeGpuMemFraction=0.8))
-        canary_ready = _wait(
-            "the canary pod to be ready", lambda: _canary_ready(kube, namespace), 180, resources
-        )
-        analysing = _status(resources)
-        promoted = _wait(
-            "the promotion",
-            lambda: (_status(resources).get("canary") or {}).get("verdict") == "Passed",
+    case, kube, namespace, name = rollout.case, rollout.kube, rollout.namespace, rollout.case.name
+    stable = case.checkpoint(kube, namespace, "stable", seconds_per_request=PER_REQUEST)
+    rollout.resources.apply(case.document(namespace, stable))
+    with watching(case.served, kube, rollout.resources, namespace, picture) as watched:
+        before = _stable_hashes(kube, namespace, name)
+        rollout.marks["change"] = changed = time.monotonic()
+        rollout.resources.apply(case.document(namespace, stable, kvCacheFreeGpuMemFraction=0.8))
+        rollout.canary_ready(180)
+        analysing = rollout.status()
+        rollout.wait(
+            "promoted",
+            lambda: (rollout.status().get("canary") or {}).get("verdict") == "Passed",
             ANALYSIS_SECONDS + 60,
-            resources,
         )
-        gone = _wait("the canary to go", lambda: not _canary_deployment(kube, namespace), 180, resources)
-        resources.wait_phase(NAME, "Ready", timeout=60)
+        rollout.canary_gone(180)
+        rollout.resources.wait_phase(name, "Ready", timeout=60)
         time.sleep(2)
-    status = _status(resources)
+    status = rollout.status()
     assert analysing["rollout"].startswith("Canary"), analysing.get("rollout")
     assert {row["role"] for row in analysing["revisions"]} == {"Stable", "Canary"}, analysing["revisions"]
     verdict = status["canary"]
     assert verdict["gate"] == "Prometheus" and "within every threshold" in verdict["message"], verdict
-    assert status["canary"]["figures"]["requests"] >= 5, status["canary"]
-    assert status["rollout"] == "Stable" and _stable_hashes(kube, namespace) != before
+    assert verdict["figures"]["requests"] >= 5, verdict
+    assert status["rollout"] == "Stable" and _stable_hashes(kube, namespace, name) != before
     during = watched.unbroken_since(changed, "a canary rollout")
-    assert "CanaryPromoted" in _events(kube, namespace)
+    assert "CanaryPromoted" in _events(kube, namespace, name)
     print(
-        f"\n{NAME}: canary of a serving change: ready {canary_ready - changed:.1f} s after the change, "
-        f"promoted {promoted - canary_ready:.1f} s after (analysis {ANALYSIS_SECONDS} s), canary removed "
-        f"{gone - promoted:.1f} s later; {len(during)} requests, 0 failed, never 0 ready endpoints; "
-        f"figures {status['canary']['figures']}"
+        f"\n{name}: canary of a serving change: ready {rollout.since('canary ready', 'change'):.1f} s after "
+        f"the change, promoted {rollout.since('promoted', 'canary ready'):.1f} s after (analysis "
+        f"{ANALYSIS_SECONDS} s), removed {rollout.since('canary gone', 'promoted'):.1f} s later; "
+        f"{len(during)} requests, 0 failed, never 0 ready endpoints; figures {verdict['figures']}"
     )
