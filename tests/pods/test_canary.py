@@ -13,6 +13,7 @@ Triton and the passing one on trtllm-serve; `make rollouts` runs all five.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,9 +29,10 @@ from mmd_operator.vocabulary import labels, names
 from mmd_testbed.build_tools.trtllm_tools import write_model_repo
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.hub import synthetic_snapshot
-from tests.pods.test_rollouts import TRITON, TRTLLM_SERVE, Served, _cases, watching
+from tests.pods.conftest import OPERATOR_NAMESPACE
+from tests.pods.test_rollouts import ALL_CASES, TRITON, TRTLLM_SERVE, Served, _cases, watching
 from tests.support.kube import Kube, Resources
-from tests.support.pods import serving_pods, wait_until
+from tests.support.pods import container_processes, serving_pods, signal_processes, wait_until
 
 pytestmark = pytest.mark.pods
 PER_REQUEST = 0.2
@@ -270,4 +272,70 @@ def test_a_canary_within_its_thresholds_is_promoted_and_no_request_is_lost(
         f"the change, promoted {rollout.since('promoted', 'canary ready'):.1f} s after (analysis "
         f"{ANALYSIS_SECONDS} s), removed {rollout.since('canary gone', 'promoted'):.1f} s later; "
         f"{len(during)} requests, 0 failed, never 0 ready endpoints; figures {verdict['figures']}"
+    )
+
+
+def _operator_pod(kube: Kube) -> Any:
+    (pod,) = [
+        pod
+        for pod in kube.core.list_namespaced_pod(OPERATOR_NAMESPACE).items
+        if pod.metadata.deletion_timestamp is None and pod.status.phase == "Running"
+    ]
+    return pod
+
+
+def _restarts(pod: Any) -> int:
+    return sum(status.restart_count for status in pod.status.container_statuses or [])
+
+
+@pytest.mark.skipif(
+    not ALL_CASES, reason="make rollouts (MMD_ROLLOUTS_ALL=1) runs it: it stops the shared operator"
+)
+@pytest.mark.parametrize("rollout", [pytest.param(LLAVA, id="triton")], indirect=True)
+@pytest.mark.usefixtures("metrics_path")
+def test_an_operator_killed_mid_canary_resumes_the_same_analysis_on_restart(
+    rollout: Rollout, picture: Path
+) -> None:
+    """SIGKILL, as the OOM killer sends it: the restarted operator reads the analysis from the status and
+    goes on with the same canary pod, from the same start, to the same verdict; nothing is made twice."""
+    case, kube, namespace, name = rollout.case, rollout.kube, rollout.namespace, rollout.case.name
+    stable = case.checkpoint(kube, namespace, "stable", seconds_per_request=PER_REQUEST)
+    rollout.resources.apply(case.document(namespace, stable))
+    with watching(case.served, kube, rollout.resources, namespace, picture) as watched:
+        rollout.marks["change"] = changed = time.monotonic()
+        rollout.resources.apply(case.document(namespace, stable, kvCacheFreeGpuMemFraction=0.8))
+        rollout.wait("analysing", lambda: bool((rollout.status().get("canary") or {}).get("readySince")), 180)
+        analysis = rollout.status()["canary"]
+        (canary_pod,) = [p.metadata.name for p in serving_pods(kube, namespace, name)
+                         if p.metadata.labels.get(labels.TRACK) == labels.CANARY]  # fmt: skip
+        operator = _operator_pod(kube)
+        before = _restarts(operator)
+        signal_processes(container_processes(operator.metadata.uid), signal.SIGKILL)
+        rollout.marks["killed"] = time.monotonic()
+        rollout.wait("operator restarted", lambda: _restarts(_operator_pod(kube)) > before, 120)
+        rollout.wait(
+            "promoted",
+            lambda: (rollout.status().get("canary") or {}).get("verdict") == "Passed",
+            ANALYSIS_SECONDS + 120,
+        )
+        rollout.canary_gone(180)
+        rollout.resources.wait_phase(name, "Ready", timeout=60)
+    verdict = rollout.status()["canary"]
+    assert (verdict["revision"], verdict["readySince"]) == (analysis["revision"], analysis["readySince"])
+    canary_sets = [
+        rs.metadata.name
+        for rs in kube.apps.list_namespaced_replica_set(namespace).items
+        if rs.metadata.name.startswith(names.canary(name))
+    ]
+    assert len(canary_sets) <= 1, canary_sets  # one canary ReplicaSet (gone with its Deployment, or going)
+    events = kube.core.list_namespaced_event(namespace).items
+    canary_sets_events = [e for e in events if names.canary(name) in (e.involved_object.name or "")]
+    created = [e for e in canary_sets_events if e.reason == "SuccessfulCreate"]
+    assert len(created) == 1 and canary_pod in (created[0].message or ""), [e.message for e in created]
+    during = watched.unbroken_since(changed, "a canary rollout with its operator killed")
+    print(
+        f"\n{name}: operator SIGKILLed {rollout.since('killed', 'change'):.1f} s into the rollout: restarted "
+        f"{rollout.since('operator restarted', 'killed'):.1f} s later, the same analysis (from "
+        f"{verdict['readySince']}) promoted {rollout.since('promoted', 'killed'):.1f} s after the kill; one "
+        f"canary pod ({canary_pod}); {len(during)} requests, 0 failed"
     )
