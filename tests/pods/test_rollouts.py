@@ -35,6 +35,7 @@ from mmd_operator.desired import pods as pod_settings
 from mmd_operator.judgement.revisions import RETRY_ANNOTATION, ROLLED_BACK, TEMPLATE_HASH
 from mmd_operator.judgement.rollout import CONDITION, SURGE, SURGE_UNSCHEDULABLE
 from mmd_testbed.localcluster import addons
+from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.layout import Layout
 from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
 from tests.support.kube import Kube, Resources, Tools
@@ -469,4 +470,121 @@ def test_a_revision_whose_container_exits_at_start_is_undone_while_the_old_pod_s
     print(
         f"\n{name}: a revision whose container exits at start: undone {undone_after:.1f} s after the change "
         f"(the kubelet's back-off first); {len(during)} requests, 0 failed, never 0 ready endpoints"
+    )
+
+
+# A target no load here reaches: the autoscaler holds its minimum throughout the change.
+STEADY_AUTOSCALING = {
+    "minReplicas": 2,
+    "maxReplicas": 3,
+    "metric": {"name": "QueueTimePerRequest", "target": 60000},
+}
+
+
+@pytest.mark.parametrize(
+    "served", _cases([pytest.param(TRITON, id="triton")], [pytest.param(TRTLLM_SERVE, id="trtllm-serve")])
+)
+def test_with_the_autoscaler_a_change_surges_one_pod_above_its_replicas_and_leaves_them_to_it(
+    served: Served,
+    resources: Resources,
+    kube: Kube,
+    namespace: str,
+    picture: Path,
+    real_cluster: LocalCluster,
+) -> None:
+    """The HorizontalPodAutoscaler owns `replicas` (2 here): a change surges one pod above them, never
+    writes them, and the autoscaler's wish is unchanged after it."""
+    real_cluster.start_metrics()
+    name = served.instance
+    resources.apply(served.document(autoscaling=STEADY_AUTOSCALING))
+
+    def two_ready() -> bool:
+        return sum(1 for pod in serving_pods(kube, namespace, name) if _pod_ready(pod)) == 2
+
+    wait_until("the autoscaler's two ready pods", two_ready, timeout=240)
+    resources.wait_phase(name, "Ready", timeout=120)
+    scaling = k8s.AutoscalingV2Api(kube.core.api_client)
+    old = {pod.metadata.labels.get(TEMPLATE_HASH) for pod in serving_pods(kube, namespace, name)}
+    seen: list[tuple[int, int | None, int | None]] = []  # (pods, HPA's desired, Deployment's replicas)
+    with watching(served, kube, resources, namespace, picture) as watched:
+        changed = time.monotonic()
+        resources.apply(served.document(autoscaling=STEADY_AUTOSCALING, kvCacheFreeGpuMemFraction=0.8))
+
+        def rolled() -> bool:
+            pods = serving_pods(kube, namespace, name)
+            hpa = scaling.read_namespaced_horizontal_pod_autoscaler(name, namespace)
+            replicas = kube.apps.read_namespaced_deployment(name, namespace).spec.replicas
+            seen.append((len(pods), hpa.status.desired_replicas, replicas))
+            hashes = {pod.metadata.labels.get(TEMPLATE_HASH) for pod in pods}
+            return len(pods) == 2 and not hashes & old and all(_pod_ready(pod) for pod in pods)
+
+        wait_until("both pods replaced", rolled, timeout=300, interval=0.5)
+        resources.wait_phase(name, "Ready", timeout=120)
+        ready_again = time.monotonic() - changed
+        time.sleep(2)
+    during = watched.unbroken_since(changed, "a surge under the autoscaler")
+    assert max(pods for pods, _, _ in seen) <= 3, seen  # two replicas and one surge pod at most
+    assert {desired for _, desired, _ in seen} == {2} and {replicas for _, _, replicas in seen} == {2}, seen
+    print(
+        f"\n{name}: surge under the autoscaler (2 replicas it owns): Ready {ready_again:.1f} s after the "
+        f"change, at most {max(p for p, _, _ in seen)} pods, the autoscaler's wish 2 throughout; "
+        f"{len(during)} requests, 0 failed, never 0 ready endpoints"
+    )
+
+
+@pytest.mark.skipif(not ALL_CASES, reason="make rollouts runs it: it takes a node of the shared cluster away")
+def test_a_lost_node_costs_the_requests_sent_to_its_pod_and_its_pod_runs_elsewhere(
+    resources: Resources, kube: Kube, namespace: str, picture: Path, real_cluster: LocalCluster
+) -> None:
+    """Two replicas; the node of one of them loses power (its kubelet, containerd and containers
+    SIGKILLed): the resource says NodeLost (Degraded) once the node controller marks the pod, and Ready
+    once its replacement runs on the other node. The requests the Service sends the dead pod meanwhile
+    fail; the node comes back afterwards."""
+    served = TRITON
+    name = served.instance
+    # One pod per node while it can be, as a user who plans for node loss asks (the scheduler may put
+    # both on one); preferred, so the replacement may join the other on the node left.
+    term = {
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": name}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    apart = {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]
+        }
+    }
+    resources.apply(served.document(replicas=2, pod={"affinity": apart}))
+    resources.wait_phase(name, "Ready", timeout=240)
+    node = serving_pods(kube, namespace, name)[0].spec.node_name
+    on_node = {p.metadata.name for p in serving_pods(kube, namespace, name) if p.spec.node_name == node}
+    try:
+        with watching(served, kube, resources, namespace, picture) as watched:
+            lost = time.monotonic()
+            real_cluster.lose_node(node)
+            degraded = resources.wait_phase(name, "Degraded", timeout=240)
+            said = time.monotonic() - lost
+
+            def moved() -> bool:
+                pods = serving_pods(kube, namespace, name)
+                ready = [p for p in pods if _pod_ready(p) and p.spec.node_name != node]
+                return len(ready) == 2 and not on_node & {p.metadata.name for p in pods}
+
+            wait_until("two ready pods off the lost node", moved, timeout=240)
+            elsewhere = time.monotonic() - lost
+            resources.wait_phase(name, "Ready", timeout=60)
+            ready_again = time.monotonic() - lost
+            time.sleep(2)
+    finally:
+        real_cluster.revive_node(node)
+    ready = next(c for c in degraded["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "NodeLost" and f"its node {node} stopped reporting" in ready["message"], ready
+    during = [r for r in watched.requests if r[0] >= lost]
+    failed = [r for r in during if r[1] != 0]
+    # Only requests sent while the dead pod was still an endpoint failed: none after its replacement ran.
+    assert not [r for r in failed if r[0] > lost + elsewhere + 1], failed
+    assert not watched.zero_ready(lost), "a moment without a ready endpoint"
+    print(
+        f"\n{name}: lost {node} ({len(on_node)} of 2 serving pods on it): Degraded (NodeLost) {said:.1f} s "
+        f"after, two ready pods elsewhere after {elsewhere:.1f} s, Ready after {ready_again:.1f} s; "
+        f"{len(during)} requests since, {len(failed)} failed"
     )

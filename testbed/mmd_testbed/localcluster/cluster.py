@@ -542,6 +542,24 @@ class LocalCluster:
             lambda: self._save_state(state),
         )
 
+    def lose_node(self, name: str) -> list[str]:
+        """Take real node `name` away as a power cut does (`NodeRunner.lose`); `revive_node` undoes it."""
+        with self._lock():
+            state = self._real_state()
+            return self._node_runner(state, None).lose(name)
+
+    def revive_node(self, name: str, timeout: float = 120.0) -> None:
+        """Start a lost real node again and wait until it is Ready."""
+        with self._lock():
+            state = self._real_state()
+            self._node_runner(state, None).revive(name, timeout)
+
+    def _real_state(self) -> ClusterState:
+        state = self.load_state()
+        if state is None or state.network is None:
+            raise ClusterError(f"no cluster with real nodes is running in {self.state_dir}")
+        return state
+
     def load_images(self, archives: list[Path]) -> None:
         """Import image archives (OCI layout tars) into every real node's container runtime."""
         state = self.load_state()

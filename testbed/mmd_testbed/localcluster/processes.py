@@ -194,10 +194,26 @@ def stop(record: ProcessRecord, timeout: float = 15.0) -> bool:
             _reap(record.pid, wait=1.0)
             return True
         time.sleep(0.1)
+    _kill_group(record)
+    return True
+
+
+def _kill_group(record: ProcessRecord) -> None:
     _signal_group(record.pid, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline and (is_alive(record) or _group_members(record.pid)):
         _reap(record.pid)
         time.sleep(0.05)
     _reap(record.pid, wait=1.0)
+
+
+def kill(record: ProcessRecord) -> bool:
+    """SIGKILL the component's whole process group at once, as a power cut stops it; whether it ran."""
+    ticks = _start_ticks(record.pid)
+    if ticks is not None and ticks != record.start_ticks:
+        return False
+    if ticks is None and not _group_members(record.pid):
+        _reap(record.pid)
+        return False
+    _kill_group(record)
     return True

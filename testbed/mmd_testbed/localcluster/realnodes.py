@@ -305,6 +305,42 @@ class NodeRunner:
             node.name, {"status": {"capacity": {GPU_RESOURCE: str(self.pool.gpus_per_node)}}}
         )
 
+    # -- a node lost and back ----------------------------------------------------------------------
+
+    def _node(self, name: str) -> RealNode:
+        found = [node for node in self.nodes if node.name == name]
+        if not found:
+            raise NodeStartError(f"no real node {name} (nodes: {', '.join(n.name for n in self.nodes)})")
+        return found[0]
+
+    def lose(self, name: str) -> list[str]:
+        """Take node `name` away as a power cut does: SIGKILL its components and every container on it.
+
+        Its network stays (a dead machine's address answers nothing); `revive` starts it again.
+        """
+        node = self._node(name)
+        records = {c: self.records.get(node.record_name(c)) for c in nodes.NODE_COMPONENTS}
+        killed = [c for c, record in records.items() if record is not None and processes.kill(record)]
+        nodes.kill_cgroup_processes(node)
+        nodes.kill_shims(node)
+        self.host.say(f"--> lost {name}: killed {', '.join(killed)} and its containers")
+        return killed
+
+    def revive(self, name: str, timeout: float) -> None:
+        """Start a lost node's components again and wait until it is Ready."""
+        node = self._node(name)
+        argv = nodes.commands(node, self.binaries, _files_of(node))
+        self._start(node, "containerd", argv["containerd"])
+        self._wait_containerd(node, timeout)
+        for component in ("kubelet", "kube-proxy", "kube-router"):
+            self._start(node, component, argv[component])
+        with self.host.api_client() as api_client:
+            core = k8s.CoreV1Api(api_client)
+            for component in ("kubelet", "kube-proxy", "kube-router"):
+                self._wait(node, component, partial(_healthy, node, component), "healthy", timeout)
+            self._wait(node, "kubelet", partial(_ready, core, node.name), "node Ready", timeout)
+            self._label_and_add_gpus(core, node)
+
     # -- status and stop --------------------------------------------------------------------------
 
     def components(self) -> Iterator[tuple[RealNode, str]]:
