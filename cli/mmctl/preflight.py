@@ -295,12 +295,22 @@ def _surge(checks: _Checks, resource: MultimodalDeployment, pod_spec: dict[str, 
         checks.add(Severity.INFO, field, f"a change surges: {spare} for a pod of {placement.gpus}")
         return
     offered = ", ".join(f"{node} {gpus}" for node, gpus in sorted(free.items())) or "none"
+    if rollout.strategy == "Canary":
+        outcome = (
+            "this change's canary pod waits until one is (the stable pods serve on meanwhile, and the "
+            "status says InsufficientGPUs)"
+        )
+    else:
+        outcome = (
+            "this change's rollout goes on in place after spec.serving.rollout.surgeWaitSeconds "
+            f"({rollout.surge_wait_seconds} s), and {cost}"
+        )
+    pod = "canary pod" if rollout.strategy == "Canary" else "surge pod"
     checks.add(
         Severity.WARNING,
         field,
-        f"no node the serving pods may use has {placement.gpus} free {GPU_RESOURCE} for a surge pod now "
-        f"(free: {offered}): this change's rollout goes on in place after "
-        f"spec.serving.rollout.surgeWaitSeconds ({rollout.surge_wait_seconds} s), and {cost}",
+        f"no node the serving pods may use has {placement.gpus} free {GPU_RESOURCE} for a {pod} now "
+        f"(free: {offered}): {outcome}",
     )
 
 

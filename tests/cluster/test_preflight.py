@@ -303,3 +303,11 @@ def test_a_change_to_a_deployment_whose_nodes_have_no_free_gpu_warns_that_it_rol
     )
     (chosen,) = by_field(preflight(*in_place, namespace, client))[surge]
     assert chosen.severity is Severity.INFO and chosen.message.startswith("InPlace: a change stops each pod")
+    canary = mllama(serving={"pod": on_reserved, "rollout": {"strategy": "Canary"}}, engine=pinned["engine"])
+    (waits,) = by_field(preflight(*canary, namespace, client))[surge]
+    assert (waits.severity, waits.message) == (
+        Severity.WARNING,
+        "no node the serving pods may use has 2 free nvidia.com/gpu for a canary pod now "
+        f"(free: {node} 0): this change's canary pod waits until one is (the stable pods serve on "
+        "meanwhile, and the status says InsufficientGPUs)",
+    )

@@ -8,7 +8,8 @@ no request lost; a new checkpoint whose double fails half its requests (`fail_sh
 TensorRT-LLM 1.2.1 counts no failures), or takes five times as long (`seconds_per_request`), is rolled
 back while the stable pod serves on. A watcher samples the Service's ready endpoints and a bounded client
 sends requests through it throughout (`test_rollouts.watching`). `make test` runs the failing canary on
-Triton and the passing one on trtllm-serve; `make rollouts` runs all five.
+Triton and the passing one on trtllm-serve; `make rollouts` runs every case, with the operator killed
+mid-analysis, and a new checkpoint rolled in with SurgeWhenPossible (no canary) on both runtimes.
 """
 
 from __future__ import annotations
@@ -338,4 +339,38 @@ def test_an_operator_killed_mid_canary_resumes_the_same_analysis_on_restart(
         f"{rollout.since('operator restarted', 'killed'):.1f} s later, the same analysis (from "
         f"{verdict['readySince']}) promoted {rollout.since('promoted', 'killed'):.1f} s after the kill; one "
         f"canary pod ({canary_pod}); {len(during)} requests, 0 failed"
+    )
+
+
+@pytest.mark.parametrize(
+    "rollout",
+    _cases([], [pytest.param(LLAVA, id="triton"), pytest.param(QWEN, id="trtllm-serve")]),
+    indirect=True,
+)
+def test_a_new_checkpoint_surges_in_with_no_request_lost(rollout: Rollout, picture: Path) -> None:
+    """SurgeWhenPossible with a new checkpoint (Triton builds a new engine first) and a spare GPU: the old
+    pod serves through the build and the new pod's load."""
+    case, kube, namespace, name = rollout.case, rollout.kube, rollout.namespace, rollout.case.name
+    surge = {"strategy": "SurgeWhenPossible"}
+    stable = case.checkpoint(kube, namespace, "stable", seconds_per_request=PER_REQUEST)
+    candidate = case.checkpoint(kube, namespace, "candidate", seconds_per_request=PER_REQUEST, load_seconds=5)
+    rollout.resources.apply(case.document(namespace, stable, rollout=surge))
+    with watching(case.served, kube, rollout.resources, namespace, picture) as watched:
+        before = _stable_hashes(kube, namespace, name)
+        rollout.marks["change"] = changed = time.monotonic()
+        rollout.resources.apply(case.document(namespace, candidate, rollout=surge))
+
+        def replaced() -> bool:
+            pods = serving_pods(kube, namespace, name)
+            hashes = {pod.metadata.labels.get("pod-template-hash") for pod in pods}
+            return len(pods) == 1 and not hashes & before
+
+        rollout.wait("replaced", replaced, 300)
+        rollout.resources.wait_phase(name, "Ready", timeout=120)
+        rollout.marks["ready"] = time.monotonic()
+        time.sleep(2)
+    during = watched.unbroken_since(changed, "a new checkpoint's surge")
+    print(
+        f"\n{name}: new checkpoint, surge, spare GPU: Ready {rollout.since('ready', 'change'):.1f} s after "
+        f"the change; {len(during)} requests, 0 failed, never 0 ready endpoints"
     )
