@@ -255,6 +255,8 @@ def rollout_words(resource: MultimodalDeployment, observed: Observed, judgement:
         return f"Canary {min(int(elapsed.total_seconds()), total)}/{total}s"
     if observed.canary is not None and shown is not None and shown.verdict is CanaryVerdict.PASSED:
         return "Promoting"
-    if live is None or settled(live):
+    # Pods of two templates: a rollout (a scale-up alone has one).
+    _, stable_pods = split(observed.serving_pods)
+    if live is None or settled(live) or len({pod.meta.label(TEMPLATE_HASH) for pod in stable_pods}) < 2:
         return "Stable"
     return "Surging" if judgement.rollout.surge else "InPlace"

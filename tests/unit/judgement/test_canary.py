@@ -333,3 +333,14 @@ def test_the_reading_sums_prometheus_answers_per_pod_and_says_when_it_cannot(pro
     assert refused.error is not None and refused.error.startswith(
         "Prometheus at http://127.0.0.1:9 did not answer the analysis's query"
     )
+
+
+def test_the_rollout_column_says_surging_only_while_two_revisions_have_pods() -> None:
+    story = Story(strategy="SurgeWhenPossible")
+    rolling = _settled("llava", story.digest, replicas=1, status_replicas=2, updated_replicas=1)
+    new_pod = _pod("llava-bbbb-1", "bbbb")
+    surging = story.decide(deployment=rolling, serving_pods=(STABLE_POD, new_pod))
+    assert surging.status.rollout == "Surging"
+    scaling_up = _settled("llava", story.digest, replicas=2, status_replicas=2, updated_replicas=2)
+    more = story.decide(deployment=scaling_up, serving_pods=(STABLE_POD, _pod("llava-aaaa-2", "aaaa")))
+    assert more.status.rollout == "Stable" and more.status.canary is None
