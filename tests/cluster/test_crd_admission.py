@@ -301,7 +301,9 @@ def test_kubectl_explain_documents_the_fields(tools: Tools) -> None:
 
 
 @pytest.mark.usefixtures("crd_installed")
-def test_printer_columns_show_type_phase_reason_ready_cache_key_and_age(tools: Tools, namespace: str) -> None:
+def test_printer_columns_show_type_phase_reason_ready_rollout_cache_key_and_age(
+    tools: Tools, namespace: str
+) -> None:
     tools.run(
         "kubectl",
         "apply",
@@ -312,11 +314,11 @@ def test_printer_columns_show_type_phase_reason_ready_cache_key_and_age(tools: T
         str(EXAMPLES[0].parent / "llava-tp2-fp8.yaml"),
     )
     listing = tools.run("kubectl", "get", "mmd", "-n", namespace).stdout.splitlines()
-    assert listing[0].split() == ["NAME", "TYPE", "PHASE", "REASON", "READY", "CACHE-KEY", "AGE"]
+    assert listing[0].split() == ["NAME", "TYPE", "PHASE", "REASON", "READY", "ROLLOUT", "CACHE-KEY", "AGE"]
     assert listing[1].split()[:2] == ["llava-tp2-fp8", "llava"]
     header = [
-        "NAME", "TYPE", "PHASE", "REASON", "READY", "REPLICAS", "TP", "RUNTIME", "COMMIT", "CACHE-KEY", "AGE",
-        "MESSAGE",
+        "NAME", "TYPE", "PHASE", "REASON", "READY", "ROLLOUT", "REPLICAS", "TP", "RUNTIME", "COMMIT",
+        "CACHE-KEY", "AGE", "MESSAGE",
     ]  # fmt: skip
     # A Ready condition as an operator writes one, through the status subresource, in case no operator
     # runs in this session; one that does may replace it with its own.

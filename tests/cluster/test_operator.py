@@ -139,9 +139,9 @@ def test_each_model_type_goes_from_apply_to_ready(
     assert made["deployments"] == [resource] and made["services"] == [resource]
     assert made["configmaps"] == [ready["modelRepository"]]
     printed = tools.run("kubectl", "get", "mmd", resource, "-n", namespace).stdout.splitlines()
-    assert printed[0].split() == ["NAME", "TYPE", "PHASE", "REASON", "READY", "CACHE-KEY", "AGE"]
-    row = [resource, document["spec"]["model"]["type"], "Ready", "Ready", "1", cache_key]
-    assert printed[1].split()[:6] == row
+    assert printed[0].split() == ["NAME", "TYPE", "PHASE", "REASON", "READY", "ROLLOUT", "CACHE-KEY", "AGE"]
+    row = [resource, document["spec"]["model"]["type"], "Ready", "Ready", "1", "Stable", cache_key]
+    assert printed[1].split()[:7] == row
 
 
 def test_resources_with_the_same_engine_inputs_share_one_job_and_deleting_one_keeps_it(

@@ -257,6 +257,8 @@ def rollout_words(resource: MultimodalDeployment, observed: Observed, judgement:
         return "Promoting"
     # Pods of two templates: a rollout (a scale-up alone has one).
     _, stable_pods = split(observed.serving_pods)
-    if live is None or settled(live) or len({pod.meta.label(TEMPLATE_HASH) for pod in stable_pods}) < 2:
+    if live is None:
+        return "New"  # no serving pods were ever asked for
+    if settled(live) or len({pod.meta.label(TEMPLATE_HASH) for pod in stable_pods}) < 2:
         return "Stable"
     return "Surging" if judgement.rollout.surge else "InPlace"

@@ -293,8 +293,8 @@ class MultimodalDeploymentStatus(Schema):
     rollback: RollbackStatus | None = None
     """The revision undone for this generation, if one was (phase Degraded, reason RolledBack)."""
     rollout: str | None = Field(None, max_length=64)
-    """The rollout in a few words, for `kubectl get`: Stable, Surging, InPlace, Canary 40/120s, Promoting,
-    RolledBack."""
+    """The rollout in a few words, for `kubectl get`: New (no serving pods yet), Stable, Surging, InPlace,
+    Canary starting, Canary 40/120s, Promoting, RolledBack."""
     canary: CanaryStatus | None = None
     """The analysis of the last Canary rollout's revision (strategy Canary)."""
     revisions: list[RevisionStatus] | None = Field(None, max_length=4)
