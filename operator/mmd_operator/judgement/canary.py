@@ -279,12 +279,13 @@ def canary_state(
             f"{stable_words} keeps serving; set the annotation {RETRY_ANNOTATION} to a new value to try again"
         )
         return _failed(analysed, message, stable, retry, new=True)
-    if elapsed >= spec.analysis_seconds and len(ready) == len(canary_pods):
+    # Passed only with its pod ready at the end (a canary pod gone or starting again waits).
+    if elapsed >= spec.analysis_seconds and ready and len(ready) == len(canary_pods):
         if gate == READINESS:
-            how = "ready throughout (no Prometheus URL is set, MMD_PROMETHEUS_URL: readiness alone judged it)"
+            how = "ready at its end (no Prometheus URL is set, MMD_PROMETHEUS_URL: readiness alone judged it)"
         elif not enough:
             how = (
-                f"ready throughout; it answered {found.requests if found else 0} requests, fewer than "
+                f"ready at its end; it answered {found.requests if found else 0} requests, fewer than "
                 f"spec.serving.rollout.canary.minRequests ({spec.min_requests}), so readiness alone judged it"
             )
         else:

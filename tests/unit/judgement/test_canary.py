@@ -246,12 +246,19 @@ def test_too_few_requests_are_not_judged_and_without_prometheus_readiness_alone_
         quiet.status.canary.message
     )
 
+    # A canary pod gone at the end (evicted, say) is no pass: the analysis waits for one ready.
+    gone = {**story.live(), "serving_pods": (STABLE_POD,)}
+    waiting = Story()
+    waiting.decide(reading=Reading(), **waiting.live())
+    late = waiting.decide(now=NOW + timedelta(seconds=61), reading=_reading(), **gone)
+    assert late.status.canary is not None and late.status.canary.verdict is CanaryVerdict.ANALYSING
+
     unwatched = Story()
     first = unwatched.decide(reading=None, **unwatched.live())
     assert first.status.canary is not None and first.status.canary.gate == "Readiness"
     passed = unwatched.decide(now=NOW + timedelta(seconds=60), reading=None, **unwatched.live())
     assert passed.status.canary is not None and passed.status.canary.verdict is CanaryVerdict.PASSED
-    assert "no Prometheus URL is set, MMD_PROMETHEUS_URL: readiness alone judged it" in (
+    assert "ready at its end (no Prometheus URL is set, MMD_PROMETHEUS_URL: readiness alone judged it)" in (
         passed.status.canary.message
     )
 
