@@ -38,6 +38,7 @@ from mmd_testbed.localcluster import addons
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.layout import Layout
 from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
+from tests.pods.conftest import OPERATOR_NAMESPACE
 from tests.support.kube import Kube, Resources, Tools
 from tests.support.pods import example, mmctl_chat, mmctl_infer, service_ip, serving_pods, wait_until
 
@@ -555,7 +556,11 @@ def test_a_lost_node_costs_the_requests_sent_to_its_pod_and_its_pod_runs_elsewhe
     }
     resources.apply(served.document(replicas=2, pod={"affinity": apart}))
     resources.wait_phase(name, "Ready", timeout=240)
-    node = serving_pods(kube, namespace, name)[0].spec.node_name
+    # Not the operator's node: this test watches what the operator says while the node is gone.
+    operator_nodes = {pod.spec.node_name for pod in kube.core.list_namespaced_pod(OPERATOR_NAMESPACE).items}
+    candidates = [p.spec.node_name for p in serving_pods(kube, namespace, name)]
+    node = next((n for n in candidates if n not in operator_nodes), None)
+    assert node is not None, f"both serving pods share the operator's node {operator_nodes}"
     on_node = {p.metadata.name for p in serving_pods(kube, namespace, name) if p.spec.node_name == node}
     try:
         with watching(served, kube, resources, namespace, picture) as watched:
