@@ -243,6 +243,12 @@ class Values(_Values):
     prometheus_url: str = _DEFAULTS.prometheus_url
     """The Prometheus a Canary rollout's analysis asks for the serving pods' request figures
     (http://prometheus-operated.monitoring:9090, say). Empty: a canary is judged on readiness alone."""
+    lost_node_seconds: int = Field(int(_DEFAULTS.lost_node_seconds), ge=0)
+    """Mark a node's serving pods not ready once its kubelet has not renewed its Lease for this long (at
+    least 15; a kubelet renews every 10 s), so that their Service stops sending requests to a dead node
+    long before the node controller marks them (`--node-monitor-grace-period`, 40 to 50 s by default).
+    The cost: a Role that lists the Leases in `kube-node-lease`, and `patch` on pods/status. 0 turns
+    it off."""
     logging: Logging = Field(default_factory=Logging)
     """Logging."""
     metrics: Metrics = Field(default_factory=Metrics)

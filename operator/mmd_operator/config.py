@@ -70,6 +70,9 @@ class OperatorConfig:
     # The Prometheus a Canary rollout's analysis asks (http://prometheus.monitoring:9090, say); empty:
     # a canary is judged on readiness alone, and its status says so.
     prometheus_url: str = ""
+    # Mark the serving pods of a node whose Lease has not been renewed for this long not ready, so their
+    # Service stops sending to a dead node long before the node controller does; 0 turns it off.
+    lost_node_seconds: float = 20.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -140,6 +143,11 @@ class OperatorConfig:
         if config.engine_cache_access_mode not in ("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"):
             raise ConfigError(
                 f"engine_cache_access_mode {config.engine_cache_access_mode!r} is not an access mode"
+            )
+        if config.lost_node_seconds and config.lost_node_seconds < 15:
+            raise ConfigError(
+                "lost_node_seconds must be 0 (off) or at least 15: a kubelet renews its Lease every 10 s; "
+                f"got {config.lost_node_seconds:g}"
             )
         if config.log_format not in ("text", "json"):
             raise ConfigError("log_format must be text or json")

@@ -27,6 +27,7 @@ from mmd_operator.config import OperatorConfig
 from mmd_operator.facts import Meta
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient
+from mmd_operator.kube.node_leases import NodeSilence
 from mmd_operator.reconcile import Reconciler
 from mmd_operator.vocabulary import labels
 
@@ -239,6 +240,9 @@ class Controller:
             asyncio.create_task(self._work(), name=f"worker-{n}") for n in range(self.config.workers)
         ]
         self._tasks.append(asyncio.create_task(self._resync(), name="resync"))
+        if self.config.lost_node_seconds:
+            silence = NodeSilence(self.client, self.config.lost_node_seconds)
+            self._tasks.append(asyncio.create_task(self._listen_for_silent_nodes(silence), name="nodes"))
         self.ready.set()
 
     async def stop(self) -> None:
@@ -359,6 +363,23 @@ class Controller:
                     self.queue.add_after(key, outcome.requeue_after)
             finally:
                 self.queue.done(key)
+
+    async def _listen_for_silent_nodes(self, silence: NodeSilence) -> None:
+        """Mark the serving pods of silent nodes not ready; their events then reconcile the resources."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(silence.interval)
+            try:
+                silent = await loop.run_in_executor(self._executor, silence.silent)
+                if silent:
+                    pods = [
+                        (namespace, pod)
+                        for namespace, name in self.store.keys(cached.PODS)
+                        if (pod := self.store.get(cached.PODS, namespace, name)) is not None
+                    ]
+                    await loop.run_in_executor(self._executor, silence.mark, pods, silent)
+            except Exception:  # a look that fails is retried at the next interval
+                _log.exception("Looking for silent nodes failed")
 
     async def _resync(self) -> None:
         while True:

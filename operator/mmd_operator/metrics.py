@@ -11,7 +11,9 @@
 - `mmd_is_leader`: 1 while this process reconciles (it holds the lease, or runs without leader election),
   0 while it stands by or after it lost the lease;
 - `mmd_leader_transitions_total{change}`: this process acquired the lease, released it at shutdown,
-  or lost it.
+  or lost it;
+- `mmd_pods_marked_not_ready_total`: serving pods marked not ready because their node stopped renewing
+  its Lease (`judgement.node_silence`).
 
 Imports prometheus_client.
 """
@@ -52,6 +54,10 @@ API_REQUESTS = Counter(
 )
 IS_LEADER = Gauge(
     "mmd_is_leader", "1 while this process reconciles (holds the lease, or runs without election), else 0"
+)
+PODS_MARKED_NOT_READY = Counter(
+    "mmd_pods_marked_not_ready",
+    "Serving pods the operator marked not ready because their node stopped renewing its Lease",
 )
 LEADER_TRANSITIONS = Counter(
     "mmd_leader_transitions",

@@ -83,10 +83,11 @@ def test_the_chart_lints_strictly_and_the_api_server_accepts_what_it_renders_in_
         tools.run("helm", "lint", "--strict", str(CHART), *values)
         rendered = _helm_template(tools, "-n", release_namespace, *values)
         kinds = sorted(d["kind"] for d in _documents(rendered))
-        # Leader election (on by default) is a Role and binding for its Lease in the release's namespace.
+        # Leader election (on by default) is a Role and binding for its Lease in the release's namespace;
+        # reading the node Leases (lostNodeSeconds, on by default) one in kube-node-lease.
         common = [
             "ServiceAccount", "CustomResourceDefinition", "Service", "Deployment", *WARNING_POLICY,
-            "Role", "RoleBinding",
+            "Role", "RoleBinding", "Role", "RoleBinding",
         ]  # fmt: skip
         # Listing nodes (rbac.readNodes, on by default) is a ClusterRole of its own in both modes.
         nodes = ["ClusterRole", "ClusterRoleBinding"]
@@ -108,6 +109,16 @@ def test_the_chart_lints_strictly_and_the_api_server_accepts_what_it_renders_in_
             if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-nodes")
         )
         assert node_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
+        lease_role = next(d for d in _documents(rendered) if d["metadata"]["name"].endswith("-node-leases"))
+        assert lease_role["metadata"]["namespace"] == "kube-node-lease"
+        assert lease_role["rules"] == [
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list"]}
+        ]
+        off = _documents(
+            _helm_template(tools, "-n", release_namespace, *values, "--set", "lostNodeSeconds=0")
+        )
+        assert not [d for d in off if d["metadata"]["name"].endswith("-node-leases")]
+        assert "pods/status" not in yaml.safe_dump_all(off)
         manifest = Path(tools.env["HOME"]) / f"rendered-{mode}.yaml"
         manifest.write_text(rendered)
         applied = tools.run("kubectl", "apply", "--dry-run=server", "--server-side", "-f", str(manifest))
@@ -260,7 +271,7 @@ def test_two_replicas_elect_a_leader_spread_over_nodes_and_a_drain_takes_one_at_
         "unhealthyPodEvictionPolicy": "AlwaysAllow",
         "selector": {"matchLabels": selector},
     }
-    (role,) = [d for d in rendered if d["kind"] == "Role"]
+    (role,) = [d for d in rendered if d["kind"] == "Role" and d["metadata"]["name"].endswith("-election")]
     assert role["metadata"]["name"] == "mmd-mmd-operator-leader-election"
     assert role["metadata"]["namespace"] == release_namespace
     assert role["rules"] == [
@@ -281,7 +292,7 @@ def test_two_replicas_elect_a_leader_spread_over_nodes_and_a_drain_takes_one_at_
     assert "PodDisruptionBudget" not in {d["kind"] for d in single}
     alone = next(d for d in single if d["kind"] == "Deployment")["spec"]
     assert alone["strategy"] == {"type": "Recreate"} and "affinity" not in alone["template"]["spec"]
-    assert "Role" not in {d["kind"] for d in single}
+    assert [d["metadata"]["name"] for d in single if d["kind"] == "Role"] == ["mmd-mmd-operator-node-leases"]
 
 
 # -- plain manifests ------------------------------------------------------------------------------
@@ -449,6 +460,9 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
     assert _can(tools, who, "patch", resource, "--subresource=status", *where)
     assert _can(tools, who, "get", "secrets", *where)
     assert _can(tools, who, "list", "nodes")  # rbac.readNodes, for the scheduling messages
+    # lostNodeSeconds: the node Leases, and the Ready condition of a pod on a silent node.
+    assert _can(tools, who, "list", "leases.coordination.k8s.io", "-n", "kube-node-lease")
+    assert _can(tools, who, "patch", "pods", "--subresource=status", *where)
     lease = ["-n", release_namespace]
     assert _can(tools, who, "update", f"leases.coordination.k8s.io/{account}", *lease)
     assert _can(tools, who, "get", f"leases.coordination.k8s.io/{account}", *lease)
@@ -457,6 +471,10 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
         ["list", "secrets", *where],
         ["watch", "secrets", *where],
         ["create", "pods", *where],
+        ["patch", "pods", *where],
+        ["delete", "pods", *where],
+        ["update", "leases.coordination.k8s.io/some-node", "-n", "kube-node-lease"],
+        ["watch", "leases.coordination.k8s.io", "-n", "kube-node-lease"],
         ["patch", "multimodaldeployments.serving.multimodal.dev", *where],
         ["delete", "multimodaldeployments.serving.multimodal.dev", *where],
         ["patch", "nodes"],

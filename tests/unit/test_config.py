@@ -35,6 +35,7 @@ def test_every_setting_reads_from_its_variable_with_its_type() -> None:
     )
     assert config.serving_image == "mirror.example/serving:1"
     assert config.builder_image == versions.BUILDER_IMAGE
+    assert OperatorConfig.from_env({"MMD_LOST_NODE_SECONDS": "0"}).lost_node_seconds == 0
 
 
 @pytest.mark.parametrize(
@@ -44,6 +45,7 @@ def test_every_setting_reads_from_its_variable_with_its_type() -> None:
         ("MMD_WORKERS", "0", "workers must be at least 1"),
         ("MMD_LOG_FORMAT", "xml", "log_format must be text or json"),
         ("MMD_ENGINE_CACHE_ACCESS_MODE", "ReadMany", "is not an access mode"),
+        ("MMD_LOST_NODE_SECONDS", "10", "lost_node_seconds must be 0 \\(off\\) or at least 15.*got 10"),
     ],
 )
 def test_a_setting_that_cannot_be_used_is_refused_by_name(variable: str, value: str, says: str) -> None:

@@ -37,7 +37,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/*
 Exactly what the operator does in a namespace it manages, and nothing more. Secrets: `get` of the one
-a resource names as its Hugging Face token, to say whether it exists; never list or watch.
+a resource names as its Hugging Face token, to say whether it exists; never list or watch. pods/status:
+only the Ready condition of a serving pod whose node has gone silent (lostNodeSeconds).
 */}}
 {{- define "mmd-operator.rules" -}}
 - apiGroups: [serving.multimodal.dev]
@@ -70,6 +71,11 @@ a resource names as its Hugging Face token, to say whether it exists; never list
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]
+{{- if .Values.lostNodeSeconds }}
+- apiGroups: [""]
+  resources: [pods/status]
+  verbs: [patch]
+{{- end }}
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get]

@@ -7,92 +7,16 @@ these cases need a server address with a path and a proxy, which the local contr
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-
 import pytest
-from kubernetes import client as k8s
 
-from mmd_operator.kube.client import ApiError, KubeClient
-
-
-@dataclass
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-
-
-@dataclass
-class Server:
-    url: str
-    seen: list[Seen] = field(default_factory=list)
-    answers: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
-
-
-@pytest.fixture
-def server() -> Iterator[Server]:
-    record = Server(url="")
-
-    class Handler(BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            record.seen.append(
-                Seen(self.command, self.path, dict(self.headers), json.loads(raw) if raw else None)
-            )
-            status, answer = next(
-                (
-                    found
-                    for suffix, found in record.answers.items()
-                    if self.path.split("?")[0].endswith(suffix)
-                ),
-                (200, {"kind": "ConfigMap", "metadata": {"name": "answer"}}),
-            )
-            payload = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def do_GET(self) -> None:
-            self._answer()
-
-        def do_PATCH(self) -> None:
-            self._answer()
-
-        def log_message(self, *_: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    record.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield record
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
-def _client(host: str, *, proxy: str | None = None) -> KubeClient:
-    configuration = k8s.Configuration(host=host, api_key={"authorization": "sekret"})
-    configuration.api_key_prefix = {"authorization": "Bearer"}
-    configuration.proxy = proxy
-    return KubeClient(k8s.ApiClient(configuration), field_manager="test-manager", agent="test-agent/1")
-
+from mmd_operator.kube.client import ApiError
+from tests.support.api_answerer import Server, make_client
 
 CONFIGMAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ns"}}
 
 
 def test_requests_keep_the_servers_path_prefix_query_headers_and_body(server: Server) -> None:
-    client = _client(server.url + "/clusters/c-1/")
+    client = make_client(server.url + "/clusters/c-1/")
     try:
         assert client.apply(CONFIGMAP) == {"kind": "ConfigMap", "metadata": {"name": "answer"}}
         assert client.get("v1", "ConfigMap", "ns", "cm") is not None
@@ -121,7 +45,7 @@ def test_a_refusal_is_an_api_error_with_the_status_reason_and_message(server: Se
         {"kind": "Status", "reason": "Conflict", "message": "the object has been modified"},
     )
     server.answers["/configmaps/gone"] = (404, {"kind": "Status", "reason": "NotFound", "message": "no"})
-    client = _client(server.url)
+    client = make_client(server.url)
     try:
         with pytest.raises(ApiError) as refused:
             client.apply(CONFIGMAP)
@@ -135,7 +59,7 @@ def test_a_refusal_is_an_api_error_with_the_status_reason_and_message(server: Se
 
 def test_through_a_proxy_the_request_names_the_whole_address(server: Server) -> None:
     # The test server is the proxy too: a proxy is asked for the absolute address, path prefix and all.
-    client = _client("http://api.invalid:6443/prefix", proxy=server.url)
+    client = make_client("http://api.invalid:6443/prefix", proxy=server.url)
     try:
         client.get("v1", "ConfigMap", "ns", "cm")
     finally:
