@@ -9,14 +9,15 @@ TensorRT-LLM 1.2.1 counts no failures), or takes five times as long (`seconds_pe
 back while the stable pod serves on. A watcher samples the Service's ready endpoints and a bounded client
 sends requests through it throughout (`test_rollouts.watching`). `make test` runs the failing canary on
 Triton and the passing one on trtllm-serve; `make rollouts` runs every case, with the operator killed
-mid-analysis, and a new checkpoint rolled in with SurgeWhenPossible (no canary) on both runtimes.
+mid-analysis (both runtimes), and a new checkpoint rolled in with SurgeWhenPossible (no canary) on both.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from mmd_testbed.build_tools.trtllm_tools import write_model_repo
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.hub import synthetic_snapshot
 from tests.pods.conftest import OPERATOR_NAMESPACE
-from tests.pods.test_rollouts import ALL_CASES, TRITON, TRTLLM_SERVE, Served, _cases, watching
+from tests.pods.test_rollouts import ALL_CASES, TRITON, TRTLLM_SERVE, Served, Watch, _cases, watching
 from tests.support.kube import Kube, Resources
 from tests.support.pods import container_processes, serving_pods, signal_processes, wait_until
 
@@ -137,6 +138,7 @@ class Rollout:
     resources: Resources
     namespace: str
     marks: dict[str, float] = field(default_factory=dict)
+    before: set[str] = field(default_factory=set)
 
     @property
     def name(self) -> str:
@@ -167,6 +169,22 @@ class Rollout:
     def since(self, mark: str, before: str) -> float:
         return self.marks[mark] - self.marks[before]
 
+    @contextlib.contextmanager
+    def change(
+        self, picture: Path, to: Callable[[dict[str, Any]], dict[str, Any]], **serving: Any
+    ) -> Iterator[Watch]:
+        """The stable checkpoint served (with `serving`) and watched, then the spec `to(stable)` applied.
+
+        Marks "change"; `before` holds the stable revision's pod-template hashes.
+        """
+        stable = self.case.checkpoint(self.kube, self.namespace, "stable", seconds_per_request=PER_REQUEST)
+        self.resources.apply(self.case.document(self.namespace, stable, **serving))
+        with watching(self.case.served, self.kube, self.resources, self.namespace, picture) as watched:
+            self.before = _stable_hashes(self.kube, self.namespace, self.name)
+            self.marks["change"] = time.monotonic()
+            self.resources.apply(to(stable))
+            yield watched
+
 
 def _rolled_back(
     case: Checkpointed,
@@ -177,13 +195,8 @@ def _rolled_back(
 ) -> None:
     """A new checkpoint with `knobs` is rolled back: `why` is in the figures' words, the stable pod serves."""
     kube, namespace, name = rollout.kube, rollout.namespace, case.name
-    stable = case.checkpoint(kube, namespace, "stable", seconds_per_request=PER_REQUEST)
     candidate = case.checkpoint(kube, namespace, "candidate", **knobs)
-    rollout.resources.apply(case.document(namespace, stable))
-    with watching(case.served, kube, rollout.resources, namespace, picture) as watched:
-        before = _stable_hashes(kube, namespace, name)
-        rollout.marks["change"] = changed = time.monotonic()
-        rollout.resources.apply(case.document(namespace, candidate))
+    with rollout.change(picture, lambda _: case.document(namespace, candidate)) as watched:
         rollout.canary_ready(300)
         rollout.wait("rolled back", lambda: bool(rollout.status().get("rollback")), 180)
         rollout.canary_gone(60)
@@ -193,7 +206,8 @@ def _rolled_back(
     assert (status["phase"], ready["reason"], status["rollout"]) == ("Degraded", ROLLED_BACK, ROLLED_BACK)
     assert status["canary"]["verdict"] == "Failed" and why in ready["message"], ready["message"]
     assert "keeps serving" in ready["message"]
-    assert _stable_hashes(kube, namespace, name) == before  # the stable revision was never touched
+    assert _stable_hashes(kube, namespace, name) == rollout.before  # the stable revision was never touched
+    changed = rollout.marks["change"]
     assert not watched.zero_ready(changed), "a moment without a ready endpoint"
     assert {"CanaryStarted", ROLLED_BACK} <= set(_events(kube, namespace, name))
     during = [r for r in watched.requests if r[0] >= changed]
@@ -243,12 +257,9 @@ def test_a_canary_within_its_thresholds_is_promoted_and_no_request_is_lost(
     rollout: Rollout, picture: Path
 ) -> None:
     case, kube, namespace, name = rollout.case, rollout.kube, rollout.namespace, rollout.case.name
-    stable = case.checkpoint(kube, namespace, "stable", seconds_per_request=PER_REQUEST)
-    rollout.resources.apply(case.document(namespace, stable))
-    with watching(case.served, kube, rollout.resources, namespace, picture) as watched:
-        before = _stable_hashes(kube, namespace, name)
-        rollout.marks["change"] = changed = time.monotonic()
-        rollout.resources.apply(case.document(namespace, stable, kvCacheFreeGpuMemFraction=0.8))
+    with rollout.change(
+        picture, lambda stable: case.document(namespace, stable, kvCacheFreeGpuMemFraction=0.8)
+    ) as watched:
         rollout.canary_ready(180)
         analysing = rollout.status()
         rollout.wait(
@@ -265,8 +276,8 @@ def test_a_canary_within_its_thresholds_is_promoted_and_no_request_is_lost(
     verdict = status["canary"]
     assert verdict["gate"] == "Prometheus" and "within every threshold" in verdict["message"], verdict
     assert verdict["figures"]["requests"] >= 5, verdict
-    assert status["rollout"] == "Stable" and _stable_hashes(kube, namespace, name) != before
-    during = watched.unbroken_since(changed, "a canary rollout")
+    assert status["rollout"] == "Stable" and _stable_hashes(kube, namespace, name) != rollout.before
+    during = watched.unbroken_since(rollout.marks["change"], "a canary rollout")
     assert "CanaryPromoted" in _events(kube, namespace, name)
     print(
         f"\n{name}: canary of a serving change: ready {rollout.since('canary ready', 'change'):.1f} s after "
@@ -292,7 +303,9 @@ def _restarts(pod: Any) -> int:
 @pytest.mark.skipif(
     not ALL_CASES, reason="make rollouts (MMD_ROLLOUTS_ALL=1) runs it: it stops the shared operator"
 )
-@pytest.mark.parametrize("rollout", [pytest.param(LLAVA, id="triton")], indirect=True)
+@pytest.mark.parametrize(
+    "rollout", [pytest.param(LLAVA, id="triton"), pytest.param(QWEN, id="trtllm-serve")], indirect=True
+)
 @pytest.mark.usefixtures("metrics_path")
 def test_an_operator_killed_mid_canary_resumes_the_same_analysis_on_restart(
     rollout: Rollout, picture: Path
@@ -300,11 +313,9 @@ def test_an_operator_killed_mid_canary_resumes_the_same_analysis_on_restart(
     """SIGKILL, as the OOM killer sends it: the restarted operator reads the analysis from the status and
     goes on with the same canary pod, from the same start, to the same verdict; nothing is made twice."""
     case, kube, namespace, name = rollout.case, rollout.kube, rollout.namespace, rollout.case.name
-    stable = case.checkpoint(kube, namespace, "stable", seconds_per_request=PER_REQUEST)
-    rollout.resources.apply(case.document(namespace, stable))
-    with watching(case.served, kube, rollout.resources, namespace, picture) as watched:
-        rollout.marks["change"] = changed = time.monotonic()
-        rollout.resources.apply(case.document(namespace, stable, kvCacheFreeGpuMemFraction=0.8))
+    with rollout.change(
+        picture, lambda stable: case.document(namespace, stable, kvCacheFreeGpuMemFraction=0.8)
+    ) as watched:
         rollout.wait("analysing", lambda: bool((rollout.status().get("canary") or {}).get("readySince")), 180)
         analysis = rollout.status()["canary"]
         (canary_pod,) = [p.metadata.name for p in serving_pods(kube, namespace, name)
@@ -333,7 +344,7 @@ def test_an_operator_killed_mid_canary_resumes_the_same_analysis_on_restart(
     canary_sets_events = [e for e in events if names.canary(name) in (e.involved_object.name or "")]
     created = [e for e in canary_sets_events if e.reason == "SuccessfulCreate"]
     assert len(created) == 1 and canary_pod in (created[0].message or ""), [e.message for e in created]
-    during = watched.unbroken_since(changed, "a canary rollout with its operator killed")
+    during = watched.unbroken_since(rollout.marks["change"], "a canary rollout with its operator killed")
     print(
         f"\n{name}: operator SIGKILLed {rollout.since('killed', 'change'):.1f} s into the rollout: restarted "
         f"{rollout.since('operator restarted', 'killed'):.1f} s later, the same analysis (from "
@@ -352,24 +363,21 @@ def test_a_new_checkpoint_surges_in_with_no_request_lost(rollout: Rollout, pictu
     pod serves through the build and the new pod's load."""
     case, kube, namespace, name = rollout.case, rollout.kube, rollout.namespace, rollout.case.name
     surge = {"strategy": "SurgeWhenPossible"}
-    stable = case.checkpoint(kube, namespace, "stable", seconds_per_request=PER_REQUEST)
     candidate = case.checkpoint(kube, namespace, "candidate", seconds_per_request=PER_REQUEST, load_seconds=5)
-    rollout.resources.apply(case.document(namespace, stable, rollout=surge))
-    with watching(case.served, kube, rollout.resources, namespace, picture) as watched:
-        before = _stable_hashes(kube, namespace, name)
-        rollout.marks["change"] = changed = time.monotonic()
-        rollout.resources.apply(case.document(namespace, candidate, rollout=surge))
+    with rollout.change(
+        picture, lambda _: case.document(namespace, candidate, rollout=surge), rollout=surge
+    ) as watched:
 
         def replaced() -> bool:
             pods = serving_pods(kube, namespace, name)
             hashes = {pod.metadata.labels.get("pod-template-hash") for pod in pods}
-            return len(pods) == 1 and not hashes & before
+            return len(pods) == 1 and not hashes & rollout.before
 
         rollout.wait("replaced", replaced, 300)
         rollout.resources.wait_phase(name, "Ready", timeout=120)
         rollout.marks["ready"] = time.monotonic()
         time.sleep(2)
-    during = watched.unbroken_since(changed, "a new checkpoint's surge")
+    during = watched.unbroken_since(rollout.marks["change"], "a new checkpoint's surge")
     print(
         f"\n{name}: new checkpoint, surge, spare GPU: Ready {rollout.since('ready', 'change'):.1f} s after "
         f"the change; {len(during)} requests, 0 failed, never 0 ready endpoints"

@@ -239,9 +239,34 @@ def set_routes(network: ClusterNetwork, pod_ranges: dict[str, tuple[int, str]]) 
                     ]
                 )
     if pod_ranges:
-        first = min(ordinal for ordinal, _ in pod_ranges.values())
-        gateway = network.node_address(first)
-        _run(["ip", "route", "replace", network.service_cidr, "via", gateway, "dev", network.bridge])
+        route_services(network, [ordinal for ordinal, _ in pod_ranges.values()])
+
+
+def route_services(network: ClusterNetwork, ordinals: list[int]) -> None:
+    """Send the host's requests to Service addresses through the first of the nodes `ordinals`.
+
+    That node's kube-proxy rules take them on, as a load balancer in front of a cluster sends requests to
+    a node it finds alive.
+    """
+    gateway = network.node_address(min(ordinals))
+    _run(["ip", "route", "replace", network.service_cidr, "via", gateway, "dev", network.bridge])
+
+
+def cut_off(network: ClusterNetwork, ordinal: int, alive: list[int]) -> None:
+    """Take node `ordinal` off the wire, as a machine that lost power is.
+
+    Its link goes down, so its address and its pods' answer nothing and it forwards nothing (its stale
+    rules included); the host's Service traffic goes through the first of the nodes `alive`.
+    """
+    _run(["ip", "link", "set", network.veth(ordinal), "down"])
+    if alive:
+        route_services(network, alive)
+
+
+def reconnect(network: ClusterNetwork, ordinal: int, every: list[int]) -> None:
+    """Put node `ordinal` back on the wire, and the host's Service route back as `set_routes` made it."""
+    _run(["ip", "link", "set", network.veth(ordinal), "up"])
+    route_services(network, every)
 
 
 def remove_node(network: ClusterNetwork, node: str, ordinal: int) -> None:

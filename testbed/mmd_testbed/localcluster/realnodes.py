@@ -314,21 +314,25 @@ class NodeRunner:
         return found[0]
 
     def lose(self, name: str) -> list[str]:
-        """Take node `name` away as a power cut does: SIGKILL its components and every container on it.
+        """Take node `name` away as a power cut does; `revive` starts it again.
 
-        Its network stays (a dead machine's address answers nothing); `revive` starts it again.
+        Its components and every container on it are SIGKILLed, and it is taken off the wire: its
+        address answers nothing and its stale rules forward nothing; the host's Service traffic goes
+        through a node still alive.
         """
         node = self._node(name)
         records = {c: self.records.get(node.record_name(c)) for c in nodes.NODE_COMPONENTS}
         killed = [c for c, record in records.items() if record is not None and processes.kill(record)]
         nodes.kill_cgroup_processes(node)
         nodes.kill_shims(node)
+        network.cut_off(self.network, node.ordinal, [n.ordinal for n in self.nodes if n.name != name])
         self.host.say(f"--> lost {name}: killed {', '.join(killed)} and its containers")
         return killed
 
     def revive(self, name: str, timeout: float) -> None:
         """Start a lost node's components again and wait until it is Ready."""
         node = self._node(name)
+        network.reconnect(self.network, node.ordinal, [n.ordinal for n in self.nodes])
         argv = nodes.commands(node, self.binaries, _files_of(node))
         self._start(node, "containerd", argv["containerd"])
         self._wait_containerd(node, timeout)
