@@ -79,8 +79,8 @@ TRTLLM_SERVE = Served(
     ),
 )
 RUNTIMES = [pytest.param(TRITON, id="triton"), pytest.param(TRTLLM_SERVE, id="trtllm-serve")]
-# `make test` runs each case on one runtime at least and the surge cases on both; `make rollouts`
-# (MMD_ROLLOUTS_ALL=1) runs every case on both runtimes and both strategies.
+# `make test` runs each case but the lost node on one runtime at least and the surge cases on both;
+# `make rollouts` (MMD_ROLLOUTS_ALL=1) runs every case on both runtimes and both strategies.
 ALL_CASES = os.environ.get("MMD_ROLLOUTS_ALL") == "1"
 
 
