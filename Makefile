@@ -133,8 +133,8 @@ soak: venv
 		$(BIN)/pytest -s --with-cluster tests/cluster/test_fault_loops.py tests/cluster/test_soak.py $(ARGS)
 
 # Every rollout case of tests/pods/test_rollouts.py and test_canary.py on both runtimes and every
-# strategy, a lost node and the operator killed mid-canary, with figures (`make test` runs a subset; about
-# 21 minutes).
+# strategy, a lost node and the operator killed mid-canary, with figures (`make test` runs each case on
+# one runtime, the lost node in a short version; about 25 minutes).
 .PHONY: rollouts
 rollouts: venv node-deps
 	MMD_ROLLOUTS_ALL=1 $(BIN)/pytest -s --with-pods tests/pods/test_rollouts.py tests/pods/test_canary.py $(ARGS)

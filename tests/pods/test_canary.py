@@ -7,9 +7,10 @@ change starts one canary pod beside it, behind the same Service, and the operato
 no request lost; a new checkpoint whose double fails half its requests (`fail_share`; Triton only, as
 TensorRT-LLM 1.2.1 counts no failures), or takes five times as long (`seconds_per_request`), is rolled
 back while the stable pod serves on. A watcher samples the Service's ready endpoints and a bounded client
-sends requests through it throughout (`test_rollouts.watching`). `make test` runs the failing canary on
-Triton and the passing one on trtllm-serve; `make rollouts` runs every case, with the operator killed
-mid-analysis (both runtimes), and a new checkpoint rolled in with SurgeWhenPossible (no canary) on both.
+sends requests through it throughout (`test_rollouts.watching`); the operator is also killed
+mid-analysis, and a new checkpoint rolled in with SurgeWhenPossible (no canary). `make test` runs each
+case on one runtime (the failing canary and the killed operator on Triton, the rest on trtllm-serve);
+`make rollouts` runs every case on both.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from mmd_testbed.build_tools.trtllm_tools import write_model_repo
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.hub import synthetic_snapshot
 from tests.pods.conftest import OPERATOR_NAMESPACE
-from tests.pods.test_rollouts import ALL_CASES, TRITON, TRTLLM_SERVE, Served, Watch, _cases, watching
+from tests.pods.test_rollouts import TRITON, TRTLLM_SERVE, Served, Watch, _cases, watching
 from tests.support.kube import Kube, Resources
 from tests.support.pods import container_processes, serving_pods, signal_processes, wait_until
 
@@ -239,7 +240,7 @@ def test_a_canary_that_fails_requests_is_rolled_back_while_the_stable_pod_serves
 
 
 @pytest.mark.parametrize(
-    "rollout", _cases([], [pytest.param(LLAVA, id="triton"), pytest.param(QWEN, id="trtllm-serve")]),
+    "rollout", _cases([pytest.param(QWEN, id="trtllm-serve")], [pytest.param(LLAVA, id="triton")]),
     indirect=True,
 )  # fmt: skip
 @pytest.mark.usefixtures("metrics_path")
@@ -300,11 +301,10 @@ def _restarts(pod: Any) -> int:
     return sum(status.restart_count for status in pod.status.container_statuses or [])
 
 
-@pytest.mark.skipif(
-    not ALL_CASES, reason="make rollouts (MMD_ROLLOUTS_ALL=1) runs it: it stops the shared operator"
-)
 @pytest.mark.parametrize(
-    "rollout", [pytest.param(LLAVA, id="triton"), pytest.param(QWEN, id="trtllm-serve")], indirect=True
+    "rollout",
+    _cases([pytest.param(LLAVA, id="triton")], [pytest.param(QWEN, id="trtllm-serve")]),
+    indirect=True,
 )
 @pytest.mark.usefixtures("metrics_path")
 def test_an_operator_killed_mid_canary_resumes_the_same_analysis_on_restart(
@@ -355,7 +355,7 @@ def test_an_operator_killed_mid_canary_resumes_the_same_analysis_on_restart(
 
 @pytest.mark.parametrize(
     "rollout",
-    _cases([], [pytest.param(LLAVA, id="triton"), pytest.param(QWEN, id="trtllm-serve")]),
+    _cases([pytest.param(QWEN, id="trtllm-serve")], [pytest.param(LLAVA, id="triton")]),
     indirect=True,
 )
 def test_a_new_checkpoint_surges_in_with_no_request_lost(rollout: Rollout, picture: Path) -> None:

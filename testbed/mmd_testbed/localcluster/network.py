@@ -263,10 +263,9 @@ def cut_off(network: ClusterNetwork, ordinal: int, alive: list[int]) -> None:
         route_services(network, alive)
 
 
-def reconnect(network: ClusterNetwork, ordinal: int, every: list[int]) -> None:
-    """Put node `ordinal` back on the wire, and the host's Service route back as `set_routes` made it."""
+def reconnect(network: ClusterNetwork, ordinal: int) -> None:
+    """Put node `ordinal` back on the wire (`route_services` gives it the host's Service traffic again)."""
     _run(["ip", "link", "set", network.veth(ordinal), "up"])
-    route_services(network, every)
 
 
 def remove_node(network: ClusterNetwork, node: str, ordinal: int) -> None:

@@ -332,7 +332,7 @@ class NodeRunner:
     def revive(self, name: str, timeout: float) -> None:
         """Start a lost node's components again and wait until it is Ready."""
         node = self._node(name)
-        network.reconnect(self.network, node.ordinal, [n.ordinal for n in self.nodes])
+        network.reconnect(self.network, node.ordinal)
         argv = nodes.commands(node, self.binaries, _files_of(node))
         self._start(node, "containerd", argv["containerd"])
         self._wait_containerd(node, timeout)
@@ -344,6 +344,8 @@ class NodeRunner:
                 self._wait(node, component, partial(_healthy, node, component), "healthy", timeout)
             self._wait(node, "kubelet", partial(_ready, core, node.name), "node Ready", timeout)
             self._label_and_add_gpus(core, node)
+        # Only now: a kube-proxy that has just started may still hold the rules it had when it died.
+        network.route_services(self.network, [n.ordinal for n in self.nodes])
 
     # -- status and stop --------------------------------------------------------------------------
 
