@@ -181,6 +181,7 @@ class Rollout:
         stable = self.case.checkpoint(self.kube, self.namespace, "stable", seconds_per_request=PER_REQUEST)
         self.resources.apply(self.case.document(self.namespace, stable, **serving))
         with watching(self.case.served, self.kube, self.resources, self.namespace, picture) as watched:
+            watched.marks = self.marks  # the rollout's steps on its timeline
             self.before = _stable_hashes(self.kube, self.namespace, self.name)
             self.marks["change"] = time.monotonic()
             self.resources.apply(to(stable))

@@ -82,6 +82,8 @@ RUNTIMES = [pytest.param(TRITON, id="triton"), pytest.param(TRTLLM_SERVE, id="tr
 # `make test` runs each case on one runtime at least (the lost node in a short version) and the surge
 # cases on both; `make rollouts` (MMD_ROLLOUTS_ALL=1) runs every case on both runtimes and strategies.
 ALL_CASES = os.environ.get("MMD_ROLLOUTS_ALL") == "1"
+# Each watched case's timeline (ready endpoints, requests, marks), as docs/rollouts.md shows them.
+TIMELINES = Path(__file__).resolve().parents[2] / "out" / "rollouts"
 
 
 def _cases(always: list[Any], more: list[Any]) -> list[Any]:
@@ -96,6 +98,49 @@ class Watch:
     samples: list[tuple[float, int, str]] = field(default_factory=list)
     requests: list[tuple[float, int, str]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    # Steps a test names (the change, a canary ready, a node lost), drawn on the timeline.
+    marks: dict[str, float] = field(default_factory=dict)
+
+    def plot(self, path: Path, title: str) -> Path:
+        """The timeline as a PNG: ready endpoints and the rollout condition's reason over time, and
+        every request at its send time, answered or failed, with the marks."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        start = min([at for at, _, _ in self.samples] + [at for at, _, _ in self.requests])
+        figure, (endpoints, requests) = plt.subplots(2, 1, sharex=True, figsize=(9, 5))
+        endpoints.step(
+            [at - start for at, _, _ in self.samples], [n for _, n, _ in self.samples], where="post"
+        )
+        shown = ""
+        for at, _, reason in self.samples:
+            if reason != shown:
+                endpoints.annotate(reason or "(none)", (at - start, 0), fontsize=7, rotation=90, va="bottom")
+                shown = reason
+        endpoints.set_ylabel("ready endpoints")
+        endpoints.set_ylim(bottom=0)
+        endpoints.yaxis.get_major_locator().set_params(integer=True)
+        for code, colour, label in ((0, "tab:green", "answered"), (1, "tab:red", "failed")):
+            chosen = [at - start for at, answer, _ in self.requests if (answer == 0) == (code == 0)]
+            requests.scatter(
+                chosen, [code] * len(chosen), s=9, color=colour, label=f"{label} ({len(chosen)})"
+            )
+        requests.set_yticks([0, 1], ["answered", "failed"])
+        requests.set_ylim(-0.5, 1.5)
+        requests.set_xlabel("seconds")
+        requests.legend(loc="center right", fontsize=7)
+        for name, at in self.marks.items():
+            for axis in (endpoints, requests):
+                axis.axvline(at - start, color="grey", linestyle="--", linewidth=0.8)
+            requests.annotate(name, (at - start, 1.4), fontsize=7, rotation=90, va="top")
+        endpoints.set_title(title, fontsize=9)
+        figure.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, dpi=80)
+        plt.close(figure)
+        return path
 
     def zero_ready(self, since: float) -> list[float]:
         return [at for at, ready, _ in self.samples if at >= since and ready == 0]
@@ -114,6 +159,17 @@ class Watch:
         failed = [request for request in during if request[1] != 0]
         assert not failed, f"{len(failed)} requests failed: {failed[:3]}"
         return during
+
+
+def test_a_timeline_draws_the_endpoints_the_requests_and_the_marks(tmp_path: Path) -> None:
+    """The plot each watched case leaves in out/rollouts (no cluster: recorded figures)."""
+    watched = Watch(
+        samples=[(100.0 + t / 4, 2 if t < 40 else 1, "Surge" if t < 20 else "") for t in range(80)],
+        requests=[(100.0 + t, 0 if t % 7 else 1, "") for t in range(20)],
+        marks={"change": 105.0},
+    )
+    path = watched.plot(tmp_path / "case.png", "a case")
+    assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 10_000
 
 
 def _ready_endpoints(kube: Kube, namespace: str, service: str) -> int:
@@ -181,6 +237,8 @@ def watching(
         watched.stop.set()
         for thread in threads:
             thread.join(timeout=30)
+        case = os.environ.get("PYTEST_CURRENT_TEST", name).split("::")[-1].split(" ")[0]
+        watched.plot(TIMELINES / f"{case}.png", f"{case} ({name})")
 
 
 def _change_and_wait(
@@ -211,6 +269,7 @@ def test_a_serving_change_with_a_spare_gpu_surges_and_keeps_a_ready_endpoint_thr
         assert (strategy.max_surge, strategy.max_unavailable) == (1, 0)
         document = served.document(kvCacheFreeGpuMemFraction=0.8)
         changed = _change_and_wait(resources, kube, namespace, name, document)
+        watched.marks["change"] = changed
         ready_again = time.monotonic() - changed
         time.sleep(2)
     assert _rollout_reason(resources, name) == SURGE
@@ -296,6 +355,7 @@ def test_with_no_spare_gpu_the_rollout_says_it_goes_in_place_first_and_is_down_f
     with watching(served, kube, resources, namespace, picture) as watched:
         document = served.document(**pinned, kvCacheFreeGpuMemFraction=0.8)
         changed = _change_and_wait(resources, kube, namespace, name, document)
+        watched.marks["change"] = changed
         ready_again = time.monotonic() - changed
         time.sleep(2)
 
@@ -362,7 +422,7 @@ def test_a_revision_that_cannot_start_is_undone_to_the_last_ready_one_and_held(
     stable = ready["status"]["stableRevision"]["podTemplateHash"]
     bad = served.document(**rollout, image=BAD_IMAGE)
     with watching(served, kube, resources, namespace, picture) as watched:
-        changed = time.monotonic()
+        changed = watched.marks["change"] = time.monotonic()
         resources.apply(bad)
         degraded = resources.wait_phase(name, "Degraded", timeout=180, status_also=_undone)
         undone_after = time.monotonic() - changed
@@ -430,7 +490,7 @@ def test_a_drain_of_a_node_with_a_serving_pod_loses_no_request_with_two_replicas
     selector = f"app.kubernetes.io/instance={name}"
     try:
         with watching(served, kube, resources, namespace, picture) as watched:
-            started = time.monotonic()
+            started = watched.marks["drain"] = time.monotonic()
             tools.run(
                 "kubectl", "drain", node, "--pod-selector", selector, "--delete-emptydir-data",
                 "--ignore-daemonsets", "--timeout", "240s", timeout=300,
@@ -468,7 +528,7 @@ def test_a_revision_whose_container_exits_at_start_is_undone_while_the_old_pod_s
     )
     stable = ready["status"]["stableRevision"]["podTemplateHash"]
     with watching(served, kube, resources, namespace, picture) as watched:
-        changed = time.monotonic()
+        changed = watched.marks["change"] = time.monotonic()
         resources.apply(served.document(modelCodePath="/no/such/model/code"))
         degraded = resources.wait_phase(name, "Degraded", timeout=240, status_also=_undone)
         undone_after = time.monotonic() - changed
@@ -519,7 +579,7 @@ def test_with_the_autoscaler_a_change_surges_one_pod_above_its_replicas_and_leav
     old = {pod.metadata.labels.get(TEMPLATE_HASH) for pod in serving_pods(kube, namespace, name)}
     seen: list[tuple[int, int | None, int | None]] = []  # (pods, HPA's desired, Deployment's replicas)
     with watching(served, kube, resources, namespace, picture) as watched:
-        changed = time.monotonic()
+        changed = watched.marks["change"] = time.monotonic()
         resources.apply(served.document(autoscaling=STEADY_AUTOSCALING, kvCacheFreeGpuMemFraction=0.8))
 
         def rolled() -> bool:
@@ -585,10 +645,11 @@ def test_a_lost_node_costs_the_requests_sent_to_its_pod_until_the_operator_marks
     revived = False
     try:
         with watching(served, kube, resources, namespace, picture) as watched:
-            lost = time.monotonic()
+            lost = watched.marks["node lost"] = time.monotonic()
             real_cluster.lose_node(node)
             degraded = resources.wait_phase(name, "Degraded", timeout=240)
             said = time.monotonic() - lost
+            watched.marks["NodeLost"] = lost + said
             (marked,) = on_node
             pod_ready = next(
                 c
