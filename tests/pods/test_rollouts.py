@@ -676,6 +676,12 @@ def test_a_lost_node_costs_the_requests_sent_to_its_pod_until_the_operator_marks
     finally:
         if not revived:
             real_cluster.revive_node(node)
+
+        def back() -> bool:  # the add-ons there too (Prometheus, the Hub double, CoreDNS), for later tests
+            pods = kube.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+            return all(_pod_ready(p) for p in pods if p.status.phase not in ("Succeeded", "Failed"))
+
+        wait_until(f"every pod on {node} ready again", back, timeout=180)
     ready = next(c for c in degraded["status"]["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "NodeLost" and f"its node {node} stopped reporting" in ready["message"], ready
     # The operator's mark, not the node controller's (which comes after its 120 s grace period).

@@ -48,7 +48,14 @@ def test_the_operator_runs_as_a_real_pod_from_the_chart_on_its_token_alone(
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
     (pod,) = kube.core.list_namespaced_pod(namespace).items
     assert pod.spec.containers[0].image == operator_release["images"]["operator"]
-    assert pod.status.container_statuses[0].ready and pod.status.container_statuses[0].restart_count == 0
+    status = pod.status.container_statuses[0]
+    # One restart is the canary test's own SIGKILL (test_canary.py kills the operator mid-analysis),
+    # never an OOM kill or a crash.
+    killed = status.last_state.terminated
+    assert status.ready and (
+        status.restart_count == 0
+        or (status.restart_count == 1 and killed.exit_code == 137 and killed.reason != "OOMKilled")
+    ), status
     # In-cluster configuration from the projected ServiceAccount token: no kubeconfig anywhere.
     env = {variable.name for variable in pod.spec.containers[0].env or []}
     assert "KUBECONFIG" not in env
