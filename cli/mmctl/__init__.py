@@ -6,7 +6,8 @@
   offline or against a cluster (the base install);
 - `infer`, `eval_asr`: requests to a serving tritonserver (the `triton` and `asr` extras);
 - `chat`: the OpenAI API of a trtllm-serve deployment (the `chat` extra);
-- `triton`: the Triton client and request builder `infer` and `eval_asr` share.
+- `triton`: the Triton client and request builder `infer` and `eval_asr` share;
+- `reconnect`: `infer` and `chat` make a connection again that was never made (stdlib only).
 
 It imports the operator's own code to plan exactly as the operator does; nothing in the operator imports it.
 """

@@ -5,8 +5,9 @@ server. `--url` is the server's base URL (`/v1` is added when missing); the mode
 `/v1/models` lists. Parts follow the text in the order given: `--image` (a file, an http(s) URL the server
 fetches, or a `data:` URL), `--video` and `--audio` (trtllm-serve's `video_url` and `audio_url` parts; files
 are sent inline as base64 data URLs). The answer goes to stdout (token by token with `--stream`), the token
-usage and finish reason to stderr. A refusal prints the server's message and the HTTP status; a missing file
-or an unreachable server, one line; all exit 1.
+usage and finish reason to stderr. A connection that is never made is made again (`mmctl.reconnect`). A
+refusal prints the server's message and the HTTP status; a missing file or an unreachable server, one line;
+all exit 1.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import openai
+
+from mmctl import reconnect
 
 EXIT_FAILED = 1
 # The MIME type of an inline file whose suffix tells none.
@@ -65,7 +68,12 @@ def content_parts(args: argparse.Namespace) -> list[dict[str, Any]]:
 def run_chat(args: argparse.Namespace) -> int:
     """Handle `mmctl chat`."""
     try:
-        return _chat(args)
+        return reconnect.with_reconnects(
+            lambda: _chat(args),
+            never_connected=_never_connected,
+            retries=args.connect_retries,
+            command="chat",
+        )
     except ChatError as error:
         print(f"mmctl chat: {error}", file=sys.stderr)
     except openai.APIStatusError as error:
@@ -78,6 +86,17 @@ def run_chat(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     return EXIT_FAILED
+
+
+def _never_connected(error: Exception) -> bool:
+    """Whether the SDK made no connection (refused, no route, or not within the connect timeout)."""
+    # The SDK wraps its HTTP library's errors; their class names, not the library, are stable (httpx,
+    # httpx2).
+    cause = error.__cause__
+    return isinstance(error, openai.APIConnectionError) and type(cause).__name__ in (
+        "ConnectError",
+        "ConnectTimeout",
+    )
 
 
 def _message(error: openai.APIStatusError) -> str:
@@ -97,7 +116,8 @@ def _chat(args: argparse.Namespace) -> int:
     client = openai.OpenAI(
         base_url=base_url(args.url),
         api_key=args.api_key or os.environ.get("OPENAI_API_KEY") or "unused",
-        timeout=args.timeout,
+        timeout=openai.Timeout(args.timeout, connect=min(args.timeout, args.connect_timeout)),
+        # mmctl's own tries (`reconnect`) send again only what never connected.
         max_retries=0,
     )
     model = args.model or _first_model(client)
@@ -170,4 +190,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--api-key", help="sent as the bearer token (default: $OPENAI_API_KEY, else 'unused')"
     )
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the answer")
+    reconnect.add_arguments(parser)
     parser.set_defaults(handler=run_chat)

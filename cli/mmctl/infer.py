@@ -6,8 +6,9 @@ or video is named by a `prompt_table_extra_id`, a digest of its bytes, where the
 deployment with KV-cache reuse refuses an image it cannot name). The text
 goes to stdout (piece by piece when streaming one beam; one `[beam N] ...` line per beam when the server
 answers several beams, once the answer is complete: streamed with beam search, every response carries
-every beam's text so far), the latency to stderr. Bad input, an unreachable server, a model that is not
-ready or an input the type does not take: one line on stderr and exit code 1.
+every beam's text so far), the latency to stderr. A connection that is never made is made again
+(`mmctl.reconnect`). Bad input, an unreachable server, a model that is not ready or an input the type
+does not take: one line on stderr and exit code 1.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import argparse
 import sys
 import time
 
-from mmctl.triton.client import ServerError, TritonClient
+from mmctl import reconnect
+from mmctl.triton.client import ServerError, TritonClient, UnreachableError
 from mmctl.triton.requests import (
     RequestError,
     Sampling,
@@ -34,7 +36,12 @@ EXIT_FAILED = 1
 def run_infer(args: argparse.Namespace) -> int:
     """Handle `mmctl infer`."""
     try:
-        return _infer(args)
+        return reconnect.with_reconnects(
+            lambda: _infer(args),
+            never_connected=lambda error: isinstance(error, UnreachableError),
+            retries=args.connect_retries,
+            command="infer",
+        )
     except (RequestError, ServerError) as error:
         print(f"mmctl infer: {error}", file=sys.stderr)
         return EXIT_FAILED
@@ -43,7 +50,7 @@ def run_infer(args: argparse.Namespace) -> int:
 
 
 def _infer(args: argparse.Namespace) -> int:
-    with TritonClient(args.url, timeout=args.timeout) as client:
+    with TritonClient(args.url, timeout=args.timeout, connect_timeout=args.connect_timeout) as client:
         model_type = ModelType(args.model_type) if args.model_type else None
         if model_type is None:
             client.check_live()
@@ -189,4 +196,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--lora-path", metavar="DIR", help="converted adapter (model.lora_weights.npy, model.lora_config.npy)"
     )
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the server")
+    reconnect.add_arguments(parser)
     parser.set_defaults(handler=run_infer)

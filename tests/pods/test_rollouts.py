@@ -62,12 +62,17 @@ class Served:
         return example(self.example, serving=serving)
 
 
+# A connection not made in 2 s is made again, up to 10 times (docs/clients.md): with one dead endpoint of
+# two, all 11 tries reach it once in 2,048 requests.
+RECONNECTS = ("--connect-timeout", "2", "--connect-retries", "10")
 TRITON = Served(
     "llava",
     "llava",
     8001,
     lambda address, picture: mmctl_infer(
-        f"grpc://{address}:8001", "--model-type", "llava", "--image", str(picture), "--timeout", "20"
+        f"grpc://{address}:8001",
+        *("--model-type", "llava", "--image", str(picture), "--timeout", "20", *RECONNECTS),
+        timeout=60,
     ),
 )
 TRTLLM_SERVE = Served(
@@ -75,7 +80,9 @@ TRTLLM_SERVE = Served(
     "qwen2_5_vl",
     8000,
     lambda address, picture: mmctl_chat(
-        f"http://{address}:8000", "--image", str(picture), "--text", "What is this?", timeout=30
+        f"http://{address}:8000",
+        *("--image", str(picture), "--text", "What is this?", "--timeout", "20", *RECONNECTS),
+        timeout=60,
     ),
 )
 RUNTIMES = [pytest.param(TRITON, id="triton"), pytest.param(TRTLLM_SERVE, id="trtllm-serve")]
@@ -97,6 +104,8 @@ class Watch:
 
     samples: list[tuple[float, int, str]] = field(default_factory=list)
     requests: list[tuple[float, int, str]] = field(default_factory=list)
+    # When the requests were sent that reached no server at first and connected again (mmctl said so).
+    reconnected: list[float] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     # Steps a test names (the change, a canary ready, a node lost), drawn on the timeline.
     marks: dict[str, float] = field(default_factory=dict)
@@ -127,6 +136,9 @@ class Watch:
             requests.scatter(
                 chosen, [code] * len(chosen), s=9, color=colour, label=f"{label} ({len(chosen)})"
             )
+        if self.reconnected:
+            again = [at - start for at in self.reconnected]
+            requests.scatter(again, [0.25] * len(again), s=9, color="tab:orange", label="connected again")
         requests.set_yticks([0, 1], ["answered", "failed"])
         requests.set_ylim(-0.5, 1.5)
         requests.set_xlabel("seconds")
@@ -191,9 +203,9 @@ def _rollout_reason(resources: Resources, name: str) -> str:
 
 @contextlib.contextmanager
 def watching(
-    served: Served, kube: Kube, resources: Resources, namespace: str, picture: Path
+    served: Served, kube: Kube, resources: Resources, namespace: str, picture: Path, clients: int = 1
 ) -> Iterator[Watch]:
-    """Watch `served` once it is Ready: the sampler and the client run until the block ends."""
+    """Watch `served` once it is Ready: the sampler and `clients` clients run until the block ends."""
     name = served.instance
     resources.wait_phase(name, "Ready", timeout=240)
     address = service_ip(kube, namespace, name)
@@ -221,8 +233,10 @@ def watching(
                 watched.requests.append((sent, -1, f"no answer in {expired.timeout:.0f} s"))
                 continue
             watched.requests.append((sent, answer.returncode, answer.stderr.strip()[-300:]))
+            if "trying again" in answer.stderr:
+                watched.reconnected.append(sent)
 
-    threads = [threading.Thread(target=target, daemon=True) for target in (sample, send)]
+    threads = [threading.Thread(target=target, daemon=True) for target in (sample, *[send] * clients)]
     for thread in threads:
         thread.start()
     # A first answer: the Service's rules may reach the nodes a moment after the resource says Ready.
@@ -607,7 +621,7 @@ def test_with_the_autoscaler_a_change_surges_one_pod_above_its_replicas_and_leav
 @pytest.mark.parametrize(
     "served", _cases([pytest.param(TRITON, id="triton")], [pytest.param(TRTLLM_SERVE, id="trtllm-serve")])
 )
-def test_a_lost_node_costs_the_requests_sent_to_its_pod_until_the_operator_marks_it(
+def test_a_lost_node_costs_only_the_requests_in_flight_on_it(
     served: Served,
     resources: Resources,
     kube: Kube,
@@ -618,7 +632,9 @@ def test_a_lost_node_costs_the_requests_sent_to_its_pod_until_the_operator_marks
     """Two replicas; the node of one of them loses power (its kubelet, containerd and containers
     SIGKILLed). Its Lease falls silent, and the operator (lostNodeSeconds, 20 s by default) marks the
     pod not ready long before the node controller would (120 s here): the resource says NodeLost
-    (Degraded), the Service stops sending to the dead pod, and no request sent after the mark fails.
+    (Degraded) and the Service stops sending to the dead pod. Until then a new connection to it is
+    never made, and the client makes it again (mmctl's reconnects): only the requests the dead pod held
+    when it died fail.
     The resource is Ready again once the replacement runs on the other node; the node comes back
     afterwards. `make test`'s short version brings the node back once the pod is marked (its kubelet
     writes the pod's real readiness back) rather than wait for the node controller's eviction."""
@@ -644,9 +660,12 @@ def test_a_lost_node_costs_the_requests_sent_to_its_pod_until_the_operator_marks
     on_node = {p.metadata.name for p in serving_pods(kube, namespace, name) if p.spec.node_name == node}
     revived = False
     try:
-        with watching(served, kube, resources, namespace, picture) as watched:
+        # Two clients: one may wait out its timeout on a request the dead pod held while the other goes on.
+        with watching(served, kube, resources, namespace, picture, clients=2) as watched:
             lost = watched.marks["node lost"] = time.monotonic()
             real_cluster.lose_node(node)
+            # Its pod may take a request while its processes are being killed: in flight until here.
+            gone = time.monotonic()
             degraded = resources.wait_phase(name, "Degraded", timeout=240)
             said = time.monotonic() - lost
             watched.marks["NodeLost"] = lost + said
@@ -687,17 +706,18 @@ def test_a_lost_node_costs_the_requests_sent_to_its_pod_until_the_operator_marks
     # The operator's mark, not the node controller's (which comes after its 120 s grace period).
     assert (pod_ready.status, pod_ready.reason) == ("False", node_silence.REASON), pod_ready
     assert said < 60, f"NodeLost only {said:.1f} s after the node died"
-    during = [r for r in watched.requests if r[0] >= lost]
-    failed = [r for r in during if r[1] != 0]
-    # Only requests sent while the dead pod was still an endpoint failed: none sent after the Service
-    # dropped it (and kube-proxy's next sync, a second or two, took that in).
     dropped = next(at for at, ready, _ in watched.samples if at >= lost and ready < 2) - lost
-    late = [(round(r[0] - lost, 1), r[2][-80:]) for r in failed if r[0] > lost + dropped + 2]
-    assert not late, f"sent after the Service dropped the dead pod at {dropped:.1f} s and failed: {late}"
+    # Requests sent before the node was gone that had not been answered: the ones it may have held.
+    in_flight = [r for r in watched.requests if r[0] < gone and r[1] != 0]
+    since = [r for r in watched.requests if r[0] >= gone]
+    late = [(round(r[0] - lost, 1), r[2][-80:]) for r in since if r[1] != 0]
+    assert not late, f"sent after the node was gone (the Service dropped its pod at {dropped:.1f} s): {late}"
+    reconnected = [at for at in watched.reconnected if at >= gone]
     assert not watched.zero_ready(lost), "a moment without a ready endpoint"
     print(
         f"\n{name}: lost {node} ({len(on_node)} of 2 serving pods on it): out of the Service after "
         f"{dropped:.1f} s, Degraded (NodeLost) after {said:.1f} s, {how}, Ready after "
-        f"{ready_again:.1f} s; {len(during)} requests since, {len(failed)} failed, the last of them sent "
-        f"{max((r[0] - lost for r in failed), default=0):.1f} s after the loss"
+        f"{ready_again:.1f} s; {len(since)} requests since, 0 failed, {len(reconnected)} of them connected "
+        f"again, the last sent {max((at - lost for at in reconnected), default=0):.1f} s after the loss; "
+        f"{len(in_flight)} in flight at the loss failed"
     )

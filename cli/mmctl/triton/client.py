@@ -12,6 +12,7 @@ knowledge table and request builder.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import queue
 import urllib.error
@@ -37,10 +38,19 @@ _SIGNATURE_INPUTS = (
     "lora_task_id",
 )
 _STREAM_TIMEOUT = 300.0
+# tritonclient's own limit on a message's size (INT32_MAX), kept when the channel's options are given.
+_MAX_GRPC_MESSAGE = 2**31 - 1
 
 
 class ServerError(Exception):
     """The server cannot be reached, is not ready, or refused the request."""
+
+
+class UnreachableError(ServerError):
+    """No connection was made: refused, no route, or not made within the connect timeout.
+
+    The request never reached a server, so sending it again is safe (`mmctl.reconnect`).
+    """
 
 
 @dataclass(frozen=True)
@@ -93,18 +103,56 @@ def _message(error: Exception) -> str:
     return " ".join(str(text).split())
 
 
+def _never_connected(error: Exception) -> bool:
+    """Whether `error` says no connection was made, so the server never saw the request."""
+    if isinstance(error, InferenceServerException):
+        # gRPC's words when the channel made no connection in its connect timeout, or was refused.
+        return error.status() == "StatusCode.UNAVAILABLE" and "failed to connect" in str(error.message())
+    # HTTP: refused or no route. A timeout is not taken: over HTTP the client cannot tell a connection
+    # that was never made from an answer that is slow, and a slow request must not be sent twice.
+    if isinstance(error, urllib.error.HTTPError):
+        return False
+    cause = error.reason if isinstance(error, urllib.error.URLError) else error
+    return isinstance(cause, ConnectionRefusedError) or (
+        isinstance(cause, OSError) and cause.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH)
+    )
+
+
+def _failure(text: str, error: Exception) -> ServerError:
+    """`text: <the error's words>` as the ServerError to raise: UnreachableError when nothing connected."""
+    kind = UnreachableError if _never_connected(error) else ServerError
+    return kind(f"{text}: {_message(error)}")
+
+
+def _channel_args(connect_timeout: float) -> list[tuple[str, int]]:
+    """The channel options tritonclient sets itself, and a connect timeout (gRPC's default is 20 s)."""
+    keepalive = grpcclient.KeepAliveOptions()
+    return [
+        ("grpc.max_send_message_length", _MAX_GRPC_MESSAGE),
+        ("grpc.max_receive_message_length", _MAX_GRPC_MESSAGE),
+        ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", int(keepalive.keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+        # gRPC core takes its connect timeout from the least reconnect backoff.
+        ("grpc.min_reconnect_backoff_ms", max(100, int(connect_timeout * 1000))),
+    ]
+
+
 class TritonClient:
     """A client for one server; not shared between threads."""
 
-    def __init__(self, url: str, timeout: float = 60.0) -> None:
+    def __init__(self, url: str, timeout: float = 60.0, connect_timeout: float | None = None) -> None:
         self.endpoint = Endpoint.parse(url)
         self.timeout = timeout
         self._configs: dict[str, dict[str, Any]] = {}
+        connect = timeout if connect_timeout is None else min(timeout, connect_timeout)
         if self.endpoint.protocol == "grpc":
-            self._grpc = grpcclient.InferenceServerClient(self.endpoint.address)
+            options = None if connect_timeout is None else _channel_args(connect)
+            self._grpc = grpcclient.InferenceServerClient(self.endpoint.address, channel_args=options)
         else:
             self._http = httpclient.InferenceServerClient(
-                self.endpoint.address, connection_timeout=timeout, network_timeout=timeout
+                self.endpoint.address, connection_timeout=connect, network_timeout=timeout
             )
 
     def close(self) -> None:
@@ -133,7 +181,7 @@ class TritonClient:
         try:
             live = self._client.is_server_live()
         except Exception as error:
-            raise ServerError(f"cannot reach tritonserver at {where}: {_message(error)}") from None
+            raise _failure(f"cannot reach tritonserver at {where}", error) from None
         if not live:
             raise ServerError(f"tritonserver at {where} is not live")
 
@@ -148,7 +196,7 @@ class TritonClient:
         try:
             ready = self._client.is_model_ready(model)
         except Exception as error:
-            raise ServerError(f"{where}: cannot ask whether {model} is ready: {_message(error)}") from None
+            raise _failure(f"{where}: cannot ask whether {model} is ready", error) from None
         if not ready:
             raise ServerError(f"model {model!r} is not ready on {where} (see its /v2/models/{model}/ready)")
 
@@ -157,7 +205,7 @@ class TritonClient:
         try:
             index = self._client.get_model_repository_index(**self._json())
         except Exception as error:
-            raise ServerError(f"cannot list the server's models: {_message(error)}") from None
+            raise _failure("cannot list the server's models", error) from None
         entries = index.get("models", []) if isinstance(index, dict) else index
         return sorted({entry["name"] for entry in entries})
 
@@ -167,7 +215,7 @@ class TritonClient:
             try:
                 config = self._client.get_model_config(model, **self._json())
             except Exception as error:
-                raise ServerError(f"cannot read the config of {model}: {_message(error)}") from None
+                raise _failure(f"cannot read the config of {model}", error) from None
             self._configs[model] = config.get("config", config)
         return self._configs[model]
 
@@ -248,7 +296,7 @@ class TritonClient:
         try:
             result = self._grpc.infer(model, inputs, outputs=requested, client_timeout=self.timeout)
         except InferenceServerException as error:
-            raise ServerError(f"{model}: {_message(error)}") from None
+            raise _failure(model, error) from None
         return Response(
             {name: result.as_numpy(name) for name in outputs if result.as_numpy(name) is not None}
         )
@@ -268,7 +316,7 @@ class TritonClient:
                 except queue.Empty:
                     raise ServerError(f"{model}: no response within {_STREAM_TIMEOUT:.0f} s") from None
                 if error is not None:
-                    raise ServerError(f"{model}: {_message(error)}")
+                    raise _failure(model, error)
                 response = result.get_response()
                 arrays = {name: result.as_numpy(name) for name in outputs}
                 arrays = {name: value for name, value in arrays.items() if value is not None}
@@ -289,7 +337,7 @@ class TritonClient:
         try:
             result = self._http.infer(model, inputs, outputs=requested)
         except InferenceServerException as error:
-            raise ServerError(f"{model}: {_message(error)}") from None
+            raise _failure(model, error) from None
         return Response(
             {name: result.as_numpy(name) for name in outputs if result.as_numpy(name) is not None}
         )
@@ -316,7 +364,8 @@ class TritonClient:
                 detail = json.loads(detail).get("error", detail)
             raise ServerError(f"{model}: {' '.join(str(detail).split())}") from None
         except (urllib.error.URLError, OSError) as error:
-            raise ServerError(f"cannot reach {url}: {getattr(error, 'reason', error)}") from None
+            kind = UnreachableError if _never_connected(error) else ServerError
+            raise kind(f"cannot reach {url}: {getattr(error, 'reason', error)}") from None
         with reply:
             if not stream:
                 yield _generate_response(json.loads(reply.read()))
