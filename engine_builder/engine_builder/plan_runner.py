@@ -40,6 +40,7 @@ from engine_builder import versions as pinned
 from engine_builder.job_report import MANIFEST_NAME, FileRecord, Frozen
 from engine_builder.plan_format import PLAN_FORMAT_VERSION, WORK_DIR, BuildPlan, BuildStep
 from engine_builder.probe import ASSUME_TRTLLM_VERSION_ENV
+from engine_builder.progress import BuildMeter, beating
 from engine_builder.result_format import (
     UNKNOWN,
     BuildSucceeded,
@@ -328,7 +329,9 @@ def _step_environment(step: BuildStep, secret_names: set[str]) -> dict[str, str]
     return environment
 
 
-def _run_step(step: BuildStep, argv: list[str], label: str, plan: BuildPlan, log: Log) -> None:
+def _run_step(
+    step: BuildStep, argv: list[str], label: str, plan: BuildPlan, log: Log, moved: Callable[[], None]
+) -> None:
     secrets = secret_values(plan)
     try:
         process = subprocess.Popen(
@@ -346,6 +349,7 @@ def _run_step(step: BuildStep, argv: list[str], label: str, plan: BuildPlan, log
     with process.stdout:
         try:
             for line in process.stdout:
+                moved()
                 line = redact(line.rstrip(), secrets)
                 tail.append(line)
                 log(f"  {line}")
@@ -450,26 +454,34 @@ def _build_in(
         f"{found.tensorrt_llm}, GPU {gpu.name} (compute capability {gpu.compute_capability})"
     )
     records = []
-    for index, step in enumerate(plan.steps, 1):
-        label = f"step {step.name} ({index}/{total})"
-        argv = resolve_argv(step.argv, work, examples_dir)
-        log(f"[{index}/{total}] {step.name}: {step.description}")
-        log(f"  $ {shlex.join(argv)}")
-        begun = time.monotonic()
-        try:
-            _run_step(step, argv, label, plan, log)
-        except BuildError as error:
-            if error.step is None:
-                raise BuildError(f"{label}: {error.reason}", step=step.name) from None
-            raise
-        missing = [path for path in step.produces if not (work / path).exists()]
-        if missing:
-            produced = ", ".join(missing)
-            raise BuildError(f"{label} exited 0 but did not produce {produced}", step=step.name, exit_code=0)
-        seconds = time.monotonic() - begun
-        records.append(StepRecord(name=step.name, seconds=round(seconds, 3)))
-        elapsed = duration(time.monotonic() - started)
-        log(f"[{index}/{total}] {step.name}: done in {duration(seconds)} (elapsed {elapsed})")
+    meter = BuildMeter(total)
+    meter.begin(1, plan.steps[0].name)
+    with beating(meter.sample, log) as say:
+        for index, step in enumerate(plan.steps, 1):
+            label = f"step {step.name} ({index}/{total})"
+            argv = resolve_argv(step.argv, work, examples_dir)
+            if index > 1:
+                meter.begin(index, step.name)
+                say()
+            log(f"[{index}/{total}] {step.name}: {step.description}")
+            log(f"  $ {shlex.join(argv)}")
+            begun = time.monotonic()
+            try:
+                _run_step(step, argv, label, plan, log, meter.moved)
+            except BuildError as error:
+                if error.step is None:
+                    raise BuildError(f"{label}: {error.reason}", step=step.name) from None
+                raise
+            missing = [path for path in step.produces if not (work / path).exists()]
+            if missing:
+                produced = ", ".join(missing)
+                raise BuildError(
+                    f"{label} exited 0 but did not produce {produced}", step=step.name, exit_code=0
+                )
+            seconds = time.monotonic() - begun
+            records.append(StepRecord(name=step.name, seconds=round(seconds, 3)))
+            elapsed = duration(time.monotonic() - started)
+            log(f"[{index}/{total}] {step.name}: done in {duration(seconds)} (elapsed {elapsed})")
 
     absent = [name for name in plan.keep if not (work / name).is_dir()]
     if absent:

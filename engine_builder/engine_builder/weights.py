@@ -39,6 +39,7 @@ from engine_builder.plan_runner import (
     size,
     write_manifest,
 )
+from engine_builder.progress import DownloadMeter, beating
 from engine_builder.weights_format import (
     DownloadPlan,
     DownloadSucceeded,
@@ -127,6 +128,21 @@ def resolve(plan: DownloadPlan, token: str | None) -> str:
     return info.sha
 
 
+def _listing(plan: DownloadPlan, commit: str, token: str | None) -> tuple[int, int | None]:
+    """How many files the snapshot has and their bytes (None when the Hub leaves a size out)."""
+    from huggingface_hub import HfApi
+
+    try:
+        info = HfApi(endpoint=endpoint(), token=token or False).model_info(
+            plan.repo, revision=commit, files_metadata=True
+        )
+    except Exception as error:
+        raise _explain(error, plan, "download") from None
+    siblings = info.siblings or []
+    sizes = [sibling.size for sibling in siblings]
+    return len(siblings), None if None in sizes else sum(s for s in sizes if s is not None)
+
+
 def inspect_snapshot(entry: Path, snapshot_key: str) -> tuple[WeightsManifest | None, list[str]]:
     """The manifest of a snapshot entry and what is wrong with the entry (nothing when it is complete)."""
     manifest, problems = read_manifest(entry, WeightsManifest)
@@ -207,11 +223,15 @@ def _download_into(
     from huggingface_hub import snapshot_download
 
     target = work / snapshot_directory(plan.repo)
-    log(f"downloading {plan.repo}@{commit} from {endpoint()} into {target}")
+    files_total, bytes_total = _listing(plan, commit, token)
+    total = f"{files_total} files, {size(bytes_total)}" if bytes_total is not None else f"{files_total} files"
+    log(f"downloading {plan.repo}@{commit} ({total}) from {endpoint()} into {target}")
+    meter = DownloadMeter(target, bytes_total=bytes_total, files_total=files_total, metadata=HUB_METADATA)
     try:
-        snapshot_download(
-            plan.repo, revision=commit, local_dir=target, token=token or False, endpoint=endpoint()
-        )
+        with beating(meter.sample, log):
+            snapshot_download(
+                plan.repo, revision=commit, local_dir=target, token=token or False, endpoint=endpoint()
+            )
     except Exception as error:
         raise _explain(error, plan, "download") from None
     shutil.rmtree(target / HUB_METADATA, ignore_errors=True)

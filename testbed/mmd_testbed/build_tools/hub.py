@@ -1,13 +1,13 @@
 """A double of the Hugging Face Hub's HTTP API, on 127.0.0.1: what `model_info` and `snapshot_download` call.
 
 At huggingface_hub 0.36 (the builder's pin, <1.0), `HfApi.model_info` is `GET /api/models/<repo>/revision/
-<revision>` (JSON with `sha` and `siblings`), and `snapshot_download` asks the same for the commit, then for
-each file `HEAD /<repo>/resolve/<commit>/<path>` (headers X-Repo-Commit, ETag, Content-Length) and a `GET`
-of the same URL. Refusals carry the Hub's `X-Error-Code` header, which huggingface_hub turns into
-`RepositoryNotFoundError` (401 RepoNotFound), `GatedRepoError` (403 GatedRepo) and `RevisionNotFoundError`
-(404 RevisionNotFound). Files are served in chunks with an optional pause, so a test can kill a download
-in the middle. Every request is recorded (method, path, Authorization) so tests can count downloads and
-check the token.
+<revision>` (JSON with `sha` and `siblings`, each file's `size` too with `?blobs=True`), and
+`snapshot_download` asks the same for the commit, then for each file `HEAD /<repo>/resolve/<commit>/<path>`
+(headers X-Repo-Commit, ETag, Content-Length) and a `GET` of the same URL. Refusals carry the Hub's
+`X-Error-Code` header, which huggingface_hub turns into `RepositoryNotFoundError` (401 RepoNotFound),
+`GatedRepoError` (403 GatedRepo) and `RevisionNotFoundError` (404 RevisionNotFound). Files are served in
+chunks with an optional pause, so a test can kill a download in the middle. Every request is recorded
+(method, path, Authorization) so tests can count downloads and check the token.
 
 Run as a program it serves directories as repositories, one commit each (made up from their content) that
 `main` names, and logs each request on stdout: the local cluster's stand-in for the Hub
@@ -141,7 +141,8 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             path = unquote(self.path.split("?", 1)[0])
             if path.startswith("/api/models/") and "/revision/" in path:
                 repo, revision = path.removeprefix("/api/models/").split("/revision/", 1)
-                self._model_info(repo, revision)
+                query = self.path.split("?", 1)[1] if "?" in self.path else ""
+                self._model_info(repo, revision, blobs="blobs=True" in query or "blobs=true" in query)
             elif "/resolve/" in path:
                 repo, rest = path.lstrip("/").split("/resolve/", 1)
                 revision, filename = rest.split("/", 1)
@@ -149,7 +150,7 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             else:
                 self._refuse(404, "EntryNotFound", f"no route {path}")
 
-        def _model_info(self, repo: str, revision: str) -> None:
+        def _model_info(self, repo: str, revision: str, *, blobs: bool) -> None:
             repository = self._repository(repo)
             if repository is None:
                 return
@@ -166,7 +167,11 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                     "private": False,
                     "gated": repository.token is not None and "auto",
                     "disabled": False,
-                    "siblings": [{"rfilename": name} for name in sorted(files)],
+                    # With `blobs`, as `model_info(files_metadata=True)` asks, each file's size too.
+                    "siblings": [
+                        {"rfilename": name, **({"size": len(files[name])} if blobs else {})}
+                        for name in sorted(files)
+                    ],
                 }
             ).encode()
             self.send_response(200)
