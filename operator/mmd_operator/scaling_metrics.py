@@ -248,7 +248,10 @@ ANALYSIS_SERIES: Mapping[Runtime, AnalysisSeries] = MappingProxyType(
 def analysis_queries(
     runtime: Runtime, namespace: str, pods: tuple[str, ...], window_seconds: int
 ) -> dict[str, str]:
-    """PromQL per counter ("answered", "latency", "failed" where counted): its increase per pod of `pods`."""
+    """PromQL per counter ("answered", "latency", "failed" where counted).
+
+    Each gives what every pod of `pods` counted over the last `window_seconds`.
+    """
     series = ANALYSIS_SERIES[runtime]
     pod_names = "|".join(pods)
     matchers = f'namespace="{namespace}",pod=~"{pod_names}"' + (
@@ -257,7 +260,12 @@ def analysis_queries(
     counters = {"answered": series.answered, "latency": series.latency}
     if series.failed is not None:
         counters["failed"] = series.failed
-    return {
-        what: f"sum by (pod) (increase({name}{{{matchers}}}[{window_seconds}s]))"
-        for what, name in counters.items()
-    }
+
+    def since(name: str) -> str:
+        # The counter now less its value a window ago: the requests counted in the window, exactly
+        # (`increase` extrapolates to the window's edges: 6 where 3 were sent). A pod younger than the
+        # window, or whose counter restarted, counts from its start.
+        now = f"{name}{{{matchers}}}"
+        return f"sum by (pod) ((({now} - {now} offset {window_seconds}s) >= 0) or {now})"
+
+    return {what: since(name) for what, name in counters.items()}
