@@ -4,8 +4,8 @@ The tests live in `tests/` (the product's: `tests/unit` mirrors the packages, on
 and `testbed/tests/` (the test bed's own). A bare `pytest` runs the fast tiers, which need nothing built:
 the unit tests, the engine builder's, the test bed's unit tests and the trtllm-serve double's. The tiers
 that need infrastructure built first run only when asked, as `make test` asks for all of them:
-`--with-triton` (the local tritonserver), `--with-cluster` (the control plane; also the GitOps checker,
-built from Go) and `--with-pods` (real nodes and the images).
+`--with-triton` (the local tritonserver), `--with-cluster` (the control plane; also the GitOps checker
+and promtool, built from Go) and `--with-pods` (real nodes and the images).
 
 `make test` runs pytest-xdist with `--dist loadgroup`: each group runs whole on one worker, so session
 fixtures that cost minutes (the real-node cluster, the tritonserver repositories) start once per group's
@@ -28,7 +28,12 @@ from tests.support.leftovers import unmount_dead_sessions
 # The tiers that run only when asked, by the option that asks, and their folders.
 GATED_TIERS = {
     "--with-triton": ("tests/triton",),
-    "--with-cluster": ("tests/cluster", "testbed/tests/gitops", "testbed/tests/cluster"),
+    "--with-cluster": (
+        "tests/cluster",
+        "tests/observability",
+        "testbed/tests/gitops",
+        "testbed/tests/cluster",
+    ),
     "--with-pods": ("tests/pods", "testbed/tests/pods"),
 }
 _ROOT = Path(__file__).resolve().parent

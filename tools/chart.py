@@ -139,7 +139,9 @@ class ServiceMonitor(_Values):
     """A Prometheus Operator ServiceMonitor for the metrics Service."""
 
     enabled: bool = False
-    """Create the ServiceMonitor (needs the monitoring.coreos.com CRDs)."""
+    """Create the ServiceMonitor (needs the monitoring.coreos.com CRDs). It keeps the labels the
+    operator writes (`honorLabels`): its per-resource series name the resource's own `namespace`, which
+    the alerts and the dashboard read."""
     interval: str = "30s"
     """How often Prometheus scrapes /metrics."""
     labels: dict[str, str] = Field(default_factory=dict)
@@ -153,7 +155,8 @@ class ServingPodMonitor(_Values):
     """Create a PodMonitor (needs the monitoring.coreos.com CRDs) for every serving pod the operator
     manages, in `watchNamespaces` or in every namespace: Triton's `/metrics` on the `metrics` port and
     trtllm-serve's `/prometheus/metrics`, each series with the `namespace` and `pod` labels
-    prometheus-adapter maps to pods. `serving.autoscaling` scales on these series through the adapter,
+    prometheus-adapter maps to pods and `mmd_resource`, the resource's name, which the dashboard selects
+    by. `serving.autoscaling` scales on these series through the adapter,
     whose rules you add to it (docs/autoscaling.md). With `serving.networkPolicy`, Prometheus must run
     in a namespace its `monitoringNamespaceSelector` selects (default: `monitoring`)."""
     interval: str = "15s"
@@ -174,6 +177,36 @@ class Metrics(_Values):
     """Prometheus Operator scrape configuration."""
     serving_pod_monitor: ServingPodMonitor = Field(default_factory=ServingPodMonitor)
     """Prometheus Operator scrape configuration of the serving pods (what autoscaling reads)."""
+
+
+class Dashboards(_Values):
+    """The Grafana dashboard of the operator and its serving fleet (docs/observability.md)."""
+
+    enabled: bool = False
+    """Create a ConfigMap holding the dashboard (`dashboards/mmd-operator.json` of the chart) for
+    Grafana's dashboard sidecar, which loads every ConfigMap with its label (kube-prometheus-stack's
+    Grafana runs one). Without a sidecar, import the file in Grafana instead."""
+    label: str = "grafana_dashboard"
+    """The label the sidecar finds dashboard ConfigMaps by (its `label` setting)."""
+    label_value: str = "1"
+    """The value of that label the sidecar looks for (its `labelValue` setting)."""
+    namespace: str = ""
+    """Namespace of the ConfigMap, where the sidecar looks; empty means the release's namespace."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations of the ConfigMap, e.g. the sidecar's folder annotation."""
+
+
+class Alerts(_Values):
+    """Prometheus alerting rules for the operator and its resources (docs/alerts.md)."""
+
+    enabled: bool = False
+    """Create a PrometheusRule (needs the monitoring.coreos.com CRDs) with the chart's alerting rules
+    (`files/alerts.yaml`, a plain Prometheus rules file a Prometheus without the operator can load as it
+    is): the operator down or not leading, a build or download failed or stalled, a resource Failed or
+    Degraded, serving pods not ready, the autoscaler held at its maximum, a rollback. They read the
+    operator's metrics as `metrics.serviceMonitor` scrapes them."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Extra labels of the PrometheusRule, e.g. the one your Prometheus's `ruleSelector` selects."""
 
 
 class LeaderElection(_Values):
@@ -253,6 +286,10 @@ class Values(_Values):
     """Logging."""
     metrics: Metrics = Field(default_factory=Metrics)
     """Metrics."""
+    dashboards: Dashboards = Field(default_factory=Dashboards)
+    """The Grafana dashboard."""
+    alerts: Alerts = Field(default_factory=Alerts)
+    """The alerting rules."""
     health_port: int = Field(_DEFAULTS.health_port, ge=1, le=65535)
     """Container port of the operator's /healthz (liveness and readiness)."""
     resources: dict[str, dict[str, str]] = Field(

@@ -3,6 +3,7 @@
 - the CRD, from the pydantic API models;
 - the Helm chart's values.yaml, values.schema.json and CRD template (`chart`);
 - `docs/configuration.md`, every operator setting and chart value (`chart`);
+- the chart's Grafana dashboard, from the operator's scaling-metric table (`dashboard`);
 - Triton's `model_config.proto` as a compiled descriptor for the plan layer's repository check, from the
   one tritonclient ships (so the operator needs only the protobuf runtime).
 
@@ -24,7 +25,7 @@ from mmd_operator.api import crdgen
 from mmd_operator.plan import repository_check
 from mmd_testbed.localcluster.binaries import ensure_binaries
 from mmd_testbed.localcluster.layout import Layout
-from tools import chart
+from tools import chart, dashboard
 
 _PLAN_PACKAGE = Path("operator", "mmd_operator", "plan")
 
@@ -37,6 +38,7 @@ def generated_files(root: Path) -> dict[str, str | bytes]:
             _PLAN_PACKAGE / repository_check.MODEL_CONFIG_DESCRIPTOR
         ): model_config_pb2.DESCRIPTOR.serialized_pb,
         **chart.generated_files(),
+        **dashboard.generated_files(),
         chart.ARGOCD_CONFIG: chart.argocd_config((root / chart.ARGOCD_HEALTH).read_text()),
         chart.CONFIGURATION_DOC: chart.configuration_doc((root / chart.DEPLOYMENT_TEMPLATE).read_text()),
     }

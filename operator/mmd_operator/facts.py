@@ -4,7 +4,7 @@ The kube adapter reduces live objects (Jobs, pods, Deployments, claims, the engi
 the pure layers (`desired`, `status`) decide from them alone. Keeping them small keeps the operator's
 cache small at a thousand resources, and keeping them plain makes every decision testable without a
 cluster. Nodes are facts too, read only while a pod cannot be scheduled (`kube.nodes`). Pure: imports
-only the builder's result format.
+only the builder's result and progress formats.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from engine_builder.progress_format import BuildProgress, DownloadProgress
 from engine_builder.result_format import BuildSucceeded
 from engine_builder.weights_format import DownloadSucceeded
 
@@ -261,6 +262,8 @@ class Observed:
     resolved_commit: str | None = None
     job: JobFacts | None = None
     job_pods: tuple[PodFacts, ...] = ()
+    # The last progress line the Job's running pod printed (read from its log while it runs).
+    job_progress: DownloadProgress | BuildProgress | None = None
     missing: tuple[MissingReference, ...] = ()
     # The resource's content ConfigMaps: its model repositories, or trtllm-serve's `--config`.
     configmaps: tuple[Meta, ...] = ()

@@ -6,8 +6,9 @@ delays a renewal. A standby reads the Lease once a retry period and writes nothi
 sees has stood unrenewed for the lease's duration. A leader renews once a retry period; `leading()` is
 the guard its API client checks before every write, and it closes the moment the renew deadline passes
 without a successful renewal, before any standby may take over. The process decides what to do with a
-lost lease (`main` exits). Metrics: `mmd_is_leader` and `mmd_leader_transitions_total`. Imports
-election, kube.lease and metrics.
+lost lease (`main` exits). Metrics: `mmd_is_leader` and `mmd_leader_transitions_total`; a candidate
+that stops leading clears the per-resource series (`metrics.stop_publishing`). Imports election,
+kube.lease and metrics.
 """
 
 from __future__ import annotations
@@ -193,6 +194,8 @@ class LeaderElector:
         self._renewed_at = None
         metrics.IS_LEADER.set(0)
         metrics.LEADER_TRANSITIONS.labels(change="lost").inc()
+        # The new leader publishes each resource's series: two processes' would disagree.
+        metrics.stop_publishing()
         _log.warning("Lost the Lease %s as %s (%s); stopping at once", self.leases, self.identity, why)
         return Outcome.LOST
 
@@ -208,5 +211,6 @@ class LeaderElector:
         self._renewed_at = None
         metrics.IS_LEADER.set(0)
         metrics.LEADER_TRANSITIONS.labels(change="released").inc()
+        metrics.stop_publishing()
         _log.info("Released the Lease %s as %s", self.leases, self.identity)
         return Outcome.RELEASED

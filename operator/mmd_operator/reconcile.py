@@ -85,6 +85,7 @@ class Reconciler:
         self.settling = SpecSettling(client, store)
         self.nodes = NodeDirectory(client, enabled=config.read_nodes)
         self.phases = metrics.PhaseTally()
+        self.series = metrics.ResourceSeries()
 
     def forget(self, namespace: str, name: str) -> None:
         """The resource was deleted: its children go with the garbage collector."""
@@ -92,6 +93,7 @@ class Reconciler:
         self.plans.forget(key)
         self.settling.forget(key)
         self.phases.publish(key, None)
+        self.series.publish(key, None)
 
     def forget_all_but(self, live: Iterable[Key]) -> None:
         """Forget every resource not in `live` (the resources the cache holds).
@@ -99,7 +101,7 @@ class Reconciler:
         A deletion that arrives while the resource's reconcile is still running leaves that reconcile's
         bookkeeping behind: one plan and one phase each time.
         """
-        known = self.plans.known() | self.settling.known() | self.phases.known()
+        known = self.plans.known() | self.settling.known() | self.phases.known() | self.series.known()
         for namespace, name in known - set(live):
             self.forget(namespace, name)
 
@@ -167,6 +169,13 @@ class Reconciler:
             )
             self._write_status(body, previous, result, count)
             _log_transition(namespace, name, previous, result)
+            # A refused spec changes nothing that runs, and its status keeps showing the pods: the
+            # autoscaler (not looked at) as last seen; whether a Job still runs is not known unlooked.
+            sample = metrics.resource_sample(result.status, None, None, None)
+            kept = self.series.last((namespace, name))
+            if kept is not None and kept.autoscaler is not None:
+                sample = dataclasses.replace(sample, wanted=kept.wanted, autoscaler=kept.autoscaler)
+            self.series.publish((namespace, name), sample)
             return Outcome(phase=result.status.phase, writes=count.total)
 
         resource, checked = planned
@@ -236,6 +245,19 @@ class Reconciler:
             counted.finished(succeeded=False)
         self._write_status(body, previous, result, count)
         _log_transition(namespace, name, previous, result)
+        undone = metrics.rollback(previous, result.status)
+        if undone is not None:
+            self.series.rolled_back((namespace, name), undone)
+        job = _running_job(observed, judged)
+        self.series.publish(
+            (namespace, name),
+            metrics.resource_sample(
+                result.status,
+                resource.spec.serving.autoscaling,
+                observed.autoscaler,
+                (metrics.ARTIFACT_LABEL[plan.runtime], job) if job is not None else None,
+            ),
+        )
         requeue = result.recheck_after
         if observed.missing or artifact.retry:
             requeue = min(requeue or self.config.retry_seconds, self.config.retry_seconds)
@@ -305,6 +327,15 @@ def _reported(previous: MultimodalDeploymentStatus | None, words: JobWords) -> b
     if previous is None:
         return False
     return any(c.type == words.condition and c.reason == words.failed for c in previous.conditions)
+
+
+def _running_job(observed: Observed, judged: Judgement) -> str | None:
+    """The name of the resource's artifact Job while it runs: not finished, and its artifact not made."""
+    job = observed.job
+    if job is None or job.meta.deleting or job.succeeded or job.failed:
+        return None
+    # A pod that reported its result (or failed for good) before the Job controller says so.
+    return None if judged.artifact.ready or judged.artifact.failed else job.meta.name
 
 
 def _new_key(previous: MultimodalDeploymentStatus | None, cache_key: str) -> bool:

@@ -6,12 +6,15 @@ import base64
 import importlib.util
 import json
 import struct
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import yaml
 
 from mmd_operator.desired import pods
 from mmd_operator.knowledge import ModelType, checkpoint_heads
+from mmd_testbed.build_tools.hub import DELAY_PATH, Hub, HubServer
 from mmd_testbed.localcluster import hub
 from mmd_testbed.trtllm_serve.models import load_model
 
@@ -45,13 +48,19 @@ def test_a_synthetic_snapshot_is_what_the_trtllm_serve_double_loads(tmp_path: Pa
             heads.key_value,
         )
         assert "chat_template" in json.loads(files["tokenizer_config.json"])
-        # A valid safetensors file: its header's length, the header, then exactly the tensor's bytes.
-        weights = files["model.safetensors"]
-        (length,) = struct.unpack("<Q", weights[:8])
-        header = json.loads(weights[8 : 8 + length])
-        start, end = header["weight"]["data_offsets"]
-        assert len(weights) == 8 + length + end - start and length % 8 == 0
-        assert sum(map(len, files.values())) < 100_000
+        # Valid safetensors shards (its header's length, the header, then exactly the tensor's bytes),
+        # each named in the index.
+        index = json.loads(files["model.safetensors.index.json"])
+        shards = sorted(name for name in files if name.endswith(".safetensors"))
+        assert sorted(set(index["weight_map"].values())) == shards and len(shards) == 4
+        for tensor, name in index["weight_map"].items():
+            weights = files[name]
+            (length,) = struct.unpack("<Q", weights[:8])
+            header = json.loads(weights[8 : 8 + length])
+            start, end = header[tensor]["data_offsets"]
+            assert len(weights) == 8 + length + end - start and length % 8 == 0
+        assert len({len(files[name]) for name in shards}) == 4  # unequal: a slow download ends them apart
+        assert sum(map(len, files.values())) < 200_000
 
 
 def test_its_objects_run_the_double_under_pod_security_restricted() -> None:
@@ -79,3 +88,20 @@ def test_its_objects_run_the_double_under_pod_security_restricted() -> None:
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     assert hub.ENDPOINT.startswith(f"http://{hub.NAME}.{hub.NAMESPACE}.svc.")
     assert service["spec"]["ports"][0]["port"] == 80
+
+
+def test_a_test_can_slow_the_double_down_and_speed_it_up_again() -> None:
+    state = Hub()
+    with HubServer(state) as server:
+
+        def put(body: bytes) -> int:
+            request = urllib.request.Request(server.endpoint + DELAY_PATH, data=body, method="PUT")
+            try:
+                with urllib.request.urlopen(request, timeout=5) as reply:
+                    return int(reply.status)
+            except urllib.error.HTTPError as error:
+                return error.code
+
+        assert put(b"2.5") == 204 and state.chunk_delay == 2.5
+        assert put(b"soon") == 400 and state.chunk_delay == 2.5
+        assert put(b"0") == 204 and state.chunk_delay == 0.0

@@ -463,6 +463,7 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
     # lostNodeSeconds: the node Leases, and the Ready condition of a pod on a silent node.
     assert _can(tools, who, "list", "leases.coordination.k8s.io", "-n", "kube-node-lease")
     assert _can(tools, who, "patch", "pods", "--subresource=status", *where)
+    assert _can(tools, who, "get", "pods", "--subresource=log", *where)  # a running Job's progress
     lease = ["-n", release_namespace]
     assert _can(tools, who, "update", f"leases.coordination.k8s.io/{account}", *lease)
     assert _can(tools, who, "get", f"leases.coordination.k8s.io/{account}", *lease)
@@ -473,6 +474,7 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
         ["create", "pods", *where],
         ["patch", "pods", *where],
         ["delete", "pods", *where],
+        ["create", "pods", "--subresource=exec", *where],
         ["update", "leases.coordination.k8s.io/some-node", "-n", "kube-node-lease"],
         ["watch", "leases.coordination.k8s.io", "-n", "kube-node-lease"],
         ["patch", "multimodaldeployments.serving.multimodal.dev", *where],

@@ -227,3 +227,66 @@ def test_qwen2_5_vl_downloads_once_in_a_real_pod_and_answers_openai_chat_through
         f"\nqwen2-5-vl (trtllm-serve) on real pods: apply to Ready {apply_to_ready:.1f} s; "
         f"chat: {answer.stdout.strip()}"
     )
+
+
+def test_a_slow_download_shows_its_progress_in_the_status_with_few_writes(
+    resources: Resources, kube: Kube, tools: Tools, namespace: str
+) -> None:
+    """The download pod prints a progress line every 10 s; the operator reads its log's tail every 15 s
+    while it runs and writes the status only when the words changed. Watched from outside: the PROGRESS
+    column's words, the details, and every write of the resource (its resourceVersion)."""
+    name = "qwen2-5-vl"
+    snapshot = hub.synthetic_snapshot(REPO, ModelType.QWEN2_5_VL)
+    hub.set_chunk_delay(kube.core.api_client, 3.0)  # shards of 4, 8, 12, 16 chunks: ended 12 s apart
+    seen: list[tuple[float, str, str | None, dict[str, Any] | None]] = []
+    try:
+        resources.apply(example("qwen2_5_vl"))
+        started = time.monotonic()
+        while time.monotonic() - started < 240:
+            body = resources.get(name)
+            status = body.get("status") or {}
+            weights = status.get("weights") or {}
+            seen.append(
+                (
+                    time.monotonic(),
+                    body["metadata"]["resourceVersion"],
+                    status.get("progress"),
+                    weights.get("progress"),
+                )
+            )
+            if status.get("phase") in ("Deploying", "Ready", "Failed"):
+                break
+            time.sleep(0.5)
+    finally:
+        hub.set_chunk_delay(kube.core.api_client, 0.0)
+    shown = [(at, words, details) for at, _, words, details in seen if words]
+    if len({words for _, words, _ in shown}) < 2:  # say what the operator and the download pod said
+        operator_log = tools.run(
+            "kubectl", "logs", "-n", "mmd-system", "deploy/mmd-operator", "--tail=60"
+        ).stdout
+        pods = tools.run("kubectl", "get", "pods", "-n", namespace, "-o", "name").stdout.split()
+        download = next((p for p in pods if "download" in p), "")
+        pod_log = (
+            tools.run("kubectl", "logs", "-n", namespace, download, "--tail=20").stdout if download else ""
+        )
+        conditions = resources.get(name).get("status", {}).get("conditions")
+        pytest.fail(f"the column hardly moved: {shown}\n{operator_log}\n{pod_log}\n{conditions}")
+    first, last = shown[0][2], shown[-1][2]
+    assert first is not None and last is not None
+    total = sum(len(content) for content in snapshot.values())
+    assert (last["bytesTotal"], last["filesTotal"]) == (total, len(snapshot))
+    done = [details["bytesDone"] for _, _, details in shown if details]
+    assert done == sorted(done) and done[-1] > done[0], done
+    assert re.fullmatch(r"\d+% [\d.]+/[\d.]+ kB", shown[-1][1]), shown[-1][1]
+    assert not any(details and details["stalled"] for _, _, details in shown)
+    # Writes while the progress showed: one per read at most (every 15 s), and the phase's own.
+    window = shown[-1][0] - shown[0][0]
+    versions = {version for at, version, words, _ in seen if words}
+    per_minute = (len(versions) - 1) / (window / 60) if window else 0.0
+    assert len(versions) - 1 <= window / 15 + 2, (len(versions), window)
+    assert seen[-1][2] is None, "the progress stays after the download ended"
+    print(
+        f"\n{name}: download of {total} bytes, progress shown for {window:.0f} s as "
+        f"{[words for words in dict.fromkeys(w for _, w, _ in shown)]}; {len(versions) - 1} status writes "
+        f"in that time ({per_minute:.1f} a minute)"
+    )

@@ -31,7 +31,8 @@ class Seen:
 class Server:
     url: str
     seen: list[Seen] = field(default_factory=list)
-    answers: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    # A str answer goes as text/plain (a pod's log).
+    answers: dict[str, tuple[int, dict[str, Any] | str]] = field(default_factory=dict)
 
 
 @pytest.fixture
@@ -54,9 +55,10 @@ def server() -> Iterator[Server]:
                 ),
                 (200, {"kind": "ConfigMap", "metadata": {"name": "answer"}}),
             )
-            payload = json.dumps(answer).encode()
+            text = isinstance(answer, str)
+            payload = answer.encode() if isinstance(answer, str) else json.dumps(answer).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", "text/plain" if text else "application/json")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)

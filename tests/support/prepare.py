@@ -13,6 +13,7 @@ from mmd_testbed.localcluster import images, realnodes
 from mmd_testbed.localcluster.binaries import ensure_binaries
 from mmd_testbed.localcluster.gitops_check import ensure_gitops_check
 from mmd_testbed.localcluster.layout import Layout
+from mmd_testbed.localcluster.metricsbinaries import ensure_metrics_binaries
 from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
 
 
@@ -20,6 +21,8 @@ def main() -> int:
     layout = Layout.discover()
     ensure_binaries(layout, say=print)
     ensure_gitops_check(layout, say=print)
+    # promtool for tests/observability, and the metrics path the real-pod tier starts.
+    ensure_metrics_binaries(layout, say=print)
     problems = realnodes.preflight()
     if problems:
         print("the real-pod tier cannot run here: " + "; ".join(problems), file=sys.stderr)

@@ -20,6 +20,8 @@ watch_namespaces
 crds
 service_account
 admission_warnings
+dashboards
+label_value
 pod_annotations
 replica_count
 renew_deadline_seconds
@@ -69,6 +71,7 @@ _null_is_absent
 # http.server's BaseHTTPRequestHandler calls these by name (the Hub double of mmd_testbed.build_tools).
 protocol_version
 do_HEAD
+do_PUT
 
 # pytest-xdist's LoadScopeScheduling calls it to split test ids into groups (conftest.py).
 _split_scope

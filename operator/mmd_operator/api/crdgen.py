@@ -20,15 +20,16 @@ from mmd_operator.api import v1alpha1
 CRD_FILE_NAME = f"{v1alpha1.GROUP}_{v1alpha1.PLURAL}.yaml"
 
 _READY_CONDITION = '.status.conditions[?(@.type=="Ready")]'
-# `kubectl get mmd` says why a resource is not Ready (the Ready condition's reason); `-o wide` adds the
-# serving pods wanted, the runtime, the commit a trtllm-serve resource serves, and the message, the
-# sentence to act on.
+# `kubectl get mmd` says why a resource is not Ready (the Ready condition's reason) and how far a running
+# build or download is; `-o wide` adds the serving pods wanted, the runtime, the commit a trtllm-serve
+# resource serves, and the message, the sentence to act on.
 _PRINTER_COLUMNS = [
     {"name": "Type", "type": "string", "jsonPath": ".spec.model.type"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Reason", "type": "string", "jsonPath": f"{_READY_CONDITION}.reason"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "Rollout", "type": "string", "jsonPath": ".status.rollout"},
+    {"name": "Progress", "type": "string", "jsonPath": ".status.progress"},
     # What the operator or, with autoscaling, the autoscaler wants (status.replicas), not the spec's number.
     {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas", "priority": 1},
     {"name": "TP", "type": "integer", "jsonPath": ".spec.engine.tensorParallelSize", "priority": 1},

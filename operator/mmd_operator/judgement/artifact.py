@@ -3,24 +3,28 @@
 Each runtime makes one artifact before it serves: the triton-trtllm-engine runtime an engine built by a
 build Job (`judgement.triton`), the trtllm-serve runtime a Hugging Face snapshot fetched by a download Job
 (`judgement.trtllm_serve`). Both Jobs are shared by every resource with the same key, report in the same
-protocol (one JSON line, `engine_builder.job_report`), and are judged here by the same rules: a success
-the Job's pod reported is the result; a Job that ended without one failed, with the program's own step,
-exit code and last line; a running pod, a pending pod, a pod the scheduler cannot place, a Job that is
-starting, a claim not yet bound and a missing Secret or source claim each say what is happening and, in
-one sentence for the Ready condition, what to do or where to look. A runtime supplies its words and what
-counts as its success (`ArtifactRules`). Pure: imports the api models, the facts and the builder's job
-report.
+protocol (one JSON line, `engine_builder.job_report`), and are judged here by the same rules: a success the
+Job's pod reported is the result; a Job that ended without one failed, with the program's own step, exit
+code and last line; a running pod (with how far it is, `judgement.progress`), a pending pod, a pod the
+scheduler cannot place, a Job that is starting, a claim not yet bound and a missing Secret or source claim
+each say what is happening and, in one sentence for the Ready condition, what to do or where to look. A
+runtime supplies its words and what counts as its success (`ArtifactRules`). Pure: imports the api models,
+the facts, the progress judgement and the builder's job report and progress formats.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from engine_builder.job_report import JobFailed
-from mmd_operator.api.v1alpha1 import MultimodalDeploymentStatus
+from engine_builder.progress_format import BuildProgress, DownloadProgress
+from mmd_operator.api.v1alpha1 import ArtifactProgress, MultimodalDeploymentStatus
 from mmd_operator.facts import JobFacts, Observed, PodFacts, PodPhase
+from mmd_operator.judgement.progress import assess
 
 # 128 + 9: what a container's exit code is when the kernel or the kubelet sent SIGKILL.
 SIGKILL_EXIT = 137
@@ -50,6 +54,10 @@ class ArtifactState(Generic[Record, Source]):
     waiting_for_claim: bool = False
     # Where a ready artifact lies in the engine-cache claim (its directory's name), when it lies there.
     location: str | None = None
+    # Its Job's pod runs (its progress is read again soon), and how far it is, from the last progress
+    # line the pod printed.
+    job_running: bool = False
+    progress: ArtifactProgress | None = None
 
 
 def not_ready(
@@ -198,8 +206,13 @@ def job_state(
     pods: tuple[PodFacts, ...],
     previous: tuple[str | None, int | None],
     generation: int,
+    *,
+    progress: tuple[DownloadProgress | BuildProgress, datetime] | None = None,
 ) -> ArtifactState[Any, Any]:
-    """The artifact as its Job `job` and the Job's `pods` show it."""
+    """The artifact as its Job `job` and the Job's `pods` show it.
+
+    `progress` is the last progress line the running pod printed, and the time it is judged at.
+    """
     words = rules.words
     results = [(pod, finished_result(pod, words.parse)) for pod in newest(pods)]
     finished = [(pod, result) for pod, result in results if result is not None]
@@ -229,7 +242,19 @@ def job_state(
     if running:
         where = f"in pod {running[0].meta.name} on {running[0].node or 'a node'}{retrying}"
         running_now = f"{words.verb} {rules.what} {where}"
-        return not_ready(words.running, running_now, f"{words.making} {where}: follow it with {logs} -f.")
+        state = dataclasses.replace(
+            not_ready(words.running, running_now, f"{words.making} {where}: follow it with {logs} -f."),
+            job_running=True,
+        )
+        if progress is None:
+            return state
+        seen = assess(*progress)
+        return dataclasses.replace(
+            state,
+            message=f"{running_now}: {seen.clause}",
+            summary=f"{words.making} {where}: {seen.clause}; follow it with {logs} -f.",
+            progress=seen.progress,
+        )
     pending = [pod for pod in live if pod.phase is PodPhase.PENDING]
     for pod in pending:
         if pod.unschedulable:
@@ -277,7 +302,15 @@ def artifact_state(
         return found
     unbound = observed.claim is not None and observed.claim.phase != "Bound"
     if observed.job is not None and not observed.job.meta.deleting:
-        state = job_state(rules, observed.job, observed.job_pods, previous, generation)
+        line = observed.job_progress
+        state = job_state(
+            rules,
+            observed.job,
+            observed.job_pods,
+            previous,
+            generation,
+            progress=None if line is None else (line, observed.now),
+        )
         # A Job that cannot start for want of storage is waiting on the claim, whatever its pod says.
         if not unbound or state.ready or state.failed or state.retry:
             return state

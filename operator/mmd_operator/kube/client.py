@@ -216,10 +216,27 @@ class KubeClient:
             ApiError: with the API server's status, reason and message.
             NotLeadingError: for a write while the client's guard is closed; nothing was sent.
         """
+        data = self._call(
+            method, url_path, query=query, body=body, content_type=content_type, timeout=timeout
+        ).data
+        answer: dict[str, Any] = orjson.loads(data) if data else {}  # a third of json's time
+        return answer
+
+    def _call(
+        self,
+        method: str,
+        url_path: str,
+        *,
+        query: Mapping[str, str] | None,
+        body: Any,
+        content_type: str,
+        timeout: float,
+        accept: str = "application/json",
+    ) -> urllib3.BaseHTTPResponse:
         if method != "GET" and self._writes_allowed is not None and not self._writes_allowed():
             raise NotLeadingError(f"{method} {url_path} not sent: this operator does not hold the lease")
         metrics.API_REQUESTS.labels(method=method).inc()
-        headers = {"Accept": "application/json", "User-Agent": self.agent}
+        headers = {"Accept": accept, "User-Agent": self.agent}
         if token := self._authorization():
             headers["Authorization"] = token
         payload = None
@@ -237,9 +254,7 @@ class KubeClient:
             raise ApiError(0, type(error).__name__, str(error)) from None
         if response.status >= 400:
             raise _api_error(response.status, response.reason, response.data)
-        data = response.data
-        answer: dict[str, Any] = orjson.loads(data) if data else {}  # a third of json's time
-        return answer
+        return response
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -251,6 +266,31 @@ class KubeClient:
             if error.not_found:
                 return None
             raise
+
+    def pod_log_tail(self, namespace: str, pod: str, *, lines: int, limit_bytes: int) -> str | None:
+        """The last `lines` lines of the pod's log (its only container), at most `limit_bytes`.
+
+        None when the pod is gone.
+        """
+        target = path("v1", "Pod", namespace, pod) + "/log"
+        query = {"tailLines": str(lines), "limitBytes": str(limit_bytes)}
+        try:
+            response = self._call(
+                "GET",
+                target,
+                query=query,
+                body=None,
+                content_type="",
+                timeout=REQUEST_TIMEOUT,
+                # The API server negotiates the log's type with its serializers: `text/plain` alone is
+                # refused (406), as kubectl's `application/json, */*` is not.
+                accept="application/json, */*",
+            )
+        except ApiError as error:
+            if error.not_found:
+                return None
+            raise
+        return response.data.decode("utf-8", "replace")
 
     def list(
         self, api_version: str, kind: str, namespace: str | None = None, *, label_selector: str | None = None

@@ -1,38 +1,57 @@
 """Everything one reconcile needs to know about a resource's world, read from the cache.
 
-Children come from the watch-fed cache. The API server is asked directly only for what the operator
-does not watch and only while it matters: whether the Hugging Face token Secret (and its key) and the
-model source claims exist, before an artifact's Job is created; and the nodes, while a pod cannot be
-scheduled (from the node directory's shared listing); and the last Ready revision's ReplicaSet, by
-name, to undo a revision that cannot start. Where the artifact is looked for (its Job, its
-index entry, its claim) is the runtime's, looked up once by the plan's runtime. A Secret's value is never
-read into memory beyond the API response, and never logged. Imports the cache, the client, the node
-directory, the plan and the facts.
+Children come from the watch-fed cache. The API server is asked directly only for what the operator does not
+watch and only while it matters: whether the Hugging Face token Secret (and its key) and the model source
+claims exist, before an artifact's Job is created; and the nodes, while a pod cannot be scheduled (from the
+node directory's shared listing); the last Ready revision's ReplicaSet, by name, to undo a revision that
+cannot start; and the tail of a running build or download pod's log, for the last progress line it printed
+(`engine_builder.progress_format`). Where the artifact is looked for (its Job, its index entry, its claim)
+is the runtime's, looked up once by the plan's runtime. A Secret's value is never read into memory beyond
+the API response, and never logged. Imports the cache, the client, the node directory, the plan and the
+facts.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from engine_builder.progress_format import BuildProgress, DownloadProgress, last_progress
 from engine_builder.result_format import BuildSucceeded
 from engine_builder.weights_format import DownloadSucceeded, is_commit, weights_key
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
-from mmd_operator.facts import ClaimFacts, JobFacts, Meta, Missing, MissingReference, Observed, PodFacts
+from mmd_operator.facts import (
+    ClaimFacts,
+    JobFacts,
+    Meta,
+    Missing,
+    MissingReference,
+    Observed,
+    PodFacts,
+    PodPhase,
+)
 from mmd_operator.judgement.revisions import TEMPLATE_HASH
 from mmd_operator.knowledge import Runtime
 from mmd_operator.kube import cache as cached
-from mmd_operator.kube.client import KubeClient
+from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.engine_index import EngineIndex
 from mmd_operator.kube.nodes import NodeDirectory, requested_by_node, scheduler_node_count
 from mmd_operator.plan.resource_plan import AnyPlan
 from mmd_operator.plan.triton import TritonPlan
 from mmd_operator.plan.trtllm_serve import TrtllmServePlan
 from mmd_operator.vocabulary import kinds, labels, names
+
+_log = logging.getLogger(__name__)
+# The builder prints a progress line every 10 s; a build step's output between two of them rarely fills
+# this much of the tail.
+_LOG_LINES = 200
+_LOG_BYTES = 64 * 1024
+_LOG_REFUSALS_SAID: set[int] = set()
 
 
 def missing_references(
@@ -121,6 +140,30 @@ _LOOKUPS: Mapping[Runtime, Callable[..., _Lookup]] = MappingProxyType(
 )
 
 
+def job_progress(
+    client: KubeClient, namespace: str, job: JobFacts | None, pods: tuple[PodFacts, ...]
+) -> DownloadProgress | BuildProgress | None:
+    """The last progress line the running pod of `job` printed; None when none runs or it printed none."""
+    if job is None or job.succeeded or job.failed or job.meta.deleting:
+        return None
+    running = [pod for pod in pods if pod.phase is PodPhase.RUNNING and not pod.meta.deleting]
+    if not running:
+        return None
+    pod = max(running, key=lambda p: (p.meta.created is not None, p.meta.created or 0, p.meta.name))
+    try:
+        tail = client.pod_log_tail(namespace, pod.meta.name, lines=_LOG_LINES, limit_bytes=_LOG_BYTES)
+    except ApiError as error:
+        # Progress is a courtesy: without `pods/log` (or while the kubelet cannot serve it) the status
+        # says where the Job runs, as before. Said once per kind of refusal, not at every look.
+        if error.status not in _LOG_REFUSALS_SAID:
+            _LOG_REFUSALS_SAID.add(error.status)
+            _log.warning(
+                "Cannot read the log of pod %s/%s for its progress: %s", namespace, pod.meta.name, error
+            )
+        return None
+    return last_progress(tail) if tail else None
+
+
 def observe(
     store: cached.Cache,
     client: KubeClient,
@@ -145,6 +188,7 @@ def observe(
     job_pods: tuple[PodFacts, ...] = (
         tuple(store.pods_of_job(namespace, lookup.job)) if job and lookup.job else ()
     )
+    progress = job_progress(client, namespace, job, job_pods) if lookup.artifact is None else None
     missing: list[MissingReference] = []
     if lookup.artifact is None and job is None:
         missing = missing_references(client, resource, namespace)
@@ -174,6 +218,7 @@ def observe(
         resolved_commit=lookup.resolved_commit,
         job=job,
         job_pods=job_pods,
+        job_progress=progress,
         missing=tuple(missing),
         configmaps=configmaps,
         deployment=store.get(cached.DEPLOYMENTS, namespace, names.serving(instance)),

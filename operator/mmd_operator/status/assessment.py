@@ -80,6 +80,7 @@ def _triton(
         path=f"/{plan.cache_key}",
         job=_live_job(observed),
         source=judgement.artifact.source,
+        progress=judgement.artifact.progress,
     )
     return RuntimeFindings(
         validated=f"engine cacheKey {plan.cache_key}",
@@ -128,6 +129,7 @@ def _trtllm_serve(
         path=plan.snapshot_path(key) if key else None,
         job=_live_job(observed),
         source=source,
+        progress=artifact.progress,
     )
     return RuntimeFindings(
         f"weights download key {download.key}", endpoints, artifact_status={"weights": weights}

@@ -45,6 +45,7 @@ from mmd_operator.judgement.availability import ServingState
 from mmd_operator.judgement.canary import CONDITION as CANARY
 from mmd_operator.judgement.canary import Canary
 from mmd_operator.judgement.judge import ARTIFACT_WORDS
+from mmd_operator.judgement.progress import PROGRESS_POLL_SECONDS
 from mmd_operator.judgement.revisions import ROLLED_BACK, Undo
 from mmd_operator.judgement.rollout import CONDITION as ROLLOUT
 from mmd_operator.judgement.rollout import SURGE_UNSCHEDULABLE, Rollout
@@ -468,6 +469,9 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
         if findings.undo is not None
         else None,
         rollout=findings.rollout_words,
+        progress=findings.artifact.progress.summary
+        if findings.artifact is not None and findings.artifact.progress is not None
+        else None,
         canary=findings.canary.status if findings.canary is not None else None,
         revisions=list(findings.revisions) or None,
         warnings=[_clip(w, WARNING_MAX_LENGTH) for w in findings.warnings[:MAX_WARNINGS]] or None,
@@ -489,6 +493,7 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
                 "stable_revision": previous.stable_revision,
                 "rollback": previous.rollback,
                 "rollout": previous.rollout,
+                "progress": previous.progress,
                 "canary": previous.canary,
                 "revisions": previous.revisions,
             }
@@ -499,6 +504,8 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
             serving.recheck_after if serving is not None else None,
             findings.rollout.recheck_after if findings.rollout is not None else None,
             findings.canary.recheck_after if findings.canary is not None else None,
+            # A running Job's progress is read again this often (its pod's log says nothing by event).
+            PROGRESS_POLL_SECONDS if findings.artifact and findings.artifact.job_running else None,
         )
         if after is not None
     ]

@@ -6,8 +6,9 @@ At huggingface_hub 0.36 (the builder's pin, <1.0), `HfApi.model_info` is `GET /a
 (headers X-Repo-Commit, ETag, Content-Length) and a `GET` of the same URL. Refusals carry the Hub's
 `X-Error-Code` header, which huggingface_hub turns into `RepositoryNotFoundError` (401 RepoNotFound),
 `GatedRepoError` (403 GatedRepo) and `RevisionNotFoundError` (404 RevisionNotFound). Files are served in
-chunks with an optional pause, so a test can kill a download in the middle. Every request is recorded
-(method, path, Authorization) so tests can count downloads and check the token.
+chunks with an optional pause (set in the test or with `PUT /_double/chunk-delay`), so a test can kill a
+download in the middle, or watch one go. Every request is recorded (method, path, Authorization) so tests
+can count downloads and check the token.
 
 Run as a program it serves directories as repositories, one commit each (made up from their content) that
 `main` names, and logs each request on stdout: the local cluster's stand-in for the Hub
@@ -136,6 +137,23 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
         def do_HEAD(self) -> None:
             self._serve()
 
+        def do_PUT(self) -> None:
+            # The double's own knob, not the Hub's: seconds to pause after each chunk, so a test on the
+            # cluster can make a download last (and watch its progress) without a large snapshot.
+            if self.path != DELAY_PATH:
+                self._refuse(404, "EntryNotFound", f"no route {self.path}")
+                return
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            try:
+                delay = float(body)
+            except ValueError:
+                self._refuse(400, "BadRequest", f"{DELAY_PATH} takes a number of seconds, not {body!r}")
+                return
+            with hub.lock:
+                hub.chunk_delay = max(delay, 0.0)
+            self.send_response(204)
+            self.end_headers()
+
         def _serve(self) -> None:
             self._record()
             path = unquote(self.path.split("?", 1)[0])
@@ -209,6 +227,10 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                     time.sleep(hub.chunk_delay)
 
     return Handler
+
+
+# `PUT` a number of seconds here to pause that long after each chunk from now on (0: no pause).
+DELAY_PATH = "/_double/chunk-delay"
 
 
 class HubServer:

@@ -66,6 +66,7 @@ class Demo:
 
     def __init__(self, cluster: LocalCluster, api: k8s.ApiClient, kubectl: Path, out: Path) -> None:
         self.cluster = cluster
+        self.api = api
         # Untyped handles: the demo reads and writes plain dicts, which the client's models do not declare.
         self.custom: Any = k8s.CustomObjectsApi(api)
         self.core: Any = k8s.CoreV1Api(api)
@@ -123,7 +124,9 @@ class Demo:
                 ready: dict[str, Any] = next(
                     (c for c in status.get("conditions", []) if c["type"] == "Ready"), {}
                 )
-                shown = (str(status.get("phase")), f"{ready.get('reason')}: {ready.get('message')}")
+                # The PROGRESS column's words while a build or download runs.
+                progress = f" [{status['progress']}]" if status.get("progress") else ""
+                shown = (str(status.get("phase")), f"{ready.get('reason')}{progress}: {ready.get('message')}")
                 if seen.get(name) != shown:
                     seen[name] = shown
                     say(f"  {time.monotonic() - started:6.1f} s  {name:<16} {shown[0]:<9} {shown[1]}")

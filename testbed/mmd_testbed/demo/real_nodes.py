@@ -162,10 +162,15 @@ def real_demo(keep_cluster: bool) -> int:
             "(runtime trtllm-serve: a download pod, then a trtllm-serve pod)"
         )
         documents = [example("llava"), example("llava-tp2-fp8"), example("whisper"), example("qwen2_5_vl")]
+        # The Hub double slowed down: the 67 kB snapshot takes half a minute, and its progress shows.
+        hub.set_chunk_delay(demo.api, 1.5)
         for document in documents:
             demo.apply(document)
         names = [d["metadata"]["name"] for d in documents]
-        times = demo.follow(names, ready, timeout=600)
+        try:
+            times = demo.follow(names, ready, timeout=600)
+        finally:
+            hub.set_chunk_delay(demo.api, 0.0)
         for name in names:
             say(f"  {name}: apply to Ready in {times[name]:.1f} s")
         demo.run_kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide")

@@ -251,8 +251,9 @@ class LocalCluster:
         archives = monitoring.write_images(binaries, self.state_dir / "images")
         self._node_runner(state, None).load_images(archives)
         with self.api_client() as api_client:
+            rules = monitoring.alert_rules(self.layout.repo_root)
             realnodes.apply(
-                api_client, monitoring.objects(self.credentials, monitoring.image_names(binaries))
+                api_client, monitoring.objects(self.credentials, monitoring.image_names(binaries), rules)
             )
             apps, core = k8s.AppsV1Api(api_client), k8s.CoreV1Api(api_client)
             try:

@@ -10,11 +10,13 @@ pod against it, through CoreDNS and kube-proxy.
 It serves the repositories of the trtllm-serve examples (`REPOSITORIES`), each a synthetic snapshot at one
 commit that `main` names: a `config.json` naming the architecture (all the trtllm-serve double reads),
 the checkpoint's head counts where the knowledge has them, a tokenizer config with a chat template, a
-generation config and a one-tensor `model.safetensors` of zeros. About 70 kB each, so a download takes
-well under a second; nothing in them is a real model.
+generation config and the weights in four shards of zeros with their index. About 170 kB each, so a
+download takes well under a second (the double can be slowed down: `set_chunk_delay`); nothing in them is
+a real model.
 
 Imports the standard library, the kubernetes client, the knowledge table, the trtllm-serve double's
-architectures, the pods' security settings, and `nodes` and `realnodes` (the real nodes' label, `apply`).
+architectures, the pods' security settings, the double's own delay knob (`set_chunk_delay`), and `nodes`
+and `realnodes` (the real nodes' label, `apply`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import base64
 import json
 import struct
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +33,7 @@ from kubernetes import client as k8s
 
 from mmd_operator.desired import pods
 from mmd_operator.knowledge import ModelType, checkpoint_heads, serve_knowledge_of
+from mmd_testbed.build_tools.hub import DELAY_PATH
 from mmd_testbed.localcluster.nodes import NODE_KIND_LABEL, REAL
 from mmd_testbed.localcluster.realnodes import apply
 from mmd_testbed.trtllm_serve.models import ARCHITECTURES
@@ -48,8 +52,10 @@ REPOSITORIES = {
 }
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 _LABELS = {"app.kubernetes.io/name": "hub-double"}
-# model.safetensors: one bf16 tensor of zeros, 128 x 256 (64 KiB).
-_TENSOR_SHAPE = (128, 256)
+# The weights, sharded as real checkpoints are: one bf16 tensor of zeros per shard, 256 wide, of these
+# many rows (16, 32, 48 and 64 KiB), so that a slowed-down download finishes its shards one by one.
+_SHARD_ROWS = (32, 64, 96, 128)
+_COLUMNS = 256
 _CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
@@ -59,18 +65,32 @@ _CHAT_TEMPLATE = (
 )
 
 
-def _safetensors() -> bytes:
-    rows, columns = _TENSOR_SHAPE
-    size = rows * columns * 2
+def _safetensors(tensor: str, rows: int) -> bytes:
+    size = rows * _COLUMNS * 2
     header = json.dumps(
         {
             "__metadata__": {"format": "pt", "mmd": "synthetic: zeros, no model"},
-            "weight": {"dtype": "BF16", "shape": [rows, columns], "data_offsets": [0, size]},
+            tensor: {"dtype": "BF16", "shape": [rows, _COLUMNS], "data_offsets": [0, size]},
         },
         separators=(",", ":"),
     ).encode()
     header += b" " * (-len(header) % 8)  # the format pads the header to 8 bytes
     return struct.pack("<Q", len(header)) + header + bytes(size)
+
+
+def _shards() -> dict[str, bytes]:
+    """The weight shards and their index (`model.safetensors.index.json`), as a sharded checkpoint has."""
+    count = len(_SHARD_ROWS)
+    shards = {
+        f"model-{index:05d}-of-{count:05d}.safetensors": (f"layers.{index}.weight", rows)
+        for index, rows in enumerate(_SHARD_ROWS, 1)
+    }
+    files = {name: _safetensors(tensor, rows) for name, (tensor, rows) in shards.items()}
+    index = {
+        "metadata": {"total_size": sum(rows * _COLUMNS * 2 for rows in _SHARD_ROWS)},
+        "weight_map": {tensor: name for name, (tensor, _) in shards.items()},
+    }
+    return {**files, "model.safetensors.index.json": json.dumps(index, indent=2).encode() + b"\n"}
 
 
 def synthetic_snapshot(repo: str, model_type: ModelType) -> dict[str, bytes]:
@@ -92,7 +112,7 @@ def synthetic_snapshot(repo: str, model_type: ModelType) -> dict[str, bytes]:
         "tokenizer_config.json": {"chat_template": _CHAT_TEMPLATE, "model_max_length": 32768},
     }
     files = {name: json.dumps(value, indent=2).encode() + b"\n" for name, value in documents.items()}
-    return {**files, "model.safetensors": _safetensors()}
+    return {**files, **_shards()}
 
 
 def _volume(index: int) -> str:
@@ -181,3 +201,16 @@ def deploy(api_client: k8s.ApiClient, image: str, say: Callable[[str], None], ti
         f"    the Hub double serves {len(REPOSITORIES)} synthetic snapshots at {ENDPOINT} "
         f"(ready after {time.monotonic() - started:.1f} s)"
     )
+
+
+def set_chunk_delay(api_client: k8s.ApiClient, seconds: float) -> None:
+    """Make the running double pause `seconds` after each 4 kB chunk it sends (0: none).
+
+    Asked through its Service from this host: a download then lasts long enough to watch its progress.
+    """
+    service: Any = k8s.CoreV1Api(api_client).read_namespaced_service(NAME, NAMESPACE)
+    url = f"http://{service.spec.cluster_ip}{DELAY_PATH}"
+    request = urllib.request.Request(url, data=str(seconds).encode(), method="PUT")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        if answer.status != 204:
+            raise RuntimeError(f"{url} answered {answer.status}")

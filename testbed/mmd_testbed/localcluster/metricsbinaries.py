@@ -1,14 +1,15 @@
 """Build the local cluster's metrics path from the Go module proxy, once, into a cache of its own.
 
 `python -m mmd_testbed cluster up --metrics` runs Prometheus and prometheus-adapter as pods on the real
-nodes, from
-single-binary images written from these builds (`monitoring`). Both come from their Go modules, pinned in
-`testbed/go/metrics/<name>/go.mod` (go.mod/go.sum only), static, stamped with their versions like the upstream
-release builds. Prometheus is built with only the Kubernetes service discovery (its `remove_all_sd` and
-`enable_kubernetes_sd` build tags: the cloud providers' SDKs are neither downloaded nor compiled) and
-without its web UI (the UI's assets are built by npm and are not in the Go module; the HTTP API, which
-is all the adapter and the tests use, is complete). The cache sits beside the control plane's and the
-nodes' and is keyed by its own wrapper modules, so a change here rebuilds nothing else.
+nodes, from single-binary images written from these builds (`monitoring`). Both come from their Go
+modules, pinned in `testbed/go/metrics/<name>/go.mod` (go.mod/go.sum only), static, stamped with their
+versions like the upstream release builds. `promtool` is built beside Prometheus from the same module and
+version, for the tests that check and unit-test the chart's alerting rules. Prometheus is built with only
+the Kubernetes service discovery (its `remove_all_sd` and `enable_kubernetes_sd` build tags: the cloud
+providers' SDKs are neither downloaded nor compiled) and without its web UI (the UI's assets are built by
+npm and are not in the Go module; the HTTP API, which is all the adapter and the tests use, is complete).
+The cache sits beside the control plane's and the nodes' and is keyed by its own wrapper modules, so a
+change here rebuilds nothing else.
 
 Imports: the standard library and `binaries`, `layout`, `processes`.
 """
@@ -30,7 +31,8 @@ from mmd_testbed.localcluster.binaries import (
 from mmd_testbed.localcluster.layout import Layout, MetricsVersions, Toolchain
 from mmd_testbed.localcluster.processes import exclusive_lock
 
-METRICS_BINARY_NAMES = ("prometheus", "prometheus-adapter")
+# A cache directory missing any of these is rebuilt whole: one built before promtool was added gets it.
+METRICS_BINARY_NAMES = ("prometheus", "promtool", "prometheus-adapter")
 # Prometheus's release builds use `netgo` and `builtinassets`; the second needs the npm-built UI.
 _PROMETHEUS_TAGS = ("netgo", "remove_all_sd", "enable_kubernetes_sd")
 
@@ -43,7 +45,7 @@ class MetricsBinaries(CacheDirectory):
 
 
 def metrics_binary_specs(versions: MetricsVersions, prometheus_commit: str) -> list[BinarySpec]:
-    """Return the build recipe of Prometheus and prometheus-adapter."""
+    """Return the build recipe of Prometheus, its promtool and prometheus-adapter."""
     stamp = "github.com/prometheus/common/version"
     prometheus_ldflags = (
         "-s",
@@ -57,6 +59,14 @@ def metrics_binary_specs(versions: MetricsVersions, prometheus_commit: str) -> l
             "prometheus",
             "prometheus",
             "github.com/prometheus/prometheus/cmd/prometheus",
+            _PROMETHEUS_TAGS,
+            prometheus_ldflags,
+        ),
+        # The same tags as Prometheus, so the packages they share compile once.
+        BinarySpec(
+            "promtool",
+            "prometheus",
+            "github.com/prometheus/prometheus/cmd/promtool",
             _PROMETHEUS_TAGS,
             prometheus_ldflags,
         ),

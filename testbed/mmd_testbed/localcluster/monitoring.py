@@ -8,7 +8,12 @@ HorizontalPodAutoscaler can scale serving pods on Triton's own metrics:
   with the label selector every serving pod carries (watched server-side: it sees no other pod), and
   scrapes Triton's metrics port (`/metrics` on 8002) and trtllm-serve's `/prometheus/metrics` on 8000,
   every few seconds. Each series gets the `namespace`, `pod` and `container` labels a PodMonitor gives,
-  which the adapter's rules map to pods. Its ServiceAccount may only get, list and watch pods.
+  which the adapter's rules map to pods, and `mmd_resource`, the resource's name, as the chart's
+  PodMonitor writes it. It also scrapes the operator's own `/metrics` (the chart's pod, found by its
+  labels in any namespace, on its `metrics` port) keeping the operator's `namespace` label, as the
+  chart's ServiceMonitor does (`honorLabels`), and evaluates the chart's alerting rules
+  (`charts/mmd-operator/files/alerts.yaml`, the very file the chart's PrometheusRule carries), so an
+  alert can be seen firing. Its ServiceAccount may only get, list and watch pods.
 - **prometheus-adapter**, registered through the aggregation layer as `v1beta1.custom.metrics.k8s.io`
   (an APIService whose serving certificate the API server verifies against the cluster CA), with the
   rules the operator's HPAs ask for (`scaling_metrics.adapter_config_yaml`, the rules docs/autoscaling.md
@@ -30,6 +35,7 @@ Imports: the standard library, PyYAML, the kubernetes client, this package's `ad
 from __future__ import annotations
 
 import base64
+import hashlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -64,6 +70,15 @@ SCRAPE_SECONDS = 5
 # served within seconds of its first scrape.
 RELIST_SECONDS = 10
 TRTLLM_SERVE_METRICS_PATH = "/prometheus/metrics"
+# The operator's pod as the chart labels it (`mmd-operator.labels`: the chart's name, component operator)
+# and the container port its deployment template names for /metrics.
+OPERATOR_POD_SELECTOR = f"{labels.NAME}=mmd-operator,{labels.COMPONENT}=operator"
+OPERATOR_METRICS_PORT_NAME = "metrics"
+# The chart's alerting rules, relative to the repository root; mounted into Prometheus as they are.
+ALERT_RULES = Path("charts", "mmd-operator", "files", "alerts.yaml")
+_RULES_DIR = "/etc/prometheus/rules"
+# The label the chart's PodMonitor and this Prometheus write on every serving-pod series: the resource.
+RESOURCE_LABEL = "mmd_resource"
 _IMAGE_PREFIX = "localhost/mmd-local"
 _NOBODY = 65534
 _REAL_NODES = {NODE_KIND_LABEL: REAL}
@@ -100,8 +115,11 @@ def _meta(name: str) -> str:
     return f"__meta_kubernetes_{name}"
 
 
-def _scrape_job(job: str, keep: dict[str, str], path: str) -> dict[str, Any]:
-    """A pod-role job over the serving pods that keeps the targets whose meta labels match `keep`."""
+def _pod_job(job: str, selector: str, keep: dict[str, str], path: str) -> dict[str, Any]:
+    """A pod-role job over the pods matching `selector`, keeping the targets whose meta labels match `keep`.
+
+    Each series is labelled with its pod's namespace, name and container, as a PodMonitor's are.
+    """
     relabel: list[dict[str, Any]] = [
         {"source_labels": [_meta("pod_phase")], "regex": "Running", "action": "keep"},
         *({"source_labels": [_meta(name)], "regex": value, "action": "keep"} for name, value in keep.items()),
@@ -113,18 +131,39 @@ def _scrape_job(job: str, keep: dict[str, str], path: str) -> dict[str, Any]:
     return {
         "job_name": job,
         "metrics_path": path,
-        "kubernetes_sd_configs": [
-            {"role": "pod", "selectors": [{"role": "pod", "label": serving_pod_selector()}]}
-        ],
+        "kubernetes_sd_configs": [{"role": "pod", "selectors": [{"role": "pod", "label": selector}]}],
         "relabel_configs": relabel,
     }
 
 
+def _scrape_job(job: str, keep: dict[str, str], path: str) -> dict[str, Any]:
+    """A job over the serving pods; each series also names its resource, as the chart's PodMonitor does."""
+    scrape = _pod_job(job, serving_pod_selector(), keep, path)
+    instance = _meta(f"pod_label_{labels.INSTANCE.replace('.', '_').replace('/', '_')}")
+    scrape["relabel_configs"].append({"source_labels": [instance], "target_label": RESOURCE_LABEL})
+    return scrape
+
+
+def _operator_job() -> dict[str, Any]:
+    """The operator's own /metrics, wherever the chart runs it."""
+    scrape = _pod_job(
+        "mmd-operator",
+        OPERATOR_POD_SELECTOR,
+        {"pod_container_port_name": OPERATOR_METRICS_PORT_NAME},
+        "/metrics",
+    )
+    # The per-resource series carry the resource's own `namespace`, which must win over the target's.
+    scrape["honor_labels"] = True
+    return scrape
+
+
 def prometheus_config() -> dict[str, Any]:
-    """Prometheus's configuration: the serving pods' metrics, both runtimes."""
+    """Prometheus's configuration: the serving pods' metrics, both runtimes, the operator's, the rules."""
     interval = f"{SCRAPE_SECONDS}s"
     return {
+        # Rules are evaluated as often as series are scraped, so an alert fires within seconds of its cause.
         "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
+        "rule_files": [f"{_RULES_DIR}/*.yaml"],
         "scrape_configs": [
             _scrape_job("triton", {"pod_container_port_number": str(METRICS_PORT)}, "/metrics"),
             _scrape_job(
@@ -135,8 +174,14 @@ def prometheus_config() -> dict[str, Any]:
                 },
                 TRTLLM_SERVE_METRICS_PATH,
             ),
+            _operator_job(),
         ],
     }
+
+
+def alert_rules(repo_root: Path) -> str:
+    """The chart's alerting rules file, as the checkout holds it."""
+    return (repo_root / ALERT_RULES).read_text()
 
 
 # -- manifests ----------------------------------------------------------------------------------------
@@ -217,8 +262,8 @@ def _service(name: str, port: int) -> dict[str, Any]:
     }
 
 
-def prometheus_objects(image: str) -> list[dict[str, Any]]:
-    """Prometheus: its ServiceAccount (reads pods, nothing else), configuration, Deployment, Service."""
+def prometheus_objects(image: str, rules: str) -> list[dict[str, Any]]:
+    """Prometheus: ServiceAccount (reads pods only), configuration, alerting `rules`, Deployment, Service."""
     container = {
         "image": image,
         "imagePullPolicy": "Never",
@@ -233,9 +278,24 @@ def prometheus_objects(image: str) -> list[dict[str, Any]]:
         "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "512Mi"}},
         "volumeMounts": [
             {"name": "config", "mountPath": "/etc/prometheus", "readOnly": True},
+            {"name": "rules", "mountPath": _RULES_DIR, "readOnly": True},
             {"name": "data", "mountPath": "/prometheus"},
         ],
     }
+    config = yaml.safe_dump(prometheus_config(), sort_keys=False)
+    rules_map = f"{PROMETHEUS}-rules"
+    deployment = _deployment(
+        PROMETHEUS,
+        container,
+        [
+            {"name": "config", "configMap": {"name": PROMETHEUS}},
+            {"name": "rules", "configMap": {"name": rules_map}},
+            {"name": "data", "emptyDir": {}},
+        ],
+    )
+    # Prometheus reads both at start only: a changed configuration or rule file rolls its pod.
+    digest = hashlib.sha256(f"{config}\0{rules}".encode()).hexdigest()[:16]
+    deployment["spec"]["template"]["metadata"]["annotations"] = {"mmd.local/config-digest": digest}
     return [
         _account(PROMETHEUS),
         _read_role("mmd-local:prometheus", ["pods"]),
@@ -244,13 +304,15 @@ def prometheus_objects(image: str) -> list[dict[str, Any]]:
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": PROMETHEUS, "namespace": NAMESPACE},
-            "data": {"prometheus.yml": yaml.safe_dump(prometheus_config(), sort_keys=False)},
+            "data": {"prometheus.yml": config},
         },
-        _deployment(
-            PROMETHEUS,
-            container,
-            [{"name": "config", "configMap": {"name": PROMETHEUS}}, {"name": "data", "emptyDir": {}}],
-        ),
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": rules_map, "namespace": NAMESPACE},
+            "data": {ALERT_RULES.name: rules},
+        },
+        deployment,
         _service(PROMETHEUS, PROMETHEUS_PORT),
     ]
 
@@ -346,15 +408,18 @@ def adapter_objects(image: str, serving: tuple[bytes, bytes], ca_bundle: bytes) 
     ]
 
 
-def objects(credentials: Credentials, names: dict[str, str]) -> list[dict[str, Any]]:
-    """Everything `up --metrics` applies, in order; issues the adapter's serving certificate."""
+def objects(credentials: Credentials, names: dict[str, str], rules: str) -> list[dict[str, Any]]:
+    """Everything `up --metrics` applies, in order; issues the adapter's serving certificate.
+
+    Prometheus evaluates the alerting `rules` (`alert_rules`).
+    """
     cert, key = issue_certificate(
         credentials, ADAPTER, common_name=adapter_service_name(), dns_names=(f"{ADAPTER}.{NAMESPACE}",)
     )
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     return [
         namespace,
-        *prometheus_objects(names[PROMETHEUS]),
+        *prometheus_objects(names[PROMETHEUS], rules),
         *adapter_objects(
             names[ADAPTER], (cert.read_bytes(), key.read_bytes()), credentials.ca_cert.read_bytes()
         ),

@@ -101,12 +101,13 @@ def test_names_status_scale_and_printer_columns() -> None:
         "labelSelectorPath": ".status.selector",
     }
     shown = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
-    assert shown == ["Type", "Phase", "Reason", "Ready", "Rollout", "Cache-Key", "Age"]
+    assert shown == ["Type", "Phase", "Reason", "Ready", "Rollout", "Progress", "Cache-Key", "Age"]
     columns = {column["name"]: column["jsonPath"] for column in version["additionalPrinterColumns"]}
     assert columns["Type"] == ".spec.model.type"
     assert columns["Phase"] == ".status.phase"
     assert columns["Ready"] == ".status.readyReplicas"
     assert columns["Cache-Key"] == ".status.engine.cacheKey"
+    assert columns["Progress"] == ".status.progress"
     assert columns["Reason"] == '.status.conditions[?(@.type=="Ready")].reason'
     assert columns["Message"] == '.status.conditions[?(@.type=="Ready")].message'
     assert columns["Age"] == ".metadata.creationTimestamp"

@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client as k8s
 
 from engine_builder.plan_format import BuildPlan
+from engine_builder.progress_format import BuildProgress
 from engine_builder.result_format import BuildFailed, termination_message
 from mmd_operator.api.v1alpha1 import MultimodalDeployment, Phase
 from mmd_operator.api.validation import Problem
@@ -34,6 +35,7 @@ from mmd_operator.facts import (
 )
 from mmd_operator.judgement import judge
 from mmd_operator.judgement.artifact import describe_failure
+from mmd_operator.judgement.progress import PROGRESS_POLL_SECONDS
 from mmd_operator.knowledge import Runtime
 from mmd_operator.plan.model_repository import ModelRepository
 from mmd_operator.plan.triton import TritonPlan
@@ -273,6 +275,35 @@ def test_a_running_build_keeps_the_deployment_away_and_says_where_it_builds() ->
         "BuildRunning",
         f"building engine {plan.cache_key} in pod build-pod on gpu-node-2",
     )
+
+
+def test_a_running_build_says_its_step_in_the_status_the_column_and_the_message() -> None:
+    resource, plan = example()
+    job = JobFacts(meta=meta(names.build_job(plan.cache_key, "mmd-engine-cache"), owners=(ME,)))
+    pod = PodFacts(meta=meta("build-pod", created=NOW), phase=PodPhase.RUNNING, node="gpu-node-2")
+    began = NOW.timestamp() - 720
+    line = BuildProgress(
+        at=NOW.timestamp(),
+        started_at=began - 60,
+        last_progress_at=NOW.timestamp() - 5,
+        step=3,
+        steps=5,
+        step_name="build-llm",
+        step_started_at=began,
+    )
+    decision = decide(resource, plan, job=job, job_pods=(pod,), job_progress=line)
+    status = status_of(decision)
+    assert status.progress == "step 3/5 build-llm 12m"
+    assert status.engine.progress.step_name == "build-llm" and not status.engine.progress.stalled
+    engine = condition(status, "EngineReady")
+    assert engine.message == (
+        f"building engine {plan.cache_key} in pod build-pod on gpu-node-2: step 3 of 5, build-llm, for 12m "
+        "(13m in all)"
+    )
+    # Read again while it runs: the pod's log says nothing by event.
+    assert report(decision.findings, previous=None, now=NOW).recheck_after == PROGRESS_POLL_SECONDS
+    # Once the engine is there, no progress is shown.
+    assert status_of(decide(resource, plan)).progress is None
 
 
 def test_a_build_waiting_for_its_engine_cache_claim_is_pending_until_the_claim_binds() -> None:

@@ -79,6 +79,7 @@ from mmd_operator.api.v1alpha1.spec import VisionSpec as VisionSpec
 from mmd_operator.api.v1alpha1.spec import VolumeSource as VolumeSource
 from mmd_operator.api.v1alpha1.status import MAX_WARNINGS as MAX_WARNINGS
 from mmd_operator.api.v1alpha1.status import WARNING_MAX_LENGTH as WARNING_MAX_LENGTH
+from mmd_operator.api.v1alpha1.status import ArtifactProgress as ArtifactProgress
 from mmd_operator.api.v1alpha1.status import AutoscalingStatus as AutoscalingStatus
 from mmd_operator.api.v1alpha1.status import CanaryFigures as CanaryFigures
 from mmd_operator.api.v1alpha1.status import CanaryStatus as CanaryStatus

@@ -1,7 +1,7 @@
 """`status`: what the operator observed and decided, as it writes it to the status subresource.
 
-Phase, conditions, derived limits, the engine or weights served, endpoints, the autoscaler's decision and
-the spec's warnings. Pure: imports pydantic and the package's `schema`.
+Phase, conditions, derived limits, the engine or weights served (and their Job's progress), endpoints,
+the autoscaler's decision and the spec's warnings. Pure: imports pydantic and the package's `schema`.
 """
 
 from __future__ import annotations
@@ -98,6 +98,36 @@ class EngineSource(StrEnum):
     BUILT = "Built"
 
 
+class ArtifactProgress(Schema):
+    """How far the Job making the artifact is, from the progress line its pod printed last."""
+
+    summary: str = Field(max_length=64)
+    """In a few words, as the PROGRESS column shows it: `41% 57/140 GB`, `step 3/5 build-llm 12m`,
+    `Stalled 16m: 41% 57/140 GB`."""
+    percent: int | None = Field(None, ge=0, le=100)
+    """A download's bytes done of the snapshot's total."""
+    bytes_done: int | None = Field(None, ge=0)
+    bytes_total: int | None = Field(None, ge=0)
+    """From the Hub's file listing, before the first byte."""
+    files_done: int | None = Field(None, ge=0)
+    files_total: int | None = Field(None, ge=0)
+    bytes_per_second: int | None = Field(None, ge=0)
+    """Over the last half minute."""
+    step: int | None = Field(None, ge=1)
+    """A build's step, of `steps`, called `stepName`."""
+    steps: int | None = Field(None, ge=1)
+    step_name: str | None = None
+    elapsed_seconds: int = Field(ge=0)
+    """Since the Job's program started."""
+    remaining_seconds: int | None = Field(None, ge=0)
+    """An estimate, only once it can be made honestly: a download past 1 % of its bytes and 30 s, at the
+    last half minute's rate. None for a build: its steps differ by orders of magnitude."""
+    last_progress_time: str
+    """When it last moved (a byte arrived; a build step began or wrote output), on the pod's clock."""
+    stalled: bool = False
+    """Nothing moved for the stall window (5 minutes for a download, 30 for a build)."""
+
+
 class EngineStatus(Schema):
     """The engine this resource serves, or is building."""
 
@@ -111,6 +141,8 @@ class EngineStatus(Schema):
     """Build Job of this cacheKey, while there is one."""
     source: EngineSource | None = None
     """CacheHit (found in the engine index, no Job) or Built (by the Job); empty until ready."""
+    progress: ArtifactProgress | None = None
+    """The build's progress, while its Job runs."""
 
 
 class WeightsSource(StrEnum):
@@ -143,6 +175,8 @@ class WeightsStatus(Schema):
     """The download Job, while there is one."""
     source: WeightsSource | None = None
     """CacheHit (found in the index, no Job), Downloaded (by the Job) or Volume; empty until ready."""
+    progress: ArtifactProgress | None = None
+    """The download's progress, while its Job runs."""
 
 
 class Endpoints(Schema):
@@ -297,6 +331,9 @@ class MultimodalDeploymentStatus(Schema):
     Canary starting, Canary 40/120s, Promoting, RolledBack."""
     canary: CanaryStatus | None = None
     """The analysis of the last Canary rollout's revision (strategy Canary)."""
+    progress: str | None = Field(None, max_length=64)
+    """The running build's or download's progress in a few words, for `kubectl get` (its details are in
+    `engine.progress` or `weights.progress`)."""
     revisions: list[RevisionStatus] | None = Field(None, max_length=4)
     """The revisions that have pods, with their share of the ready pods."""
     warnings: list[Annotated[str, Field(max_length=WARNING_MAX_LENGTH)]] | None = Field(
