@@ -148,7 +148,7 @@ def _scraped(monitor: dict[str, Any], deployment: dict[str, Any]) -> list[tuple[
         return []
     found = []
     for endpoint in monitor["spec"]["podMetricsEndpoints"]:
-        keep = [r["regex"] for r in endpoint.get("relabelings", []) if r["action"] == "keep"]
+        keep = [r["regex"] for r in endpoint.get("relabelings", []) if r.get("action") == "keep"]
         for container in template["spec"]["containers"]:
             names = {port["name"] for port in container.get("ports", [])}
             if endpoint["port"] in names and all(regex == container["name"] for regex in keep):

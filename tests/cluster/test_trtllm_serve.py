@@ -21,7 +21,7 @@ from kubernetes import client as k8s
 
 from engine_builder.weights_format import DownloadFailed, weights_key
 from tests.support.downloads import commit_of, scripted
-from tests.support.kube import Kube, Resources, Tools
+from tests.support.kube import Kube, Resources, Tools, printed_rows
 
 from .conftest import operator_writes_at_rest
 
@@ -108,10 +108,14 @@ def test_a_resource_downloads_once_then_serves_with_the_resolved_commit(
         53,
         53,
     ]
-    wide = tools.run("kubectl", "get", "mmd", "qwen2-5-vl", "-n", namespace, "-o", "wide").stdout.splitlines()
-    header = wide[0].split()
-    row = dict(zip(header, wide[1].split(), strict=False))
-    assert (row["RUNTIME"], row["COMMIT"], row["PHASE"]) == ("trtllm-serve", commit, "Ready")
+    wide = tools.run("kubectl", "get", "mmd", "qwen2-5-vl", "-n", namespace, "-o", "wide").stdout
+    (row,) = printed_rows(wide)
+    assert (row["RUNTIME"], row["COMMIT"], row["PHASE"], row["PROGRESS"]) == (
+        "trtllm-serve",
+        commit,
+        "Ready",
+        "",
+    )
 
 
 def test_two_resources_share_one_download_and_later_ones_hit_the_cache(

@@ -55,6 +55,8 @@ BAD_IMAGE = "registry.invalid/mmd/no-such-server:0"
 REQUESTS = 3
 # Grafana's $__rate_interval is at least four scrape intervals; 2m also covers the time since the requests.
 RATE_WINDOW = "2m"
+# The panels drawn with matplotlib from the same series, as docs/observability.md shows them.
+PICTURE = REPO / "out" / "dashboard" / "mmd-operator.png"
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,9 @@ def test_every_dashboard_query_finds_series_on_the_real_prometheus(fleet: Fleet)
     assert not empty, "dashboard queries that found nothing:\n" + "\n".join(
         f"  {k}: {v}" for k, v in empty.items()
     )
+    # What Grafana would draw, from the same series (no Grafana here): docs/observability.md shows it.
+    drawn = _draw(fleet, queries, PICTURE)
+    assert drawn.stat().st_size > 50_000
 
     # The template variables' own queries (Grafana's label_values) list this namespace and its resources.
     namespaces = _get(fleet.prometheus, "/api/v1/label/namespace/values", **{"match[]": "mmd_resource_phase"})
@@ -187,6 +192,47 @@ def test_every_dashboard_query_finds_series_on_the_real_prometheus(fleet: Fleet)
         **{"match[]": f'mmd_resource_phase{{namespace="{fleet.namespace}"}}'},
     )
     assert set(names["data"]) == {*SERVED.values(), ROLLED}, names
+
+
+def _draw(fleet: Fleet, queries: list[tuple[str, str]], path: Path) -> Path:
+    """Every panel's series over the last ten minutes, one small plot per panel and resource, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    end = time.time()
+    panels: dict[str, list[tuple[str, list[float], list[float]]]] = {}
+    for what, expr in queries:
+        body = _get(
+            fleet.prometheus, "/api/v1/query_range", query=expr, start=str(end - 600), end=str(end), step="5"
+        )
+        for series in body.get("data", {}).get("result", []):
+            labels = {k: v for k, v in series["metric"].items() if k not in ("__name__", "namespace")}
+            times = [(float(at) - end) / 60 for at, _ in series["values"]]
+            values = [float(value) for _, value in series["values"]]
+            panels.setdefault(what, []).append(
+                (",".join(f"{k}={v}" for k, v in labels.items()), times, values)
+            )
+    columns = 4
+    rows = (len(panels) + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(16, 2.6 * rows), squeeze=False)
+    for axis, (what, lines) in zip(axes.flat, panels.items(), strict=False):
+        for label, times, values in lines:
+            axis.plot(times, values, label=label[:40] or "value")
+        axis.set_title(what, fontsize=8)
+        axis.tick_params(labelsize=6)
+        axis.legend(fontsize=5, loc="upper left")
+    for axis in list(axes.flat)[len(panels) :]:
+        axis.set_visible(False)
+    figure.suptitle(
+        "mmd-operator dashboard: the panels' series from the real Prometheus (minutes before now)"
+    )
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+    return path
 
 
 def _rules_file_alerts() -> set[str]:

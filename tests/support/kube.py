@@ -265,3 +265,16 @@ def install_crd(api_client: k8s.ApiClient) -> None:
             return
         time.sleep(0.3)
     pytest.fail("the CRD never became Established")
+
+
+def printed_rows(listing: str) -> list[dict[str, str]]:
+    """The rows of a `kubectl get` table by column, read at the header's offsets: an empty cell (a
+    printer column whose field is unset, PROGRESS at rest) stays empty rather than shifting the rest."""
+    header, *rows = listing.splitlines()
+    starts = [match.start() for match in re.finditer(r"\S+", header)]
+    names = header.split()
+    ends = [*starts[1:], None]
+    return [
+        {name: row[start:end].strip() for name, start, end in zip(names, starts, ends, strict=True)}
+        for row in rows
+    ]
