@@ -26,13 +26,18 @@ PREFIX = "mmd-progress "
 PROGRESS_SECONDS = 10.0
 
 
-class DownloadProgress(Frozen):
-    """How far a snapshot download is."""
+class _Moment(Frozen):
+    """What every progress line says: when it was written, when the work began, when it last moved."""
 
-    kind: Literal["download"] = "download"
     at: float
     started_at: float
     last_progress_at: float
+
+
+class DownloadProgress(_Moment):
+    """How far a snapshot download is."""
+
+    kind: Literal["download"] = "download"
     bytes_done: int = Field(ge=0)
     # None: the Hub listed a file without its size.
     bytes_total: int | None = Field(default=None, ge=0)
@@ -42,13 +47,10 @@ class DownloadProgress(Frozen):
     bytes_per_second: float | None = Field(default=None, ge=0)
 
 
-class BuildProgress(Frozen):
+class BuildProgress(_Moment):
     """Which step of its plan a build runs."""
 
     kind: Literal["build"] = "build"
-    at: float
-    started_at: float
-    last_progress_at: float
     step: int = Field(ge=1)
     steps: int = Field(ge=1)
     step_name: str

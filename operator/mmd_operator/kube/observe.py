@@ -35,6 +35,7 @@ from mmd_operator.facts import (
     PodFacts,
     PodPhase,
 )
+from mmd_operator.judgement.artifact import newest
 from mmd_operator.judgement.revisions import TEMPLATE_HASH
 from mmd_operator.knowledge import Runtime
 from mmd_operator.kube import cache as cached
@@ -149,7 +150,7 @@ def job_progress(
     running = [pod for pod in pods if pod.phase is PodPhase.RUNNING and not pod.meta.deleting]
     if not running:
         return None
-    pod = max(running, key=lambda p: (p.meta.created is not None, p.meta.created or 0, p.meta.name))
+    pod = newest(tuple(running))[0]
     try:
         tail = client.pod_log_tail(namespace, pod.meta.name, lines=_LOG_LINES, limit_bytes=_LOG_BYTES)
     except ApiError as error:

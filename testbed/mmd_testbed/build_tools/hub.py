@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote, urlsplit
 
 CHUNK = 4096
 
@@ -159,8 +159,8 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             path = unquote(self.path.split("?", 1)[0])
             if path.startswith("/api/models/") and "/revision/" in path:
                 repo, revision = path.removeprefix("/api/models/").split("/revision/", 1)
-                query = self.path.split("?", 1)[1] if "?" in self.path else ""
-                self._model_info(repo, revision, blobs="blobs=True" in query or "blobs=true" in query)
+                query = parse_qs(urlsplit(self.path).query)
+                self._model_info(repo, revision, blobs=query.get("blobs", [""])[0].lower() == "true")
             elif "/resolve/" in path:
                 repo, rest = path.lstrip("/").split("/resolve/", 1)
                 revision, filename = rest.split("/", 1)
