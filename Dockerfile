@@ -17,13 +17,24 @@
 # TRITON_TAG and TRTLLM_VERSION must match engine_builder/engine_builder/versions.py (SERVING_IMAGE,
 # TRTLLM_VERSION), SERVE_TRTLLM_VERSION its SERVE_TRTLLM_VERSION; tests/engine_builder/test_dockerfile.py
 # checks the defaults, the engine-builder and trtllm-serve stages check their base image's TensorRT-LLM.
+#
+# Worlds across pods. A replica whose world is larger than `serving.gpusPerPod` runs as a LeaderWorkerSet
+# group (operator/mmd_operator/desired/groups.py): the leader's bash script waits for its workers (getent,
+# bash's /dev/tcp), then runs `mpirun` over ssh; each worker runs /usr/sbin/sshd on port 2222 as uid 1000.
+# So both serving images must contain bash, getent, Open MPI's mpirun, ssh (openssh-client), sshd at
+# /usr/sbin/sshd (openssh-server), and a passwd entry for uid 1000 with a login shell (ssh and sshd look the
+# user up; sshd runs the remote orted with that shell); trtllm-serve's also mpi4py (its LLM API's MPI
+# session) and `trtllm-llmapi-launch`. Every serving stage installs openssh where missing and checks the
+# rest at build time. The real `serving` and `trtllm-serve` stages cannot be built on these development
+# machines (the NGC images are not reachable from them): only the CPU stand-ins' checks have run here.
 
 ARG PYTHON_IMAGE=python:3.11-slim
 ARG TRITON_TAG=25.05
 ARG TRTLLM_VERSION=0.19.0
 ARG SERVING_BASE=nvcr.io/nvidia/tritonserver:${TRITON_TAG}-trtllm-python-py3
-# The CPU serving stand-in's base: Python 3 with its shared library and Open MPI (the local cluster's is a
-# Debian root made by mmdebstrap; python:3.11-slim works too, the stage installs Open MPI where missing).
+# The CPU serving stand-ins' base: Python 3 with its shared library, Open MPI, openssh and mpi4py (the local
+# cluster's is a Debian root made by mmdebstrap; python:3.11-slim works too: the stages install what is
+# missing, and add uid 1000).
 ARG SERVING_CPU_BASE=python:3.11-slim
 ARG MODEL_CODE_DIR=/opt/mmd-operator/all_models
 # The trtllm-serve runtime: TensorRT-LLM's own release image (its `trtllm-serve` is the server).
@@ -61,6 +72,19 @@ RUN git clone --depth 1 --branch ${TEMPLATE_TAG} --filter=blob:none --sparse \
     && rm -rf /tmp/backend
 ADD https://raw.githubusercontent.com/Howe-Young/tensorrtllm_backend/${XCOMPOSER2_BACKEND_COMMIT}/all_models/internlm_xcomposer2/preprocessing/1/model.py \
     ${MODEL_CODE_DIR}/internlm_xcomposer2/preprocessing/1/model.py
+# Worlds across pods (see the top of this file): the NGC image has bash, getent, Open MPI (HPC-X) and its
+# uid 1000 `triton-server`; openssh is added where missing, a nologin shell of uid 1000 becomes bash, and
+# the build fails naming what is still missing.
+RUN (command -v ssh && command -v /usr/sbin/sshd) >/dev/null || (apt-get update \
+        && apt-get install -y --no-install-recommends openssh-client openssh-server \
+        && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_*)
+RUN if getent passwd 1000 | grep -qE ':(/usr/sbin/nologin|/sbin/nologin|/bin/false)$'; then \
+        usermod --shell /bin/bash "$(getent passwd 1000 | cut -d: -f1)"; fi
+RUN for tool in bash getent mpirun ssh /usr/sbin/sshd; do command -v $tool >/dev/null \
+        || { echo "serving: no $tool: a world across pods needs it (see the top of the Dockerfile)" >&2; exit 1; }; \
+    done \
+    && { getent passwd 1000 | grep -qvE ':(/usr/sbin/nologin|/sbin/nologin|/bin/false)?$' \
+        || { echo "serving: uid 1000 needs a passwd entry with a login shell (ssh, sshd)" >&2; exit 1; }; }
 # Non-root, as the pods' securityContext says: the base image's `triton-server` user (uid and gid 1000,
 # no home directory, hence HOME for caches).
 ENV HOME=/tmp
@@ -69,7 +93,9 @@ USER 1000:1000
 # The trtllm-serve runtime's serving image: the pinned release image with nothing of ours, only the image
 # contract checked and met (docs/trtllm-serve-runtime.md#the-image-contract): its TensorRT-LLM is the
 # pinned one and `trtllm-serve` is on PATH (the build fails otherwise), uid and gid 1000 exist (Ubuntu
-# 24.04 bases have `ubuntu` there; a user is added where none is) with a writable $HOME, port 8000.
+# 24.04 bases have `ubuntu` there; a user is added where none is) with a writable $HOME, port 8000. For
+# worlds across pods (see the top of this file) openssh is added where missing, and bash, getent, mpirun,
+# ssh, sshd, mpi4py, `trtllm-llmapi-launch` and uid 1000's login shell are checked.
 FROM ${SERVE_BASE} AS trtllm-serve
 ARG SERVE_TRTLLM_VERSION
 RUN python3 -c "import importlib.metadata as m, sys; v = m.version('tensorrt_llm'); \
@@ -77,8 +103,19 @@ sys.exit(None if v == '${SERVE_TRTLLM_VERSION}' else f'base image has tensorrt_l
     && command -v trtllm-serve
 RUN (getent group 1000 >/dev/null || groupadd --gid 1000 trtllm-serve) \
     && (getent passwd 1000 >/dev/null || useradd --uid 1000 --gid 1000 --no-create-home \
-        --home-dir /home/trtllm-serve --shell /usr/sbin/nologin trtllm-serve) \
+        --home-dir /home/trtllm-serve --shell /bin/bash trtllm-serve) \
     && install -d -o 1000 -g 1000 -m 0755 /home/trtllm-serve
+RUN (command -v ssh && command -v /usr/sbin/sshd) >/dev/null || (apt-get update \
+        && apt-get install -y --no-install-recommends openssh-client openssh-server \
+        && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_*)
+RUN if getent passwd 1000 | grep -qE ':(/usr/sbin/nologin|/sbin/nologin|/bin/false)$'; then \
+        usermod --shell /bin/bash "$(getent passwd 1000 | cut -d: -f1)"; fi
+RUN for tool in bash getent mpirun ssh /usr/sbin/sshd trtllm-llmapi-launch; do command -v $tool >/dev/null \
+        || { echo "trtllm-serve: no $tool: a world across pods needs it (see the top of the Dockerfile)" >&2; exit 1; }; \
+    done \
+    && { python3 -c "import mpi4py" || { echo "trtllm-serve: no mpi4py for the LLM API's MPI session" >&2; exit 1; }; } \
+    && { getent passwd 1000 | grep -qvE ':(/usr/sbin/nologin|/sbin/nologin|/bin/false)?$' \
+        || { echo "trtllm-serve: uid 1000 needs a passwd entry with a login shell (ssh, sshd)" >&2; exit 1; }; }
 ENV HOME=/home/trtllm-serve
 USER 1000:1000
 EXPOSE 8000
@@ -122,12 +159,27 @@ ENTRYPOINT ["python3", "-m", "engine_builder"]
 # paths, a Python-based `tensorrtllm` backend and, under MODEL_CODE_DIR, one generic model for every
 # model-code directory; each becomes, when loaded, the double of its model for the repository it was
 # assembled into (mmd_testbed.triton.doubles.image), from the test bed's wheel. mpirun is Open MPI's, as in
-# the NGC image.
+# the NGC image; for worlds across pods (see the top of this file) the image has what `serving` must have,
+# and mpi4py, with which the tensorrt_llm double joins its MPI world (Debian's python3-mpi4py in the local
+# cluster's base, whose Python is Debian's; PyPI's binary wheel on another Python, such as python:3.11-slim).
 FROM ${SERVING_CPU_BASE} AS serving-cpu
 ARG MODEL_CODE_DIR
 ENV PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONUNBUFFERED=1
-RUN command -v mpirun || (apt-get update && apt-get install -y --no-install-recommends openmpi-bin \
-    && rm -rf /var/lib/apt/lists/*)
+RUN (command -v mpirun && command -v ssh && command -v /usr/sbin/sshd) >/dev/null || (apt-get update \
+        && apt-get install -y --no-install-recommends openmpi-bin openssh-client openssh-server \
+        && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_*)
+RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
+    python3 -c "import mpi4py" 2>/dev/null \
+    || pip install --no-cache-dir --no-index --find-links /wheelhouse "mpi4py>=4.1"
+RUN (getent group 1000 >/dev/null || groupadd --gid 1000 triton-server) \
+    && (getent passwd 1000 >/dev/null || useradd --uid 1000 --gid 1000 --no-create-home \
+        --home-dir /tmp --shell /bin/bash triton-server)
+RUN for tool in bash getent mpirun ssh /usr/sbin/sshd; do command -v $tool >/dev/null \
+        || { echo "serving-cpu: no $tool: a world across pods needs it (see the top of the Dockerfile)" >&2; exit 1; }; \
+    done \
+    && python3 -c "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; print(MPI.Get_library_version())" \
+    && { getent passwd 1000 | grep -qvE ':(/usr/sbin/nologin|/sbin/nologin|/bin/false)?$' \
+        || { echo "serving-cpu: uid 1000 needs a passwd entry with a login shell (ssh, sshd)" >&2; exit 1; }; }
 # numpy 1.x: the Python backend stub reads numpy 1.x arrays only.
 RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
     pip install --no-cache-dir --no-index --find-links /wheelhouse \
@@ -165,16 +217,33 @@ ENTRYPOINT ["python3", "-m", "engine_builder"]
 # CPU stand-in of `trtllm-serve`: the trtllm-serve double (docs/development/trtllm-serve-double.md) behind a two-line
 # `trtllm-serve` on PATH, under the same contract: the operator's argv unchanged, uid and gid 1000, a
 # writable $HOME at /home/trtllm-serve, port 8000. It serves a snapshot's config.json, not a model. From the
-# test bed's wheel, without the rest of the test bed's dependencies.
-FROM ${PYTHON_IMAGE} AS trtllm-serve-cpu
+# test bed's wheel, without the rest of the test bed's dependencies. For worlds across pods it is FROM the
+# serving base (Open MPI, openssh, mpi4py) and has a two-line `trtllm-llmapi-launch`: rank 0 execs its
+# arguments (`trtllm-serve ...`), the others the double's LLM API worker (mmd_testbed.trtllm_serve.launch).
+FROM ${SERVING_CPU_BASE} AS trtllm-serve-cpu
 ENV PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONUNBUFFERED=1
+RUN (command -v mpirun && command -v ssh && command -v /usr/sbin/sshd) >/dev/null || (apt-get update \
+        && apt-get install -y --no-install-recommends openmpi-bin openssh-client openssh-server \
+        && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_*)
 RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
     pip install --no-cache-dir --no-index --find-links /wheelhouse \
         pydantic pyyaml prometheus-client click pillow soundfile "numpy<2" \
+    && (python3 -c "import mpi4py" 2>/dev/null \
+        || pip install --no-cache-dir --no-index --find-links /wheelhouse "mpi4py>=4.1") \
     && pip install --no-cache-dir --no-index --find-links /wheelhouse --no-deps mmd-testbed \
     && printf '#!/bin/sh\nexec python3 -m mmd_testbed.trtllm_serve "$@"\n' >/usr/local/bin/trtllm-serve \
-    && chmod 0755 /usr/local/bin/trtllm-serve \
+    && printf '#!/bin/sh\nexec python3 -m mmd_testbed.trtllm_serve.launch "$@"\n' >/usr/local/bin/trtllm-llmapi-launch \
+    && chmod 0755 /usr/local/bin/trtllm-serve /usr/local/bin/trtllm-llmapi-launch \
+    && (getent group 1000 >/dev/null || groupadd --gid 1000 trtllm-serve) \
+    && (getent passwd 1000 >/dev/null || useradd --uid 1000 --gid 1000 --no-create-home \
+        --home-dir /home/trtllm-serve --shell /bin/bash trtllm-serve) \
     && install -d -o 1000 -g 1000 -m 0755 /home/trtllm-serve
+RUN for tool in bash getent mpirun ssh /usr/sbin/sshd trtllm-llmapi-launch; do command -v $tool >/dev/null \
+        || { echo "trtllm-serve-cpu: no $tool: a world across pods needs it (see the top of the Dockerfile)" >&2; exit 1; }; \
+    done \
+    && python3 -c "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; print(MPI.Get_library_version())" \
+    && { getent passwd 1000 | grep -qvE ':(/usr/sbin/nologin|/sbin/nologin|/bin/false)?$' \
+        || { echo "trtllm-serve-cpu: uid 1000 needs a passwd entry with a login shell (ssh, sshd)" >&2; exit 1; }; }
 ENV HOME=/home/trtllm-serve
 USER 1000:1000
 EXPOSE 8000

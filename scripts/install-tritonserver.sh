@@ -7,6 +7,8 @@
 #   <venv>/tritonserver/stub-site/   numpy 1.x and Pillow for the Python backend stub. The stub embeds an
 #                                    isolated interpreter that ignores PYTHONPATH and whose pybind11 build
 #                                    reads numpy 1.x arrays only, so Python models add this to sys.path.
+#                                    Also mpi4py (PyPI's binary wheel, which loads the system's Open MPI):
+#                                    under mpirun the tensorrt_llm double joins the MPI world with it.
 #   <venv>/tritonserver/bin/tritonserver
 #                                    a wrapper that puts the wheel's libraries and the matching libpython
 #                                    on the loader path, points --backend-directory at the wheel's backends
@@ -84,4 +86,11 @@ if ! command -v mpirun >/dev/null 2>&1; then
         fi
     fi
     rm -f "$LOG"
+fi
+
+# The tensorrt_llm double's MPI world (testbed/mmd_testbed/triton/doubles/world.py), for the stub: added
+# apart from the stamp above, so an existing install gets it too.
+if [[ ! -d "$DEST/stub-site/mpi4py" ]]; then
+    echo "==> installing mpi4py for the Python backend stub into $DEST/stub-site"
+    "$PY" -m pip install --quiet --disable-pip-version-check --no-deps --target "$DEST/stub-site" "mpi4py>=4.1"
 fi

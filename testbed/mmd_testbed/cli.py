@@ -20,6 +20,7 @@ from mmd_testbed.localcluster import hub, images
 from mmd_testbed.localcluster.binaries import BuildError, ensure_binaries
 from mmd_testbed.localcluster.cluster import ClusterError, LocalCluster
 from mmd_testbed.localcluster.layout import Layout, LayoutError, default_state_dir
+from mmd_testbed.localcluster.lwsbinaries import ensure_lws_binaries
 from mmd_testbed.localcluster.metricsbinaries import ensure_metrics_binaries
 from mmd_testbed.localcluster.network import NetworkError
 from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
@@ -69,6 +70,12 @@ def _register_cluster(subparsers: Any) -> None:
         help="after the real nodes, Prometheus and prometheus-adapter (custom.metrics.k8s.io) as pods, "
         "so HorizontalPodAutoscalers scale on the serving pods' metrics (docs/development/local-cluster.md)",
     )
+    up.add_argument(
+        "--lws",
+        action="store_true",
+        help="after the real nodes, the LeaderWorkerSet controller (leaderworkerset.x-k8s.io) as a pod, "
+        "built from its Go module (docs/development/local-cluster.md)",
+    )
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for each step")
     up.set_defaults(handler=_up)
 
@@ -95,6 +102,7 @@ def _register_cluster(subparsers: Any) -> None:
         action="store_true",
         help="also the metrics path's binaries (Prometheus, prometheus-adapter)",
     )
+    build.add_argument("--lws", action="store_true", help="also the LeaderWorkerSet controller")
     build.set_defaults(handler=_build)
 
 
@@ -117,7 +125,7 @@ def _up(args: argparse.Namespace) -> int:
         name_prefix=REAL_NODE_PREFIX,
     )
     try:
-        _cluster(args).up(pool, timeout=args.timeout, real_nodes=real, metrics=args.metrics)
+        _cluster(args).up(pool, timeout=args.timeout, real_nodes=real, metrics=args.metrics, lws=args.lws)
     except (ClusterError, BuildError, LayoutError, NodeStartError, NetworkError, ImageLoadError) as error:
         print(f"python -m mmd_testbed cluster up: {error}", file=sys.stderr)
         return 1
@@ -171,6 +179,8 @@ def _build(args: argparse.Namespace) -> int:
             print(ensure_node_binaries(Layout.discover(), say=_say).bin_dir)
         if args.metrics:
             print(ensure_metrics_binaries(Layout.discover(), say=_say).bin_dir)
+        if args.lws:
+            print(ensure_lws_binaries(Layout.discover(), say=_say).root)
     except (BuildError, LayoutError) as error:
         print(f"python -m mmd_testbed cluster build: {error}", file=sys.stderr)
         return 1

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from mmd_operator.desired import pods
-from mmd_operator.knowledge import ModelType, checkpoint_heads
+from mmd_operator.knowledge import ModelType, checkpoint_shapes
 from mmd_testbed.build_tools.hub import DELAY_PATH, Hub, HubServer
 from mmd_testbed.localcluster import hub
 from mmd_testbed.trtllm_serve.models import load_model
@@ -42,11 +42,12 @@ def test_a_synthetic_snapshot_is_what_the_trtllm_serve_double_loads(tmp_path: Pa
         model = load_model(str(directory))
         config = json.loads(files["config.json"])
         assert model.model_id == repo.split("/")[1] and model.architecture.name == config["architectures"][0]
-        heads = checkpoint_heads()[repo]
-        assert (config["num_attention_heads"], config["num_key_value_heads"]) == (
-            heads.attention,
-            heads.key_value,
-        )
+        shape = checkpoint_shapes()[repo]
+        assert (
+            config["num_attention_heads"],
+            config["num_key_value_heads"],
+            config["num_hidden_layers"],
+        ) == (shape.attention, shape.key_value, shape.layers)
         assert "chat_template" in json.loads(files["tokenizer_config.json"])
         # Valid safetensors shards (its header's length, the header, then exactly the tensor's bytes),
         # each named in the index.

@@ -11,6 +11,7 @@ import pytest
 
 from mmd_testbed.localcluster.binaries import BinarySpec, binary_specs
 from mmd_testbed.localcluster.layout import Layout, find_repo_root
+from mmd_testbed.localcluster.lwsbinaries import lws_binary_specs
 from mmd_testbed.localcluster.metricsbinaries import metrics_binary_specs
 from mmd_testbed.localcluster.nodebinaries import node_binary_specs
 
@@ -41,6 +42,10 @@ _RECIPES: dict[str, Callable[[Layout], tuple[list[BinarySpec], Callable[[str], P
         metrics_binary_specs(layout.metrics_versions, "0" * 40),
         layout.metrics_wrapper_dir,
     ),
+    "lws": lambda layout: (
+        lws_binary_specs(layout.lws_versions, "0" * 40, "1970-01-01T00:00:00Z"),
+        lambda _wrapper: layout.lws_wrapper_dir,
+    ),
 }
 
 
@@ -59,6 +64,7 @@ def test_each_package_belongs_to_its_wrapper_module(recipe: str, tmp_path: Path)
 
 def test_wrapper_modules_are_named_after_their_folders() -> None:
     root = find_repo_root()
-    for go_mod in sorted((root / "testbed" / "go").glob("*/*/go.mod")):
+    wrappers = [*(root / "testbed" / "go").glob("*/*/go.mod"), root / "testbed" / "go" / "lws" / "go.mod"]
+    for go_mod in sorted(wrappers):
         own, _ = _modules(go_mod)
         assert own == f"mmd-operator/{go_mod.parent.relative_to(root).as_posix()}", go_mod

@@ -228,3 +228,59 @@ def test_the_cpu_trtllm_serve_runs_the_double_as_trtllm_serve_on_the_path() -> N
     for package in ("pydantic", "pyyaml", "prometheus-client", "click", "pillow", "soundfile"):
         assert f" {package} " in run
     assert serve[-1] == ("ENTRYPOINT", json.dumps(["trtllm-serve"]))
+
+
+# What every serving image needs for a world across pods (Dockerfile, top): the leader's script (bash,
+# getent), mpirun over ssh, the workers' sshd; trtllm-serve's also mpi4py and the LLM API's launcher.
+_WORLD_TOOLS = ("bash", "getent", "mpirun", "ssh", "/usr/sbin/sshd")
+
+
+@pytest.mark.parametrize("stage", ["serving", "trtllm-serve", "serving-cpu", "trtllm-serve-cpu"])
+def test_the_serving_images_hold_and_check_what_a_world_across_pods_needs(stage: str) -> None:
+    from mmd_operator.desired import groups
+    from mmd_operator.plan.launch import Segment
+    from mmd_operator.plan.trtllm_serve import LLMAPI_LAUNCH
+
+    # What the LeaderWorkerSet's pods run with these images.
+    leader = groups.leader_script([Segment(1, ("serve",))], gpus_per_pod=1, rank_env=())
+    assert "getent hosts" in leader and "/dev/tcp/" in leader and "exec mpirun " in leader
+    run = groups.SSH_RUN
+    assert f"exec /usr/sbin/sshd -D -E {run}/sshd.log -f {run}/sshd_config" in groups.worker_script()
+    assert f"ssh -F {groups.SSH_RUN}/config" in groups.mpi_environment().values()
+    _, named = stages()
+    run = " ".join(args for instruction, args in named[stage] if instruction == "RUN")
+    # openssh where the base lacks it, as the serving stage installs git.
+    assert "command -v ssh && command -v /usr/sbin/sshd) >/dev/null ||" in run
+    assert "--no-install-recommends openssh-client openssh-server" in run or (
+        "--no-install-recommends openmpi-bin openssh-client openssh-server" in run
+    )
+    assert "/etc/ssh/ssh_host_*" in run  # no host key baked in: a worker uses its group's
+    # The build fails, naming what is missing.
+    serve = stage.startswith("trtllm-serve")
+    tools = (*_WORLD_TOOLS, *([LLMAPI_LAUNCH] if serve else []))
+    assert f"for tool in {' '.join(tools)}; do command -v $tool >/dev/null" in run
+    assert f'echo "{stage}: no $tool: a world across pods needs it' in run
+    # uid 1000 (the pods' user, which ssh and sshd look up) with a login shell: sshd runs orted with it.
+    assert (
+        f"getent passwd {pods.IMAGE_UID} | grep -qvE ':(/usr/sbin/nologin|/sbin/nologin|/bin/false)?$'" in run
+    )
+    assert f'echo "{stage}: uid {pods.IMAGE_UID} needs a passwd entry with a login shell' in run
+    # mpi4py: the LLM API's MPI session (trtllm-serve), the doubles' world (the CPU stand-ins).
+    assert ("import mpi4py" in run) is (serve or stage.endswith("-cpu"))
+
+
+def test_the_cpu_trtllm_serve_has_the_llmapi_launcher_a_group_runs() -> None:
+    from mmd_operator.plan.trtllm_serve import LLMAPI_LAUNCH
+    from mmd_testbed.trtllm_serve.launch import WORKER_MODULE
+
+    _, named = stages()
+    serve = named["trtllm-serve-cpu"]
+    # Open MPI, openssh and mpi4py come with the serving base, as in serving-cpu.
+    assert serve[0] == ("FROM", "${SERVING_CPU_BASE}") == named["serving-cpu"][0]
+    run = " ".join(args for instruction, args in serve if instruction == "RUN")
+    shim = "printf '#!/bin/sh\\nexec python3 -m mmd_testbed.trtllm_serve.launch \"$@\"\\n' "
+    assert f"{shim}>/usr/local/bin/{LLMAPI_LAUNCH}" in run and f"/usr/local/bin/{LLMAPI_LAUNCH}" in run
+    assert importlib.util.find_spec("mmd_testbed.trtllm_serve.launch") is not None
+    assert importlib.util.find_spec(WORKER_MODULE) is not None
+    # Where the base lacks mpi4py (python:3.11-slim), PyPI's wheel from the wheelhouse.
+    assert '|| pip install --no-cache-dir --no-index --find-links /wheelhouse "mpi4py>=4.1"' in run

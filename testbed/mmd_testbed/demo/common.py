@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -47,6 +48,29 @@ def say(text: str = "") -> None:
 def step(title: str) -> None:
     """Announce a step with the time since the demo started."""
     say(f"\n\033[1m==> {title}\033[0m  ({time.monotonic() - STARTED:.0f} s into the demo)")
+
+
+# llava's answer streamed, a few tokens long.
+LLAVA_STREAM = ("--model-type", "llava", "--stream", "--max-tokens", "16")
+
+
+def ask(command: str, url: str, picture: Path, text: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """Run `mmctl <command>` against `url` with `picture` and `text`; stop the demo if it fails.
+
+    The command is said as typed first (the picture by its file name), then what it answered.
+    """
+    shown = ["mmctl", command, "--url", url, "--image", picture.name, "--text", text, *options]
+    say(f"$ {shlex.join(shown)}")
+    answer = subprocess.run(
+        [str(Path(sys.executable).parent / "mmctl"), command, "--url", url, "--image", str(picture),
+         "--text", text, *options],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    say(answer.stdout.rstrip())
+    say(answer.stderr.rstrip())
+    if answer.returncode != 0:
+        raise SystemExit(f"demo: mmctl {command} failed")
+    return answer
 
 
 def example(name: str, *, build_seconds: int | None = None, **spec: dict[str, Any]) -> dict[str, Any]:

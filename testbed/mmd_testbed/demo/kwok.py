@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,11 +22,13 @@ from mmd_operator.plan.resource_plan import plan_resource
 from mmd_operator.plan.triton import TritonPlan
 from mmd_testbed.demo.common import (
     GROUP,
+    LLAVA_STREAM,
     NAMESPACE,
     ROOT,
     STARTED,
     VERSION,
     Demo,
+    ask,
     example,
     leave_cluster,
     operator,
@@ -169,21 +169,7 @@ def kwok_demo(args: argparse.Namespace) -> int:
             with tempfile.TemporaryDirectory(prefix="mmd-demo-") as work:
                 picture = media.image(Path(work) / "cat.jpg")
                 with serve("llava", served_plan, install, Path(work), say) as server:
-                    command = [
-                        str(Path(sys.executable).parent / "mmctl"), "infer", "--url", server.url("grpc"),
-                        "--model-type", "llava", "--image", str(picture),
-                        "--text", "What is in this picture?",
-                        "--stream", "--max-tokens", "16",
-                    ]  # fmt: skip
-                    say(
-                        f"$ mmctl infer --url {server.url('grpc')} --model-type llava --image cat.jpg "
-                        "--text 'What is in this picture?' --stream"
-                    )
-                    answer = subprocess.run(command, capture_output=True, text=True, check=False)
-                    say(answer.stdout.rstrip())
-                    say(answer.stderr.rstrip())
-                    if answer.returncode != 0:
-                        raise SystemExit("demo: mmctl infer failed")
+                    ask("infer", server.url("grpc"), picture, "What is in this picture?", *LLAVA_STREAM)
                     say("  (the answer is the doubles' trace of what reached each model, not a real caption)")
             say("  tritonserver stopped")
     leave_cluster(cluster, keep=args.keep_cluster or was_running, what="control plane")

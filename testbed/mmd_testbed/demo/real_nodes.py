@@ -7,8 +7,9 @@ its Helm chart (it runs as a pod under Pod Security `restricted`, on its Service
 applies three examples whose build pods run the engine builder and whose serving pods run tritonserver,
 and one of the trtllm-serve runtime whose download pod fetches the snapshot from the Hub double and whose
 serving pod runs trtllm-serve. It shows a cache hit, a failed build with the builder's own error, a
-serving-only change rolling real pods, and ends with an answer from llava's serving pod and an OpenAI chat
-answer from qwen2-5-vl's, each through its Service.
+serving-only change rolling real pods, one model across the two nodes (llava's two tensor-parallel ranks in
+a LeaderWorkerSet group of two pods, the world run over SSH by its leader), and ends with an answer from
+llava's serving pod and an OpenAI chat answer from qwen2-5-vl's, each through its Service.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import copy
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -26,7 +26,18 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from mmd_testbed.demo.common import NAMESPACE, ROOT, Demo, example, leave_cluster, ready, say, step
+from mmd_testbed.demo.common import (
+    LLAVA_STREAM,
+    NAMESPACE,
+    ROOT,
+    Demo,
+    ask,
+    example,
+    leave_cluster,
+    ready,
+    say,
+    step,
+)
 from mmd_testbed.localcluster import hub, images
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.layout import Layout, default_state_dir
@@ -93,18 +104,40 @@ def chat(demo: Demo) -> None:
     )
     address = demo.core.read_namespaced_service("qwen2-5-vl", NAMESPACE).spec.cluster_ip
     with tempfile.TemporaryDirectory(prefix="mmd-demo-") as work:
-        picture = media.image(Path(work) / "cat.jpg")
-        say(f"$ mmctl chat --url http://{address}:8000 --image cat.jpg --text 'What is in this picture?'")
-        answer = subprocess.run(
-            [str(Path(sys.executable).parent / "mmctl"), "chat", "--url", f"http://{address}:8000",
-             "--image", str(picture), "--text", "What is in this picture?"],
-            capture_output=True, text=True, check=False, timeout=120,
-        )  # fmt: skip
-    say(answer.stdout.rstrip())
-    say(answer.stderr.rstrip())
-    if answer.returncode != 0:
-        raise SystemExit("demo: mmctl chat failed")
+        ask("chat", f"http://{address}:8000", media.image(Path(work) / "cat.jpg"), "What is in this picture?")
     say("  (the answer is the trtllm-serve double's description of what it received, not a real caption)")
+
+
+def across_nodes(demo: Demo) -> None:
+    """One model across the two nodes: llava's two ranks in two pods, one LeaderWorkerSet group."""
+    step(
+        "One model across two nodes: llava-group, tensor parallelism 2 in pods of 1 GPU, one on each node "
+        "(a LeaderWorkerSet group: the leader runs both ranks with mpirun over SSH and serves)"
+    )
+    document = example("llava", engine={"tensorParallelSize": 2}, engineCache={"accessMode": "ReadWriteMany"})
+    document["metadata"]["name"] = "llava-group"
+    apart = {"labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "llava-group"}},
+             "matchLabelKeys": ["leaderworkerset.sigs.k8s.io/group-key"],
+             "topologyKey": "kubernetes.io/hostname"}  # fmt: skip
+    document["spec"]["serving"] = {
+        "gpusPerPod": 1,
+        "pod": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}}},
+    }
+    demo.apply(document)
+    times = demo.follow(["llava-group"], ready, timeout=300)
+    say(f"  llava-group: apply to Ready in {times['llava-group']:.1f} s")
+    demo.run_kubectl(
+        "get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=llava-group", "-o",
+        "custom-columns=POD:.metadata.name,WORKER:.metadata.labels.leaderworkerset\\.sigs\\.k8s\\.io/"
+        "worker-index,NODE:.spec.nodeName,READY:.status.containerStatuses[0].ready",
+    )  # fmt: skip
+    address = demo.core.read_namespaced_service("llava-group", NAMESPACE).spec.cluster_ip
+    with tempfile.TemporaryDirectory(prefix="mmd-demo-") as work:
+        picture = media.image(Path(work) / "cat.jpg")
+        answer = ask("infer", f"grpc://{address}:8001", picture, "Hello", "--model-type", "llava")
+    if "ranks on 2 hosts" not in answer.stdout:
+        raise SystemExit(f"demo: the group's world did not answer from both nodes: {answer.stderr}")
+    say("  (world=...: rank 0 reached both ranks, on both nodes, in one MPI world)")
 
 
 def real_demo(keep_cluster: bool) -> int:
@@ -130,7 +163,9 @@ def real_demo(keep_cluster: bool) -> int:
     layout = Layout.discover()
     cluster = LocalCluster(default_state_dir(ROOT), layout, say=say)
     was_running = cluster.load_state() is not None
-    state = cluster.up(NodePool(count=0), real_nodes=NodePool(count=2, name_prefix=REAL_NODE_PREFIX))
+    state = cluster.up(
+        NodePool(count=0), real_nodes=NodePool(count=2, name_prefix=REAL_NODE_PREFIX), lws=True
+    )
     bin_dir = Path(state.binaries) / "bin"
 
     step("Images from the project's Dockerfile (buildah, Debian bases by mmdebstrap), loaded into both nodes")
@@ -216,24 +251,14 @@ def real_demo(keep_cluster: bool) -> int:
         say(f"  engine {after['engine']['cacheKey']} unchanged; build Jobs: {', '.join(demo.jobs())}")
         say(f"\n  The operator so far: {operator_figures(demo)}")
 
-        demo.show_what_exists("jobs,deployments,services,persistentvolumeclaims")
+        across_nodes(demo)
+        demo.show_what_exists("jobs,deployments,leaderworkersets,services,persistentvolumeclaims")
 
         step("An answer from llava's serving pod, through its Service")
         address = demo.core.read_namespaced_service("llava", NAMESPACE).spec.cluster_ip
         with tempfile.TemporaryDirectory(prefix="mmd-demo-") as work:
             picture = media.image(Path(work) / "cat.jpg")
-            say(f"$ mmctl infer --url grpc://{address}:8001 --model-type llava --image cat.jpg "
-                "--text 'What is in this picture?' --stream")  # fmt: skip
-            answer = subprocess.run(
-                [str(Path(sys.executable).parent / "mmctl"), "infer", "--url", f"grpc://{address}:8001",
-                 "--model-type", "llava", "--image", str(picture), "--text", "What is in this picture?",
-                 "--stream", "--max-tokens", "16"],
-                capture_output=True, text=True, check=False, timeout=120,
-            )  # fmt: skip
-        say(answer.stdout.rstrip())
-        say(answer.stderr.rstrip())
-        if answer.returncode != 0:
-            raise SystemExit("demo: mmctl infer failed")
+            ask("infer", f"grpc://{address}:8001", picture, "What is in this picture?", *LLAVA_STREAM)
         say("  (the answer is the doubles' trace of what reached each model, not a real caption)")
         chat(demo)
     leave_cluster(cluster, keep=keep_cluster or was_running, what="cluster")

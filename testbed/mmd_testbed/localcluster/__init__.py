@@ -25,6 +25,7 @@ Real nodes and what runs on them:
 - `images`: the CPU stand-ins of the project's images, built from the Dockerfile;
 - `hub`: the Hugging Face Hub's double in a pod;
 - `metricsbinaries`, `monitoring`: Prometheus and prometheus-adapter, built and run as pods;
+- `lwsbinaries`, `leaderworkerset`: the LeaderWorkerSet controller, built and run as a pod;
 - `gitops_check`: the GitOps health checker (kstatus and an Argo CD Lua check) of `testbed/go/gitops`.
 
 Imports the standard library, PyYAML, cryptography and the kubernetes client; the operator imports

@@ -26,10 +26,11 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from mmd_testbed.localcluster import monitoring, network, nodes, processes, realnodes
+from mmd_testbed.localcluster import leaderworkerset, monitoring, network, nodes, processes, realnodes
 from mmd_testbed.localcluster.audit import audit_flags, write_audit_policy
 from mmd_testbed.localcluster.binaries import Binaries, ensure_binaries
 from mmd_testbed.localcluster.layout import Layout
+from mmd_testbed.localcluster.lwsbinaries import LwsBinaries, ensure_lws_binaries
 from mmd_testbed.localcluster.metricsbinaries import MetricsBinaries, ensure_metrics_binaries
 from mmd_testbed.localcluster.nodebinaries import NodeBinaries, ensure_node_binaries
 from mmd_testbed.localcluster.objects import GPU_MODELS, NodePool, gpu_node, storage_class
@@ -207,12 +208,13 @@ class LocalCluster:
         *,
         real_nodes: NodePool | None = None,
         metrics: bool = False,
+        lws: bool = False,
     ) -> ClusterState:
         """Start the cluster (or keep the healthy one running) and wait for Ready GPU nodes.
 
         `real_nodes` (a pool with a count) adds real nodes: kubelet, containerd, runc, CNI, kube-proxy,
         kube-router, and the DNS and volume add-ons. A cluster running with another count is restarted.
-        `metrics` then adds the metrics path (`start_metrics`).
+        `metrics` then adds the metrics path (`start_metrics`), `lws` the LWS controller (`start_lws`).
         """
         real = real_nodes or NodePool(count=0, name_prefix=REAL_NODE_PREFIX)
         if metrics and not real.count:
@@ -220,6 +222,8 @@ class LocalCluster:
                 "--metrics needs real nodes (--real-nodes N): Prometheus and prometheus-adapter run as pods "
                 "and scrape serving pods that run"
             )
+        if lws and not real.count:
+            raise ClusterError("--lws needs real nodes (--real-nodes N): the LWS controller runs as a pod")
         if real.count:
             problems = realnodes.preflight(self.state_dir)
             if problems:
@@ -227,10 +231,13 @@ class LocalCluster:
         binaries = self.binaries()
         node_binaries = ensure_node_binaries(self.layout, self.say) if real.count else None
         metrics_binaries = ensure_metrics_binaries(self.layout, self.say) if metrics else None
+        lws_binaries = ensure_lws_binaries(self.layout, self.say) if lws else None
         with self._lock():
             state = self._up(binaries, pool, timeout, real, node_binaries)
             if metrics_binaries is not None:
                 self._start_metrics(state, metrics_binaries, timeout)
+            if lws_binaries is not None:
+                self._start_lws(state, lws_binaries, timeout)
             return state
 
     def start_metrics(self, timeout: float = 180.0) -> None:
@@ -240,10 +247,23 @@ class LocalCluster:
         """
         metrics_binaries = ensure_metrics_binaries(self.layout, self.say)
         with self._lock():
-            state = self.load_state()
-            if state is None or state.network is None:
-                raise ClusterError(f"no cluster with real nodes is running in {self.state_dir}")
-            self._start_metrics(state, metrics_binaries, timeout)
+            self._start_metrics(self._real_state(), metrics_binaries, timeout)
+
+    def start_lws(self, timeout: float = 180.0) -> None:
+        """Run the LWS controller on the real nodes (`leaderworkerset`): idempotent, builds it first."""
+        lws_binaries = ensure_lws_binaries(self.layout, self.say)
+        with self._lock():
+            self._start_lws(self._real_state(), lws_binaries, timeout)
+
+    def _start_lws(self, state: ClusterState, binaries: LwsBinaries, timeout: float) -> None:
+        self.say(f"--> {binaries.versions.describe()}, in namespace {leaderworkerset.NAMESPACE}")
+        archive = leaderworkerset.write_image(binaries, self.state_dir / "images")
+        self._node_runner(state, None).load_images([archive])
+        with self.api_client() as api_client:
+            try:
+                leaderworkerset.start(api_client, self.credentials, binaries, timeout, self.say)
+            except (realnodes.NodeStartError, TimeoutError) as error:
+                raise ClusterError(f"the LWS controller did not start: {error}") from error
 
     def _start_metrics(self, state: ClusterState, binaries: MetricsBinaries, timeout: float) -> None:
         started = time.monotonic()
@@ -563,10 +583,7 @@ class LocalCluster:
 
     def load_images(self, archives: list[Path]) -> None:
         """Import image archives (OCI layout tars) into every real node's container runtime."""
-        state = self.load_state()
-        if state is None or state.network is None:
-            raise ClusterError(f"no cluster with real nodes is running in {self.state_dir}")
-        self._node_runner(state, None).load_images(archives)
+        self._node_runner(self._real_state(), None).load_images(archives)
 
     def _running(self, state: ClusterState, component: str) -> bool:
         record = state.processes.get(component)

@@ -9,7 +9,7 @@ pod against it, through CoreDNS and kube-proxy.
 
 It serves the repositories of the trtllm-serve examples (`REPOSITORIES`), each a synthetic snapshot at one
 commit that `main` names: a `config.json` naming the architecture (all the trtllm-serve double reads),
-the checkpoint's head counts where the knowledge has them, a tokenizer config with a chat template, a
+the checkpoint's heads and layers where the knowledge has them, a tokenizer config with a chat template, a
 generation config and the weights in four shards of zeros with their index. About 170 kB each, so a
 download takes well under a second (the double can be slowed down: `set_chunk_delay`); nothing in them is
 a real model.
@@ -32,7 +32,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from mmd_operator.desired import pods
-from mmd_operator.knowledge import ModelType, checkpoint_heads, serve_knowledge_of
+from mmd_operator.knowledge import ModelType, checkpoint_shapes, serve_knowledge_of
 from mmd_testbed.build_tools.hub import DELAY_PATH
 from mmd_testbed.localcluster.nodes import NODE_KIND_LABEL, REAL
 from mmd_testbed.localcluster.realnodes import apply
@@ -48,6 +48,7 @@ SNAPSHOTS = "/snapshots"
 # The repositories of the trtllm-serve examples (examples/qwen2_5_vl.yaml, examples/phi4mm.yaml).
 REPOSITORIES = {
     "Qwen/Qwen2.5-VL-3B-Instruct": ModelType.QWEN2_5_VL,
+    "Qwen/Qwen2.5-VL-72B-Instruct": ModelType.QWEN2_5_VL,
     "microsoft/Phi-4-multimodal-instruct": ModelType.PHI4MM,
 }
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
@@ -103,9 +104,13 @@ def synthetic_snapshot(repo: str, model_type: ModelType) -> dict[str, bytes]:
         "_name_or_path": repo,
         "mmd_synthetic": "a snapshot made by the local cluster's Hub double: no weights, no model",
     }
-    heads = checkpoint_heads().get(repo)
-    if heads is not None:
-        config |= {"num_attention_heads": heads.attention, "num_key_value_heads": heads.key_value}
+    shape = checkpoint_shapes().get(repo)
+    if shape is not None:
+        config |= {
+            "num_attention_heads": shape.attention,
+            "num_key_value_heads": shape.key_value,
+            "num_hidden_layers": shape.layers,
+        }
     documents = {
         "config.json": config,
         "generation_config.json": {"do_sample": False, "max_new_tokens": 64},

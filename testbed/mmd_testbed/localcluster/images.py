@@ -5,10 +5,11 @@ The real-pod tier and `make demo` run the Dockerfile's `operator`, `engine-build
 images made here, and written as OCI archives that the local cluster imports into each real node's
 containerd. The bases are Debian bookworm roots made by mmdebstrap from the Debian mirror, cached by
 recipe: `python` (python3 and pip, standing in for python:3.11-slim) and `serving` (the same with
-libpython and Open MPI). Before any build, `wheelhouse/` receives the wheels of the operator, the builder
-and the test bed (whose doubles the stand-ins run) and every Python package the stages install (from PyPI
-through pip's cache), so no stage reaches a package index. The real images are the maintainers'
-(`tools.images`), whose wheelhouse and chart values this module reuses.
+libpython, Open MPI, openssh's client and server and Debian's mpi4py: what a world across pods needs, see
+the Dockerfile; both CPU serving stand-ins build on it). Before any build, `wheelhouse/` receives the
+wheels of the operator, the builder and the test bed (whose doubles the stand-ins run) and every Python
+package the stages install (from PyPI through pip's cache), so no stage reaches a package index. The real
+images are the maintainers' (`tools.images`), whose wheelhouse and chart values this module reuses.
 
 Every build prints its steps, seconds and sizes; `images.json` beside the archives records them.
 
@@ -39,21 +40,27 @@ DEBIAN_SOURCES = (
 # What python:3.11-slim has that Debian's essential root lacks: `python`, pip, and libstdc++ (apt's own
 # dependency there; manylinux wheels such as google-re2, which cel-python imports, expect it).
 _PYTHON = ("python3", "python3-pip", "python-is-python3", "libstdc++6")
-BASE_PACKAGES = {"python": _PYTHON, "serving": (*_PYTHON, "libpython3.11", "openmpi-bin")}
-BASE_RECIPE_VERSION = "1"
+# A world across pods (a LeaderWorkerSet group): mpirun, ssh and /usr/sbin/sshd (bash and getent are in the
+# essential root), and mpi4py for the doubles' MPI world (Debian's, for Debian's Python).
+_WORLD = ("openmpi-bin", "openssh-client", "openssh-server", "python3-mpi4py")
+BASE_PACKAGES = {"python": _PYTHON, "serving": (*_PYTHON, "libpython3.11", *_WORLD)}
+# 2: uid 1000's login shell is bash (sshd runs a remote command with it), no baked-in ssh host keys.
+BASE_RECIPE_VERSION = "2"
 LOCAL_TARGETS = ("operator", "engine-builder-cpu", "serving-cpu", "trtllm-serve-cpu")
 PYTRITON_VERSION = "0.7.0"
 # What the CPU stages install besides our wheels and their dependencies (see the Dockerfile): the serving
 # stand-in's numpy and Pillow, the trtllm-serve double's click and soundfile, the builder's huggingface_hub
-# (its `download` extra's pin), and the CPU tritonserver (without its dependencies, which it does not use).
-CPU_STAGE_PACKAGES = ("numpy<2", "pillow", "click", "soundfile", "huggingface_hub>=0.23,<1.0")
+# (its `download` extra's pin), mpi4py (for a base whose Python is not Debian's: python3-mpi4py serves
+# Debian's), and the CPU tritonserver (without its dependencies, which it does not use).
+CPU_STAGE_PACKAGES = ("numpy<2", "pillow", "click", "soundfile", "huggingface_hub>=0.23,<1.0", "mpi4py>=4.1")
 PYTRITON = f"nvidia-pytriton=={PYTRITON_VERSION}"
 LOCAL_REGISTRY = "localhost/mmd-operator"
 # Wheel file names of this repository's distributions.
 OWN_WHEELS = ("mmd_operator-", "mmd_engine_builder-", "mmd_testbed-")
-# The users the images run as, which Debian's essential root lacks: the NGC images' triton-server (uid
-# 1000; builder and serving pods) and the operator's non-root uid.
-_USERS = (("triton-server", 1000), ("nonroot", 65532))
+# The users the images run as, which Debian's essential root lacks, and their shells: the NGC images'
+# triton-server (uid 1000; builder and serving pods; bash, for the commands mpirun starts over ssh) and the
+# operator's non-root uid.
+_USERS = (("triton-server", 1000, "/bin/bash"), ("nonroot", 65532, "/usr/sbin/nologin"))
 
 
 @dataclass(frozen=True)
@@ -112,13 +119,14 @@ def ensure_base(layout: Layout, name: str, say: Printer) -> Path:
         say(f"--> base image {name}: Debian {DEBIAN_SUITE} + {packages} (mmdebstrap)")
         rootfs = cache / f"{name}.rootfs.tar"
         users = "; ".join(
-            f"echo '{user}:x:{uid}:{uid}::/tmp:/usr/sbin/nologin' >> \"$1/etc/passwd\"; "
+            f"echo '{user}:x:{uid}:{uid}::/tmp:{shell}' >> \"$1/etc/passwd\"; "
             f"echo '{user}:x:{uid}:' >> \"$1/etc/group\""
-            for user, uid in _USERS
+            for user, uid, shell in _USERS
         )
         hook = (
             # Like python:3.11-slim: pip installs into the system Python, which Debian otherwise refuses.
-            'rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED; ' + users
+            # openssh-server's host keys would be every image's: a worker uses its group's (groups.py).
+            'rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED "$1"/etc/ssh/ssh_host_*; ' + users
         )
         run(
             [

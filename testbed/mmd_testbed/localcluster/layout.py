@@ -60,6 +60,10 @@ _METRICS_PINNED_MODULES = {
 }
 METRICS_BUILD_RECIPE_VERSION = "1"
 
+# The LeaderWorkerSet controller of `cluster up --lws`, in `testbed/go/lws/`: a cache of its own too.
+LWS_MODULE = "sigs.k8s.io/lws"
+LWS_BUILD_RECIPE_VERSION = "2"
+
 
 class LayoutError(RuntimeError):
     """The repository, the Go toolchain or a pinned version cannot be found."""
@@ -161,6 +165,17 @@ class MetricsVersions:
             f"Prometheus {self.prometheus_release} (module {self.prometheus}), "
             f"prometheus-adapter {self.prometheus_adapter}"
         )
+
+
+@dataclass(frozen=True)
+class LwsVersions:
+    """The pinned module version of the LeaderWorkerSet controller (with the leading `v`)."""
+
+    lws: str
+
+    def describe(self) -> str:
+        """Return a short human-readable summary."""
+        return f"LeaderWorkerSet {self.lws}"
 
 
 @dataclass(frozen=True)
@@ -310,3 +325,25 @@ class Layout:
             f"_{toolchain.version}_{digest.hexdigest()[:12]}"
         )
         return self.cache_root.parent / "metrics" / key
+
+    # -- the LeaderWorkerSet controller ---------------------------------------------------------------
+
+    @property
+    def lws_wrapper_dir(self) -> Path:
+        """Return `testbed/go/lws`, the wrapper module of the LeaderWorkerSet controller."""
+        return self.repo_root / "testbed" / "go" / "lws"
+
+    @cached_property
+    def lws_versions(self) -> LwsVersions:
+        """Read the LeaderWorkerSet controller's pinned version from its wrapper go.mod."""
+        return LwsVersions(lws=_pinned_version(self.lws_wrapper_dir / "go.mod", LWS_MODULE))
+
+    def lws_cache_dir(self, toolchain: Toolchain) -> Path:
+        """Return the cache directory of the LeaderWorkerSet build (a sibling tree of the control plane's)."""
+        digest = hashlib.sha256(LWS_BUILD_RECIPE_VERSION.encode())
+        for path in sorted(self.lws_wrapper_dir.iterdir()):
+            if path.is_file():
+                digest.update(f"{path.name}\0".encode())
+                digest.update(path.read_bytes())
+        key = f"lws-{self.lws_versions.lws}_{toolchain.version}_{digest.hexdigest()[:12]}"
+        return self.cache_root.parent / "lws" / key

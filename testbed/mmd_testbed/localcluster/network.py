@@ -243,11 +243,17 @@ def set_routes(network: ClusterNetwork, pod_ranges: dict[str, tuple[int, str]]) 
 
 
 def route_services(network: ClusterNetwork, ordinals: list[int]) -> None:
-    """Send the host's requests to Service addresses through the first of the nodes `ordinals`.
+    """Send the host's requests to Service addresses through one of the nodes `ordinals`.
 
     That node's kube-proxy rules take them on, as a load balancer in front of a cluster sends requests to
-    a node it finds alive.
+    a node it finds alive. It stays the node they go through now when that is one of `ordinals`: a
+    connection moved to another node's rules would be reset, since that node has no record of it (its
+    address translation was made on the first). Else the first of them.
     """
+    shown = _run(["ip", "-j", "route", "show", network.service_cidr], check=False).stdout or "[]"
+    now = {entry.get("gateway") for entry in json.loads(shown)}
+    if now & {network.node_address(ordinal) for ordinal in ordinals}:
+        return
     gateway = network.node_address(min(ordinals))
     _run(["ip", "route", "replace", network.service_cidr, "via", gateway, "dev", network.bridge])
 
@@ -264,7 +270,7 @@ def cut_off(network: ClusterNetwork, ordinal: int, alive: list[int]) -> None:
 
 
 def reconnect(network: ClusterNetwork, ordinal: int) -> None:
-    """Put node `ordinal` back on the wire (`route_services` gives it the host's Service traffic again)."""
+    """Put node `ordinal` back on the wire (`route_services` may give it the host's Service traffic again)."""
     _run(["ip", "link", "set", network.veth(ordinal), "up"])
 
 

@@ -18,6 +18,7 @@ Imports: the standard library, the kubernetes client, and this package's `addons
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -259,9 +260,12 @@ class NodeRunner:
         self.save()
         self.host.say(f"    started {node.name} {component} (pid {record.pid}, log {log})")
 
-    def _alive_or_fail(self, node: RealNode, component: str) -> None:
+    def _running(self, node: RealNode, component: str) -> bool:
         record = self.records.get(node.record_name(component))
-        if record is None or not processes.is_alive(record):
+        return record is not None and processes.is_alive(record)
+
+    def _alive_or_fail(self, node: RealNode, component: str) -> None:
+        if not self._running(node, component):
             log = node.log(self.host.logs_dir, component)
             raise NodeStartError(
                 f"{node.name}: {component} exited during start-up; last lines of {log}:\n{_tail(log)}"
@@ -316,16 +320,17 @@ class NodeRunner:
     def lose(self, name: str) -> list[str]:
         """Take node `name` away as a power cut does; `revive` starts it again.
 
-        Its components and every container on it are SIGKILLed, and it is taken off the wire: its
-        address answers nothing and its stale rules forward nothing; the host's Service traffic goes
-        through a node still alive.
+        It is taken off the wire first, so that its peers hear nothing more from it (no connection is
+        closed or reset), as from a machine that lost power: its address answers nothing and its stale
+        rules forward nothing; the host's Service traffic goes through a node still alive. Then its
+        components and every container on it are SIGKILLed.
         """
         node = self._node(name)
+        network.cut_off(self.network, node.ordinal, [n.ordinal for n in self.nodes if n.name != name])
         records = {c: self.records.get(node.record_name(c)) for c in nodes.NODE_COMPONENTS}
         killed = [c for c, record in records.items() if record is not None and processes.kill(record)]
         nodes.kill_cgroup_processes(node)
         nodes.kill_shims(node)
-        network.cut_off(self.network, node.ordinal, [n.ordinal for n in self.nodes if n.name != name])
         self.host.say(f"--> lost {name}: killed {', '.join(killed)} and its containers")
         return killed
 
@@ -344,8 +349,11 @@ class NodeRunner:
                 self._wait(node, component, partial(_healthy, node, component), "healthy", timeout)
             self._wait(node, "kubelet", partial(_ready, core, node.name), "node Ready", timeout)
             self._label_and_add_gpus(core, node)
-        # Only now: a kube-proxy that has just started may still hold the rules it had when it died.
-        network.route_services(self.network, [n.ordinal for n in self.nodes])
+        # Only once its kube-proxy has written the rules of today's endpoints: until then the node holds the
+        # ones it had when it died (its health says healthy from the start, before its first sync).
+        self._wait(node, "kube-proxy", partial(_rules_written, node), "Service rules written", timeout)
+        alive = [n.ordinal for n in self.nodes if self._running(n, "kube-proxy")]
+        network.route_services(self.network, alive)
 
     # -- status and stop --------------------------------------------------------------------------
 
@@ -415,6 +423,20 @@ def _healthy(node: RealNode, component: str) -> bool:
         with urllib.request.urlopen(url, timeout=2) as response:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
+        return False
+
+
+def _rules_written(node: RealNode) -> bool:
+    """Whether the node's kube-proxy has written its rules since it started.
+
+    Its health answer lists each IP family's last write under `status`, and none before the first.
+    """
+    url = nodes.health_url(node, "kube-proxy")
+    assert url is not None
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(json.load(response).get("status"))
+    except (urllib.error.URLError, OSError, ValueError):
         return False
 
 

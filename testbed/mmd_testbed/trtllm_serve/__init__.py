@@ -8,5 +8,7 @@ docs/development/trtllm-serve-double.md.
 - `facts`: the data file generated from TensorRT-LLM's sources (flags, LlmArgs fields, metric names);
 - `cli`: the click command built from those facts; `config`: the `--config` YAML checked against them;
 - `models`: the model directory and the multimodal architectures; `media`: decoding of content parts;
-- `chat`: the OpenAI chat request, its content parts and the deterministic answer; `server`: the HTTP server.
+- `chat`: the OpenAI chat request, its content parts and the deterministic answer; `server`: the HTTP server;
+- `launch` and `worker`: `trtllm-llmapi-launch` (rank 0 runs the server, the others the LLM API's MPI
+  worker, which joins the world and waits for rank 0).
 """

@@ -8,8 +8,8 @@ with `Unknown part type: <type>`; a modality the model registers no placeholder 
 modality: <modality>`; mixing images and image embeddings fails too. Every failure after validation is
 answered 400 with the OpenAI error object `{"object": "error", "message", "type": "BadRequestError", "param":
 null, "code": 400}`. The double answers with a description of what it received (each image's size and mean
-colour, each video's frames, each audio's length, the prompt), one token per word. Imports pydantic and the
-double's own modules.
+colour, each video's frames, each audio's length, the prompt; the MPI world when it spans hosts), one token
+per word. Imports pydantic and the double's own modules.
 """
 
 from __future__ import annotations
@@ -262,15 +262,23 @@ def describe(parts: list[MediaPart], policy: media.MediaPolicy, video_frames: in
 
 
 def answer(
-    request: ChatCompletionRequest, served: ServedModel, policy: media.MediaPolicy, video_frames: int
+    request: ChatCompletionRequest,
+    served: ServedModel,
+    policy: media.MediaPolicy,
+    video_frames: int,
+    world: str | None = None,
 ) -> Answer:
-    """The deterministic answer to a validated request, or ApiError 400."""
+    """The deterministic answer to a validated request, or ApiError 400.
+
+    `world` (the MPI world, when it spans hosts) follows the header: `world: 2 ranks on 2 hosts: a b.`
+    """
     if request.n != 1:
         raise bad_request(MULTIPLE_RESPONSES)
     texts, parts = collect_parts(request, served)
     prompt = " ".join(" ".join(texts).split())
     lines = [
         f"[trtllm-serve double, {served.architecture.model_type}]",
+        *([f"world: {world}."] if world else []),
         *describe(parts, policy, video_frames),
     ]
     lines.append(f"prompt: {prompt}" if prompt else "no prompt.")

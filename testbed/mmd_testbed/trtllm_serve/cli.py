@@ -7,18 +7,24 @@ unknown option, a bad value or a missing MODEL with its usage error and exit cod
 The other sub-commands exist (so their names are not taken for a MODEL) but refuse to run. After parsing, the
 double does what serve.py does at its boundary: parses `--media_io_kwargs` as JSON, applies the `--config`
 YAML (`config`), loads the model directory (`models`), then serves (`server`); a failure there prints the
-exception line the real server ends with and exits 1. Imports click and the double's modules.
+exception line the real server ends with and exits 1. Under MPI (`trtllm-llmapi-launch` on every rank of a
+world larger than one) it is rank 0: the world must be `tp_size` x `pp_size` ranks (else the LLM API's
+`Cannot instantiate Generator ...`), and it joins that world (the Triton doubles' `world`, bounded; a world
+that does not form exits 1 saying how many ranks joined of how many) before it serves. Imports click, the
+double's modules and `world`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 import click
 
+from mmd_testbed.triton.doubles import world
 from mmd_testbed.trtllm_serve import config, media, models, server
 from mmd_testbed.trtllm_serve.facts import Facts, Option, load
 
@@ -96,6 +102,33 @@ def _media_frames(media_io_kwargs: str | None) -> int:
     return frames if isinstance(frames, int) else media.DEFAULT_VIDEO_FRAMES
 
 
+def _join_world(params: Mapping[str, Any], values: Mapping[str, Any]) -> world.World | None:
+    """Under MPI, rank 0's share of the LLM API's world: its size checked, then joined (None outside MPI)."""
+    size = world.world_size()
+    if size <= 1:
+        return None
+    if world.world_rank() != 0:
+        _fail("the trtllm-serve double runs on rank 0 only: start every rank with trtllm-llmapi-launch")
+    # The YAML overrides the flags here too.
+    tp = int(values.get("tensor_parallel_size") or params["tensor_parallel_size"])
+    pp = int(values.get("pipeline_parallel_size") or params["pipeline_parallel_size"])
+    if tp * pp != size:
+        # executor.py GenerationExecutor.create (it refuses fewer ranks; the double any other number).
+        _fail(
+            f"RuntimeError: Cannot instantiate Generator for engine built for {tp * pp} ranks, while "
+            f"currently running on {size} ranks."
+        )
+    try:
+        joined = world.join()
+    except world.WorldError as error:
+        print(f"RuntimeError: {error}", file=sys.stderr, flush=True)
+        os._exit(EXIT_FAILED)  # a thread may still sit in MPI_Init: no interpreter shutdown
+    print(
+        f"[trtllm-serve double] rank 0 joined the MPI world: {joined.summary()}", file=sys.stderr, flush=True
+    )
+    return joined
+
+
 def _run_serve(facts: Facts, params: Mapping[str, Any]) -> None:
     if params.get("backend") != PYTORCH:
         _fail(f"the trtllm-serve double serves the {PYTORCH} backend only, not {params.get('backend')}")
@@ -108,6 +141,7 @@ def _run_serve(facts: Facts, params: Mapping[str, Any]) -> None:
             _fail(str(error))
     try:
         served = models.load_model(params["model"])
+        joined = _join_world(params, values)
         settings = server.ServeSettings(
             host=params["host"],
             port=params["port"],
@@ -118,6 +152,7 @@ def _run_serve(facts: Facts, params: Mapping[str, Any]) -> None:
             video_frames=frames,
             media_policy=media.MediaPolicy.from_env(),
             delay_seconds=server.delay_from_env() or served.knobs.get("seconds_per_request", 0.0),
+            world=joined,
         )
         server.serve_forever(settings, facts.metric_names)
     except models.ModelDirError as error:

@@ -9,8 +9,9 @@ Routes as openai_server.py registers them for a served LLM: `GET /health` (200, 
 FastAPI answers. At most `max_batch_size` requests are answered at once (the rest wait, which the queue-time
 histogram shows), each after MMD_DOUBLE_DELAY_SECONDS or the snapshot's `seconds_per_request` knob (for
 saturation and slow-canary tests); with its `fail_share` knob that share of requests is answered 400, as
-the real server answers an exception in the chat route, and not counted in the metrics.
-Imports prometheus_client and the standard library.
+the real server answers an exception in the chat route, and not counted in the metrics. Rank 0 of an MPI
+world that spans hosts says so in every answer (`chat.answer`), and ends the world when it stops
+(`world.farewell`). Imports prometheus_client, the standard library and the Triton doubles' `world`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from mmd_testbed.triton.doubles import world as mpi_world
 from mmd_testbed.trtllm_serve import chat, media
 from mmd_testbed.trtllm_serve.facts import PINNED_VERSION
 from mmd_testbed.trtllm_serve.models import ServedModel
@@ -67,6 +69,13 @@ class ServeSettings:
     video_frames: int
     media_policy: media.MediaPolicy
     delay_seconds: float
+    # The MPI world rank 0 joined (trtllm-llmapi-launch), None outside MPI.
+    world: mpi_world.World | None = None
+
+    @property
+    def world_line(self) -> str | None:
+        """What answers say of the world: only when it spans hosts (one host answers as before)."""
+        return self.world.summary() if self.world is not None and self.world.spans_hosts else None
 
 
 def delay_from_env() -> float:
@@ -210,7 +219,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         try:
             request = chat.parse_request(self._body())
             settings = self.server.settings
-            answer = chat.answer(request, settings.served, settings.media_policy, settings.video_frames)
+            answer = chat.answer(
+                request, settings.served, settings.media_policy, settings.video_frames, settings.world_line
+            )
         except chat.ApiError as error:
             self._json(error.status, error.body)
             return
@@ -276,3 +287,5 @@ def serve_forever(settings: ServeSettings, metric_names: tuple[str, ...]) -> Non
         pass
     finally:
         server.server_close()
+        if settings.world is not None and not mpi_world.farewell(settings.world):
+            print("[trtllm-serve double] the MPI world did not end in order", file=sys.stderr, flush=True)

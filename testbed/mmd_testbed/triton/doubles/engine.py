@@ -4,7 +4,12 @@ It generates `type|pre:...|enc:...|llm:...`, naming every optional input that ar
 answers one response per batch item (per segment when streaming), refuses what the backend and the
 executor refuse, in their words and order (`executor`, with the limits of the engines' own config.json),
 keeps a LoRA cache, reads Whisper's tones from encoder features, and, in leader mode, never finishes
-loading on ranks other than 0. Imports `base`, `executor` and what they import.
+loading on ranks other than 0. Under mpirun (a world of more than one rank) every rank first joins the MPI
+world (`world.join`, bounded: a world that does not form fails the load, saying how many ranks joined of how
+many); when the world spans more than one host, rank 0's llm segment ends with
+`world=<ranks> ranks on <hosts> hosts: <names>`, so an answer shows that the ranks of other pods joined
+(one host, as single-pod tensor parallelism: the answer is unchanged). Imports `base`, `executor`, `world`
+and what they import.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from . import codec, executor
+from . import codec, executor, world
 from .base import SPECIAL_TOKENS, DoubleError, Model, RefusalError, strings
 from .executor import Item, Limits, Serving
 from .frontends import read_table
@@ -76,6 +81,7 @@ class TensorrtLlm(Model):
     def __init__(self, spec: dict[str, Any]) -> None:
         super().__init__(spec)
         self.rank = _mpi_rank()
+        self.world: world.World | None = None
         self.lora_cache: dict[int, str] = {}
         self.lock = threading.Lock()
         self.last_request_id = 0
@@ -94,6 +100,22 @@ class TensorrtLlm(Model):
                 f"{executor.ASSERTION}Runtime configured max beam width ({self.max_beam_width}) must not "
                 f"exceed engine max beam width ({self.limits.engine_max_beam_width})"
             )
+
+    def join_world(self) -> None:
+        """Under MPI, join the world as the TensorRT-LLM backend does at load, within `world.WORLD_SECONDS`.
+
+        A world that does not form fails the load (tritonserver then exits: failed to load).
+        """
+        if world.world_size() <= 1:
+            return
+        try:
+            self.world = world.join()
+        except world.WorldError as error:
+            raise DoubleError(f"tensorrt_llm double, rank {self.rank}: {error}") from error
+        print(
+            f"tensorrt_llm double: rank {self.world.rank} joined the MPI world: {self.world.summary()}",
+            flush=True,
+        )
 
     def block_unless_leader(self) -> None:
         """In leader mode, never return from loading on ranks other than 0."""
@@ -222,6 +244,8 @@ class TensorrtLlm(Model):
         if item.max_new_tokens != requested:  # the executor cut max_tokens to fit max_seq_len (a warning)
             items.append(f"max_new_tokens={item.max_new_tokens}")
         items += self.lora(inputs, row)
+        if self.world is not None and self.world.spans_hosts:
+            items.append(f"world={self.world.summary()}")
         if knowledge["whisper"]:
             features = self.array(inputs["encoder_input_features"], "encoder_input_features")[row]
             prompt = codec.decode_ids(

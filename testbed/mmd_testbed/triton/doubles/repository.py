@@ -23,7 +23,7 @@ HERE = Path(__file__).parent
 # The files of this package a double runs with, and the package name they get beside its model.py.
 RUNTIME_FILES = (
     "__init__.py", "runtime.py", "base.py", "frontends.py", "engine.py", "executor.py", "bls.py",
-    "codec.py",
+    "codec.py", "world.py",
 )  # fmt: skip
 RUNTIME_PACKAGE = "triton_doubles"
 GPU_BACKEND_LINE = 'backend: "tensorrtllm"'

@@ -21,7 +21,8 @@ vocabulary). What reached each model is reported in the generated text:
   optional input that arrived, once per beam; it answers one response per batch item (per segment when
   streaming: the new segment with one beam, every beam's text so far with beam search), refuses what the
   TensorRT-LLM backend and executor refuse (`executor`), in their words, against the limits in the
-  engines' own config.json, keeps a LoRA cache, reads Whisper's tones from encoder features, and, in
+  engines' own config.json, keeps a LoRA cache, reads Whisper's tones from encoder features, under
+  mpirun joins the MPI world first (`world`; rank 0's answers name the world when it spans hosts), and, in
   leader mode, never finishes loading on ranks other than 0;
 - `postprocessing` detokenizes into one flat string per (batch item x beam); `tensorrt_llm_bls` and
   `whisper_bls` drive the other models through real BLS calls (`pb_utils.InferenceRequest`), the first
@@ -60,6 +61,7 @@ def build(spec: dict[str, Any]) -> type:
             check_loaded_config(spec, json.loads(args["model_config"]))
             self.model = ROLES[spec["role"]](spec)
             if isinstance(self.model, TensorrtLlm):
+                self.model.join_world()
                 self.model.block_unless_leader()
 
         def execute(self, requests: list[Any]) -> list[Any] | None:
