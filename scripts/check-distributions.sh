@@ -57,8 +57,8 @@ import yaml
 
 from mmd_operator.plan.resource_plan import plan_resource
 
-# (click is kopf's own dependency.)
-for extra in ("numpy", "tritonclient", "pillow", "soundfile", "jiwer", "cryptography", "psutil", "openai",
+# (click is kopf's own dependency; cryptography the operator's own, for the SSH keys of a replica across pods.)
+for extra in ("numpy", "tritonclient", "pillow", "soundfile", "jiwer", "psutil", "openai",
               "huggingface_hub", "mmctl", "mmd-testbed"):
     try:
         metadata.distribution(extra)

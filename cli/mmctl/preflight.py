@@ -240,6 +240,15 @@ def _pod_spec(objects: list[dict[str, Any]], kind: str) -> dict[str, Any] | None
     return found["spec"]["template"]["spec"] if found is not None else None
 
 
+def _serving_pod_spec(objects: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The serving pods' spec: the Deployment's, or a LeaderWorkerSet leader's (workers: as many GPUs)."""
+    group = next((o for o in objects if o["kind"] == kinds.LEADER_WORKER_SET.kind), None)
+    if group is not None:
+        spec: dict[str, Any] = group["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+        return spec
+    return _pod_spec(objects, kinds.DEPLOYMENT.kind)
+
+
 def _nodes(checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan, config: OperatorConfig) -> None:
     claim = cache.claim_name(resource, config)
     items = checks.read(
@@ -247,7 +256,7 @@ def _nodes(checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan, confi
     )
     nodes = nodes_of(items)
     objects = manifests(resource, plan, config=config)
-    job, serving = _pod_spec(objects, "Job"), _pod_spec(objects, "Deployment")
+    job, serving = _pod_spec(objects, "Job"), _serving_pod_spec(objects)
     # A Job that asks for no GPU (the weights download) fits wherever the serving pods do.
     if job is None or not object_facts.pod_placement(job).gpus:
         pass

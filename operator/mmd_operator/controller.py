@@ -53,6 +53,7 @@ WATCHED: tuple[tuple[cached.CachedKind, str | None], ...] = (
     (cached.NETWORK_POLICIES, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
     (cached.AUTOSCALERS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
     (cached.DISRUPTION_BUDGETS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
+    (cached.LEADER_WORKER_SETS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
 )
 
 
@@ -180,6 +181,11 @@ class Controller:
                 forgotten |= self._forget(kind, before - listed)
         return forgotten
 
+    async def served(self, kind: cached.CachedKind) -> bool:
+        """Whether the cluster serves `kind` now (API discovery, read in a worker thread)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.client.serves, kind.api)
+
     def cached_keys(self, kind: cached.CachedKind, namespace: str | None) -> set[Key]:
         """What the cache holds of `kind` (in `namespace`, or everywhere)."""
         return {key for key in self.store.keys(kind) if namespace is None or key[0] == namespace}
@@ -214,12 +220,17 @@ class Controller:
     def _list(
         self, kind: cached.CachedKind, namespace: str | None, selector: str | None
     ) -> list[dict[str, Any]]:
-        """One listing; without the CRD there is nothing to do but say so and wait for it."""
+        """One listing; without the CRD there is nothing to do but say so and wait for it.
+
+        A kind the cluster need not serve (`CachedKind.optional`) lists as empty while it is not served.
+        """
         waited = 0.0
         while True:
             try:
                 return self.client.list(kind.api_version, kind.kind, namespace, label_selector=selector)
             except ApiError as error:
+                if error.not_found and kind.optional:
+                    return []
                 if not (error.not_found and kind is cached.RESOURCES):
                     raise
             if waited % 30 == 0:

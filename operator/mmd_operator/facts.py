@@ -177,11 +177,15 @@ class ClaimFacts:
     phase: str = "Pending"
     # Whether the operator created it (then it manages its owners); a user's claim is only read.
     managed: bool = False
+    access_modes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class DeploymentFacts:
-    """The serving Deployment, as its controller last reported it."""
+    """The serving workload as its controller last reported it.
+
+    A Deployment, or a LeaderWorkerSet whose replicas are groups of pods.
+    """
 
     meta: Meta
     generation: int = 0
@@ -200,6 +204,9 @@ class DeploymentFacts:
     replicas_managers: tuple[tuple[str, str], ...] = ()
     # The digest of the pod template the operator rendered (`labels.TEMPLATE_DIGEST`), if it says.
     template_digest: str | None = None
+    # Its kind, and the pods of one replica (a LeaderWorkerSet's group size; 1 for a Deployment).
+    kind: str = "Deployment"
+    group_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -233,6 +240,10 @@ class Missing(StrEnum):
     SECRET = "SecretNotFound"
     SECRET_KEY = "SecretKeyNotFound"
     SOURCE_CLAIM = "SourceClaimNotFound"
+    # A replica across pods needs the LeaderWorkerSet API, which the cluster does not serve.
+    WORKLOAD_API = "LeaderWorkerSetNotInstalled"
+    # ... and claims its pods on several nodes can mount: ReadWriteMany.
+    SHARED_CLAIM = "ClaimNotShared"
 
 
 @dataclass(frozen=True)
@@ -278,6 +289,9 @@ class Observed:
     disruption_budget: Meta | None = None
     # A Canary rollout's Deployment of the new revision, while there is one.
     canary: DeploymentFacts | None = None
+    # The serving workload of the other kind (a Deployment where the spec now wants a LeaderWorkerSet,
+    # or the reverse), left from before the spec changed how many pods a replica takes.
+    retired_workload: DeploymentFacts | None = None
     # The nodes, read only while one of the resource's pods cannot be scheduled and the operator may
     # read them; None otherwise.
     nodes: Nodes | None = None

@@ -38,6 +38,8 @@ from mmd_operator.kube.client import KubeClient, user_agent
 from mmd_operator.vocabulary.kinds import ApiKind
 
 _log = logging.getLogger(__name__)
+# How often the stream of a kind the cluster does not serve looks again whether it does.
+OPTIONAL_KIND_SECONDS = 30.0
 # Set by `startup`; the event handlers below only run after it.
 _controller: Controller | None = None
 _streams: list[asyncio.Task[None]] = []
@@ -162,6 +164,10 @@ async def stream(
     where = references.NamespaceName(namespace) if namespace else None
     feed = running.on_resource if kind is cached.RESOURCES else functools.partial(running.on_child, kind)
     while True:
+        if kind.optional and not await running.served(kind):
+            # Not served (its CRD is not installed): look again later, quietly.
+            await asyncio.sleep(OPTIONAL_KIND_SECONDS)
+            continue
         before: set[tuple[str, str]] | None = None  # what the cache held as a listing began
         listed: set[tuple[str, str]] = set()
         try:

@@ -6,7 +6,7 @@ reference workflow uses, how many visual features one image becomes, which reque
 decode, and the serving defaults (from the Triton + TensorRT-LLM reference workflow, tensorrtllm_backend
 v0.19.0 templates and docs). `SERVE_KNOWLEDGE` holds the trtllm-serve runtime's (TensorRT-LLM 1.2.1's
 PyTorch backend): the Hugging Face architecture, the modalities, which serving features the backend's
-multimodal support matrix marks supported, and the head counts of known checkpoints. Adding a model type
+multimodal support matrix marks supported, and the heads and layers of known checkpoints. Adding a model type
 means adding one entry to the table of each runtime that serves it. Pure data: imports nothing of ours and
 does no I/O.
 """
@@ -170,6 +170,11 @@ class WhisperVariant:
     english_only: bool
 
 
+# The largest worlds (ranks of one replica) offered: one node of 8 GPUs; two, which hold a 70-90 B model
+# at 16 bits on 40 GB cards; four, for Llama 4 Maverick's 800 GB at 16 bits (with pipeline parallelism).
+NODE_WORLD, LARGE_WORLD, LARGEST_SERVE_WORLD = 8, 16, 32
+
+
 @dataclass(frozen=True)
 class ModelKnowledge:
     """Everything model-type specific, for one model type."""
@@ -225,6 +230,9 @@ class ModelKnowledge:
     # Models Triton ranks other than 0 must load explicitly besides tensorrt_llm.
     rank_models: tuple[str, ...] = ()
     whisper_variants: tuple[WhisperVariant, ...] = ()
+    # Not offered: the reference workflow's launch runs "only tensor parallelism".
+    pipeline_parallel: bool = False
+    largest_world: int = LARGE_WORLD
 
     @property
     def has_vision_engine(self) -> bool:
@@ -351,6 +359,7 @@ _WHISPER = ModelKnowledge(
     end_id=50257,
     pad_id=50257,
     rank_models=("whisper_bls",),
+    largest_world=NODE_WORLD,  # the largest Whisper (1.5 B parameters) fits one GPU
     whisper_variants=_WHISPER_VARIANTS,
 )
 
@@ -374,6 +383,7 @@ _ENTRIES = (
         image_inputs=frozenset({ImageInput.TENSOR}),
         prompt_template="Question: {text} Answer:",
         rank_models=("multimodal_encoders",),
+        largest_world=NODE_WORLD,  # the largest BLIP-2 (OPT-6.7b, Flan-T5-XXL) fits one GPU
     ),
     ModelKnowledge(
         model_type=ModelType.LLAVA,
@@ -579,23 +589,20 @@ def types_where(predicate: str) -> list[str]:
 # KV-cache reuse; a feature the matrix marks No or N/A, or a type it does not list, is not offered. The
 # matrix has no FP8 KV-cache column: it is offered only where the language model is of a family
 # TensorRT-LLM quantizes with an FP8 KV cache (Llama, Mistral, Qwen2), not verified for the multimodal
-# wrappers (decided conservatively).
-# Head counts are those of each checkpoint's text model (config.json), listed only where known.
+# wrappers (decided conservatively). Heads and layers: each checkpoint's text model (config.json), if known.
 
 
 @dataclass(frozen=True)
-class Heads:
-    """Attention and key-value heads of a checkpoint's language model: what tensor parallelism splits."""
+class LanguageModelShape:
+    """What parallelism splits in a checkpoint's language model: its heads (tensor) and layers (pipeline)."""
 
     attention: int
     key_value: int
+    layers: int
 
     def split_by(self, tensor_parallel_size: int) -> bool:
-        """Whether `tensor_parallel_size` ranks can share the heads.
-
-        Every rank needs whole attention heads; key-value heads are either split too or, when there are
-        fewer than ranks, replicated (which needs the ranks to be a multiple of them).
-        """
+        """Whether `tensor_parallel_size` ranks can share the heads (whole attention heads each)."""
+        # Key-value heads are split too or, when fewer than the ranks, replicated (ranks a multiple of them).
         tp = tensor_parallel_size
         return self.attention % tp == 0 and (self.key_value % tp == 0 or tp % self.key_value == 0)
 
@@ -618,8 +625,12 @@ class ServeKnowledge:
     # Where the chat template `/v1/chat/completions` applies comes from: trtllm-serve serves the chat API
     # only with one (its `--chat_template` flag overrides it).
     chat_template: str = "the checkpoint's processor (chat_template.json or tokenizer_config.json)"
-    # Known checkpoints of the type, by Hugging Face repository, with their heads.
-    checkpoints: Mapping[str, Heads] = field(default_factory=dict)
+    # Known checkpoints of the type, by Hugging Face repository, with their heads and layers.
+    checkpoints: Mapping[str, LanguageModelShape] = field(default_factory=dict)
+    # `--pp_size` above 1: offered where the language model's family is split into stages by the PyTorch
+    # backend (Llama, Qwen2) and a checkpoint needs more than one node; not verified for the wrappers.
+    pipeline_parallel: bool = False
+    largest_world: int = NODE_WORLD
 
 
 _IMAGE_ONLY = frozenset({Modality.IMAGE})
@@ -634,10 +645,12 @@ _SERVE_ENTRIES = (
         modalities=_IMAGE_VIDEO,
         kv_cache_reuse=True,
         fp8_kv_cache=True,
+        pipeline_parallel=True,
+        largest_world=LARGEST_SERVE_WORLD,
         checkpoints={
-            "Qwen/Qwen2-VL-2B-Instruct": Heads(12, 2),
-            "Qwen/Qwen2-VL-7B-Instruct": Heads(28, 4),
-            "Qwen/Qwen2-VL-72B-Instruct": Heads(64, 8),
+            "Qwen/Qwen2-VL-2B-Instruct": LanguageModelShape(12, 2, 28),
+            "Qwen/Qwen2-VL-7B-Instruct": LanguageModelShape(28, 4, 28),
+            "Qwen/Qwen2-VL-72B-Instruct": LanguageModelShape(64, 8, 80),
         },
     ),
     ServeKnowledge(
@@ -648,11 +661,13 @@ _SERVE_ENTRIES = (
         modalities=_IMAGE_VIDEO,
         kv_cache_reuse=True,
         fp8_kv_cache=True,
+        pipeline_parallel=True,
+        largest_world=LARGEST_SERVE_WORLD,
         checkpoints={
-            "Qwen/Qwen2.5-VL-3B-Instruct": Heads(16, 2),
-            "Qwen/Qwen2.5-VL-7B-Instruct": Heads(28, 4),
-            "Qwen/Qwen2.5-VL-32B-Instruct": Heads(40, 8),
-            "Qwen/Qwen2.5-VL-72B-Instruct": Heads(64, 8),
+            "Qwen/Qwen2.5-VL-3B-Instruct": LanguageModelShape(16, 2, 36),
+            "Qwen/Qwen2.5-VL-7B-Instruct": LanguageModelShape(28, 4, 28),
+            "Qwen/Qwen2.5-VL-32B-Instruct": LanguageModelShape(40, 8, 64),
+            "Qwen/Qwen2.5-VL-72B-Instruct": LanguageModelShape(64, 8, 80),
         },
     ),
     # Not in the 1.2-era matrix (later ones list it): that 1.2.1 serves it is not verified.
@@ -663,8 +678,8 @@ _SERVE_ENTRIES = (
         reference_checkpoint="Qwen/Qwen3-VL-8B-Instruct",
         modalities=_IMAGE_VIDEO,
         checkpoints={
-            "Qwen/Qwen3-VL-4B-Instruct": Heads(32, 8),
-            "Qwen/Qwen3-VL-8B-Instruct": Heads(32, 8),
+            "Qwen/Qwen3-VL-4B-Instruct": LanguageModelShape(32, 8, 36),
+            "Qwen/Qwen3-VL-8B-Instruct": LanguageModelShape(32, 8, 36),
         },
     ),
     ServeKnowledge(
@@ -682,9 +697,9 @@ _SERVE_ENTRIES = (
         modalities=_IMAGE_ONLY,
         fp8_kv_cache=True,
         checkpoints={
-            "llava-hf/llava-v1.6-mistral-7b-hf": Heads(32, 8),
-            "llava-hf/llava-v1.6-vicuna-7b-hf": Heads(32, 32),
-            "llava-hf/llava-v1.6-vicuna-13b-hf": Heads(40, 40),
+            "llava-hf/llava-v1.6-mistral-7b-hf": LanguageModelShape(32, 8, 32),
+            "llava-hf/llava-v1.6-vicuna-7b-hf": LanguageModelShape(32, 32, 32),
+            "llava-hf/llava-v1.6-vicuna-13b-hf": LanguageModelShape(40, 40, 40),
         },
     ),
     ServeKnowledge(
@@ -694,9 +709,11 @@ _SERVE_ENTRIES = (
         reference_checkpoint="meta-llama/Llama-4-Scout-17B-16E-Instruct",
         modalities=_IMAGE_ONLY,
         fp8_kv_cache=True,
+        pipeline_parallel=True,
+        largest_world=LARGEST_SERVE_WORLD,
         checkpoints={
-            "meta-llama/Llama-4-Scout-17B-16E-Instruct": Heads(40, 8),
-            "meta-llama/Llama-4-Maverick-17B-128E-Instruct": Heads(40, 8),
+            "meta-llama/Llama-4-Scout-17B-16E-Instruct": LanguageModelShape(40, 8, 48),
+            "meta-llama/Llama-4-Maverick-17B-128E-Instruct": LanguageModelShape(40, 8, 48),
         },
     ),
     ServeKnowledge(
@@ -706,9 +723,9 @@ _SERVE_ENTRIES = (
         reference_checkpoint="google/gemma-3-4b-it",
         modalities=_IMAGE_ONLY,
         checkpoints={
-            "google/gemma-3-4b-it": Heads(8, 4),
-            "google/gemma-3-12b-it": Heads(16, 8),
-            "google/gemma-3-27b-it": Heads(32, 16),
+            "google/gemma-3-4b-it": LanguageModelShape(8, 4, 34),
+            "google/gemma-3-12b-it": LanguageModelShape(16, 8, 48),
+            "google/gemma-3-27b-it": LanguageModelShape(32, 16, 62),
         },
     ),
     ServeKnowledge(
@@ -720,7 +737,7 @@ _SERVE_ENTRIES = (
         chunked_prefill=True,
         kv_cache_reuse=True,
         fp8_kv_cache=True,
-        checkpoints={"mistralai/Mistral-Small-3.1-24B-Instruct-2503": Heads(32, 8)},
+        checkpoints={"mistralai/Mistral-Small-3.1-24B-Instruct-2503": LanguageModelShape(32, 8, 40)},
     ),
     ServeKnowledge(
         model_type=ModelType.PHI4MM,
@@ -730,7 +747,7 @@ _SERVE_ENTRIES = (
         modalities=frozenset({Modality.IMAGE, Modality.AUDIO}),
         chunked_prefill=True,
         kv_cache_reuse=True,
-        checkpoints={"microsoft/Phi-4-multimodal-instruct": Heads(24, 8)},
+        checkpoints={"microsoft/Phi-4-multimodal-instruct": LanguageModelShape(24, 8, 32)},
     ),
 )
 
@@ -765,6 +782,19 @@ def types_taking(runtime: Runtime, modality: Modality) -> list[str]:
     return sorted(t.value for t, known in _TABLES[runtime].items() if modality in known.modalities)
 
 
-def checkpoint_heads() -> dict[str, Heads]:
-    """Every known trtllm-serve checkpoint's heads, by Hugging Face repository."""
+def types_by_largest_world(runtime: Runtime) -> dict[int, list[str]]:
+    """The model types `runtime` serves, sorted, by the largest world (tensor x pipeline ranks) offered."""
+    worlds = {known.largest_world for known in _TABLES[runtime].values()}
+    return {
+        world: sorted(t for t, k in _TABLES[runtime].items() if k.largest_world == world) for world in worlds
+    }
+
+
+def pipeline_types(runtime: Runtime) -> list[str]:
+    """The model types `runtime` serves with pipeline parallelism, sorted."""
+    return sorted(t.value for t, known in _TABLES[runtime].items() if known.pipeline_parallel)
+
+
+def checkpoint_shapes() -> dict[str, LanguageModelShape]:
+    """Every known trtllm-serve checkpoint's heads and layers, by Hugging Face repository."""
     return {repo: heads for entry in _SERVE_ENTRIES for repo, heads in entry.checkpoints.items()}

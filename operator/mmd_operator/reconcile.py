@@ -49,7 +49,7 @@ from mmd_operator.kube.writes import WriteCount, Writer
 from mmd_operator.plan_memory import PlanMemory, Use
 from mmd_operator.status import Findings, Report, previous_status, report, transition
 from mmd_operator.status.assessment import assess
-from mmd_operator.vocabulary import names, ownership
+from mmd_operator.vocabulary import ownership
 
 _log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -199,13 +199,14 @@ class Reconciler:
 
         stable_template = None
         judged = judged_now()
-        if judged.undo is not None and judged.undo.write:
+        if judged.undo is not None and judged.undo.write and observed.deployment is not None:
             stable_template = revision_template(
-                self.client, namespace, names.serving(name), judged.undo.to.pod_template_hash
+                self.client, namespace, observed.deployment, judged.undo.to.pod_template_hash
             )
 
         def undoable(judged: Judgement) -> Judgement:
-            # Without the stable revision's ReplicaSet there is nothing to go back to.
+            # Without the stable revision's record (ReplicaSet, ControllerRevision) there is nothing to go
+            # back to.
             writes_undo = judged.undo is not None and judged.undo.write
             return (
                 dataclasses.replace(judged, undo=None) if writes_undo and stable_template is None else judged
@@ -226,6 +227,7 @@ class Reconciler:
             delete=decision.delete,
             handover=decision.handover,
             handover_manager=scaling.handover_manager(self.config.field_manager),
+            generated=decision.generated_secrets,
         )
         if decision.record is not None:
             self.writer.record_build(namespace, claim, decision.record, count)

@@ -459,6 +459,9 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
     resource = "multimodaldeployments.serving.multimodal.dev"
     assert _can(tools, who, "patch", resource, "--subresource=status", *where)
     assert _can(tools, who, "get", "secrets", *where)
+    # Once per resource whose replica spans pods: its SSH keys (create, then server-side apply).
+    assert _can(tools, who, "create", "secrets", *where)
+    assert _can(tools, who, "patch", "secrets", *where)
     assert _can(tools, who, "list", "nodes")  # rbac.readNodes, for the scheduling messages
     # lostNodeSeconds: the node Leases, and the Ready condition of a pod on a silent node.
     assert _can(tools, who, "list", "leases.coordination.k8s.io", "-n", "kube-node-lease")
@@ -471,6 +474,8 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
     must_not = [
         ["list", "secrets", *where],
         ["watch", "secrets", *where],
+        ["update", "secrets", *where],
+        ["delete", "secrets", *where],
         ["create", "pods", *where],
         ["patch", "pods", *where],
         ["delete", "pods", *where],

@@ -33,8 +33,9 @@ from kubernetes import client as k8s
 from mmd_operator.api.v1alpha1 import GPU_RESOURCE
 from mmd_operator.desired import pods as pod_settings
 from mmd_operator.judgement import node_silence
-from mmd_operator.judgement.revisions import RETRY_ANNOTATION, ROLLED_BACK, TEMPLATE_HASH
+from mmd_operator.judgement.revisions import RETRY_ANNOTATION, ROLLED_BACK
 from mmd_operator.judgement.rollout import CONDITION, SURGE, SURGE_UNSCHEDULABLE
+from mmd_operator.vocabulary import labels
 from mmd_testbed.localcluster import addons
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.layout import Layout
@@ -184,7 +185,7 @@ def test_a_timeline_draws_the_endpoints_the_requests_and_the_marks(tmp_path: Pat
     assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 10_000
 
 
-def _ready_endpoints(kube: Kube, namespace: str, service: str) -> int:
+def ready_endpoints(kube: Kube, namespace: str, service: str) -> int:
     slices = k8s.DiscoveryV1Api(kube.core.api_client).list_namespaced_endpoint_slice(
         namespace, label_selector=f"kubernetes.io/service-name={service}"
     )
@@ -196,7 +197,7 @@ def _ready_endpoints(kube: Kube, namespace: str, service: str) -> int:
     )
 
 
-def _rollout_reason(resources: Resources, name: str) -> str:
+def rollout_reason(resources: Resources, name: str) -> str:
     conditions = (resources.get(name).get("status") or {}).get("conditions", [])
     return next((c["reason"] for c in conditions if c["type"] == CONDITION), "")
 
@@ -215,8 +216,8 @@ def watching(
         started = time.monotonic()
         while not watched.stop.is_set() and time.monotonic() - started < MAX_SECONDS:
             # Endpoints first: a condition seen after a zero was written before it.
-            ready = _ready_endpoints(kube, namespace, name)
-            watched.samples.append((time.monotonic(), ready, _rollout_reason(resources, name)))
+            ready = ready_endpoints(kube, namespace, name)
+            watched.samples.append((time.monotonic(), ready, rollout_reason(resources, name)))
             time.sleep(SAMPLE_SECONDS)
 
     def send() -> None:
@@ -286,7 +287,7 @@ def test_a_serving_change_with_a_spare_gpu_surges_and_keeps_a_ready_endpoint_thr
         watched.marks["change"] = changed
         ready_again = time.monotonic() - changed
         time.sleep(2)
-    assert _rollout_reason(resources, name) == SURGE
+    assert rollout_reason(resources, name) == SURGE
     during = watched.unbroken_since(changed, "a surge rollout")
     print(
         f"\n{name}: surge, 1 replica, spare GPU: Ready {ready_again:.1f} s after the change, {len(during)} "
@@ -298,7 +299,7 @@ def _busybox() -> str:
     return addons.image_names(ensure_node_binaries(Layout.discover(), say=print))["busybox"]
 
 
-def _free_gpus(kube: Kube, node: str) -> int:
+def free_gpus(kube: Kube, node: str) -> int:
     """Allocatable GPUs of `node` less what its unfinished pods request (a terminating pod still holds)."""
     allocatable = int(kube.core.read_node(node).status.allocatable.get(GPU_RESOURCE, "0"))
     pods = kube.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
@@ -312,12 +313,12 @@ def _free_gpus(kube: Kube, node: str) -> int:
     return allocatable - held
 
 
-def _gpu_filler(kube: Kube, namespace: str, node: str, gpus: int) -> None:
+def gpu_filler(kube: Kube, namespace: str, node: str, gpus: int, name: str = "gpu-filler") -> None:
     """A busybox pod on `node` holding `gpus` GPUs, `restricted`."""
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "gpu-filler", "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": node},
             "terminationGracePeriodSeconds": 0,
@@ -337,11 +338,11 @@ def _gpu_filler(kube: Kube, namespace: str, node: str, gpus: int) -> None:
     kube.core.create_namespaced_pod(namespace, body)
 
 
-def _pod_ready(pod: Any) -> bool:
+def pod_ready(pod: Any) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
-def _settled(kube: Kube, node: str) -> bool:
+def no_pod_stopping(kube: Kube, node: str) -> bool:
     """No pod on `node` is terminating (its GPUs would come free during the test)."""
     pods = kube.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
     return not any(pod.metadata.deletion_timestamp for pod in pods)
@@ -358,8 +359,8 @@ def test_with_no_spare_gpu_the_rollout_says_it_goes_in_place_first_and_is_down_f
     pinned = {"pod": {"nodeSelector": {"kubernetes.io/hostname": node}}, "rollout": {"surgeWaitSeconds": 5}}
     resources.apply(served.document(**pinned))
     resources.wait_phase(name, "Ready", timeout=240)
-    wait_until(f"no pod terminating on {node}", lambda: _settled(kube, node), timeout=120)
-    _gpu_filler(kube, namespace, node, _free_gpus(kube, node))
+    wait_until(f"no pod terminating on {node}", lambda: no_pod_stopping(kube, node), timeout=120)
+    gpu_filler(kube, namespace, node, free_gpus(kube, node))
     wait_until(
         "the GPU filler to run",
         lambda: kube.core.read_namespaced_pod("gpu-filler", namespace).status.phase == "Running",
@@ -382,7 +383,7 @@ def test_with_no_spare_gpu_the_rollout_says_it_goes_in_place_first_and_is_down_f
     rolling = [event.message or "" for event in events if event.reason == "RollingInPlace"]
     assert len(rolling) == 1 and f"pod {old.metadata.name} stops before its replacement loads" in rolling[0]
     assert f"offer 8 ({node} 8)" in rolling[0] and "Insufficient nvidia.com/gpu" in rolling[0], rolling[0]
-    assert _rollout_reason(resources, name) == SURGE  # the next change surges again
+    assert rollout_reason(resources, name) == SURGE  # the next change surges again
     strategy = kube.apps.read_namespaced_deployment(name, namespace).spec.strategy.rolling_update
     assert (strategy.max_surge, strategy.max_unavailable) == (1, 0)
     downtime = down[-1] - down[0] + SAMPLE_SECONDS
@@ -406,7 +407,7 @@ def _undone(status: dict[str, Any]) -> bool:
 def _only_the_stable_pods(kube: Kube, namespace: str, name: str, stable_hash: str) -> bool:
     pods = serving_pods(kube, namespace, name)
     return bool(pods) and all(
-        pod.metadata.labels.get(TEMPLATE_HASH) == stable_hash and pod.status.phase == "Running"
+        pod.metadata.labels.get(labels.DEPLOYMENT_REVISION) == stable_hash and pod.status.phase == "Running"
         for pod in pods
     )
 
@@ -513,7 +514,7 @@ def test_a_drain_of_a_node_with_a_serving_pod_loses_no_request_with_two_replicas
 
             def moved() -> bool:
                 pods = serving_pods(kube, namespace, name)
-                ready = [p for p in pods if _pod_ready(p)]
+                ready = [p for p in pods if pod_ready(p)]
                 return len(ready) == 2 and not drained_pods & {p.metadata.name for p in pods}
 
             wait_until("two ready pods off the drained node", moved, timeout=240)
@@ -585,12 +586,12 @@ def test_with_the_autoscaler_a_change_surges_one_pod_above_its_replicas_and_leav
     resources.apply(served.document(autoscaling=STEADY_AUTOSCALING))
 
     def two_ready() -> bool:
-        return sum(1 for pod in serving_pods(kube, namespace, name) if _pod_ready(pod)) == 2
+        return sum(1 for pod in serving_pods(kube, namespace, name) if pod_ready(pod)) == 2
 
     wait_until("the autoscaler's two ready pods", two_ready, timeout=240)
     resources.wait_phase(name, "Ready", timeout=120)
     scaling = k8s.AutoscalingV2Api(kube.core.api_client)
-    old = {pod.metadata.labels.get(TEMPLATE_HASH) for pod in serving_pods(kube, namespace, name)}
+    old = {pod.metadata.labels.get(labels.DEPLOYMENT_REVISION) for pod in serving_pods(kube, namespace, name)}
     seen: list[tuple[int, int | None, int | None]] = []  # (pods, HPA's desired, Deployment's replicas)
     with watching(served, kube, resources, namespace, picture) as watched:
         changed = watched.marks["change"] = time.monotonic()
@@ -601,8 +602,8 @@ def test_with_the_autoscaler_a_change_surges_one_pod_above_its_replicas_and_leav
             hpa = scaling.read_namespaced_horizontal_pod_autoscaler(name, namespace)
             replicas = kube.apps.read_namespaced_deployment(name, namespace).spec.replicas
             seen.append((len(pods), hpa.status.desired_replicas, replicas))
-            hashes = {pod.metadata.labels.get(TEMPLATE_HASH) for pod in pods}
-            return len(pods) == 2 and not hashes & old and all(_pod_ready(pod) for pod in pods)
+            hashes = {pod.metadata.labels.get(labels.DEPLOYMENT_REVISION) for pod in pods}
+            return len(pods) == 2 and not hashes & old and all(pod_ready(pod) for pod in pods)
 
         wait_until("both pods replaced", rolled, timeout=300, interval=0.5)
         resources.wait_phase(name, "Ready", timeout=120)
@@ -670,7 +671,7 @@ def test_a_lost_node_costs_only_the_requests_in_flight_on_it(
             said = time.monotonic() - lost
             watched.marks["NodeLost"] = lost + said
             (marked,) = on_node
-            pod_ready = next(
+            marked_ready = next(
                 c
                 for c in kube.core.read_namespaced_pod(marked, namespace).status.conditions
                 if c.type == "Ready"
@@ -678,7 +679,7 @@ def test_a_lost_node_costs_only_the_requests_in_flight_on_it(
 
             def moved() -> bool:
                 pods = serving_pods(kube, namespace, name)
-                ready = [p for p in pods if _pod_ready(p) and p.spec.node_name != node]
+                ready = [p for p in pods if pod_ready(p) and p.spec.node_name != node]
                 return len(ready) == 2 and not on_node & {p.metadata.name for p in pods}
 
             if ALL_CASES:
@@ -698,13 +699,13 @@ def test_a_lost_node_costs_only_the_requests_in_flight_on_it(
 
         def back() -> bool:  # the add-ons there too (Prometheus, the Hub double, CoreDNS), for later tests
             pods = kube.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
-            return all(_pod_ready(p) for p in pods if p.status.phase not in ("Succeeded", "Failed"))
+            return all(pod_ready(p) for p in pods if p.status.phase not in ("Succeeded", "Failed"))
 
         wait_until(f"every pod on {node} ready again", back, timeout=180)
     ready = next(c for c in degraded["status"]["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "NodeLost" and f"its node {node} stopped reporting" in ready["message"], ready
     # The operator's mark, not the node controller's (which comes after its 120 s grace period).
-    assert (pod_ready.status, pod_ready.reason) == ("False", node_silence.REASON), pod_ready
+    assert (marked_ready.status, marked_ready.reason) == ("False", node_silence.REASON), marked_ready
     assert said < 60, f"NodeLost only {said:.1f} s after the node died"
     dropped = next(at for at, ready, _ in watched.samples if at >= lost and ready < 2) - lost
     # Requests sent before the node was gone that had not been answered: the ones it may have held.

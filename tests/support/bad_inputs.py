@@ -248,7 +248,7 @@ CASES: list[BadInput] = [
         "llava",
         _spec(engine={"tensorParallelSize": "2"}),
         "spec.engine.tensorParallelSize",
-        "must be 1, 2, 4 or 8",
+        "must be 1, 2, 4, 8, 16 or 32",
         _spec(engine={"tensorParallelSize": 2}),
         server="Unsupported value",
         values=('"2"',),

@@ -13,6 +13,7 @@ from mmd_testbed.localcluster import images, realnodes
 from mmd_testbed.localcluster.binaries import ensure_binaries
 from mmd_testbed.localcluster.gitops_check import ensure_gitops_check
 from mmd_testbed.localcluster.layout import Layout
+from mmd_testbed.localcluster.lwsbinaries import ensure_lws_binaries
 from mmd_testbed.localcluster.metricsbinaries import ensure_metrics_binaries
 from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
 
@@ -28,6 +29,8 @@ def main() -> int:
         print("the real-pod tier cannot run here: " + "; ".join(problems), file=sys.stderr)
         return 1
     ensure_node_binaries(layout, say=print)
+    # The LeaderWorkerSet controller the real-pod tier starts (tests/pods/test_leaderworkerset_controller.py).
+    ensure_lws_binaries(layout, say=print)
     images.build_local(layout, print)
     return 0
 

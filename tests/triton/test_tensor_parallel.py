@@ -1,16 +1,33 @@
-"""The multi-rank launch argv (tensor-parallel size 2) really starts under Open MPI, in leader mode."""
+"""The multi-rank launch argv (tensor-parallel size 2) really starts under Open MPI, in leader mode, and its
+ranks' tensorrt_llm doubles form one MPI world: on one host (one pod), and as a group across pods does,
+each rank on a host name of its own (a UTS namespace), where the answer names the world; a world whose
+second rank never joins fails rank 0's load within the bound."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from mmctl.main import main
+from mmd_operator.plan.launch import Ports, launch_plan
+from mmd_operator.plan.settings import ENGINE_MOUNT
+from mmd_testbed.triton import media
 from mmd_testbed.triton.doubles import codec
-from mmd_testbed.triton.localserver import TritonInstall
+from mmd_testbed.triton.doubles.repository import write_repository
+from mmd_testbed.triton.doubles.world import SECONDS_ENV
+from mmd_testbed.triton.engines import write_engine_configs
+from mmd_testbed.triton.localserver import (
+    MPI_ENV,
+    ServerFailedError,
+    TritonInstall,
+    free_port_set,
+    running,
+)
 from mmd_testbed.triton.serving import serve
 from tests.triton.serving import load_example
 from tests.triton.test_conformance import ask, image_request
@@ -60,5 +77,91 @@ def test_tp2_argv_starts_under_mpirun(
         # Leader mode: rank 1 never finishes loading, so only rank 0 opened the shared ports.
         assert text.count("Started HTTPService") == 1
         assert "rank 0 waits" not in text
+        # Both ranks' tensorrt_llm doubles joined one MPI world (world.py); on one host the answer above is
+        # the single-rank one (no `world=` item: that needs ranks on more than one host).
+        for rank in (0, 1):
+            assert f"tensorrt_llm double: rank {rank} joined the MPI world: 2 ranks on 1 host: " in text
+        assert "world" not in seen["llm"]
         assert served.process.pid is not None
     assert _processes_mentioning(str(served.repository)) == []
+
+
+# Each rank in a UTS namespace of its own: its own host name, as in the pods of a LeaderWorkerSet group.
+_AS_HOST = 'hostname "$0" && exec "$@"'
+GROUP_HOSTS = ("llava-tp2-0", "llava-tp2-0-1")
+
+
+def _group_world(
+    triton_install: TritonInstall, workdir: Path, hosts: tuple[str, ...] = GROUP_HOSTS
+) -> tuple[list[str], Ports, Path]:
+    """The repository with doubles, and the leader's mpirun argv of a group across pods: the operator's
+    `group_segments` (rank 1 without endpoints), each rank on its own host name."""
+    if shutil.which("mpirun") is None:
+        pytest.fail("mpirun is missing: run `make triton-server` (installs openmpi-bin)", pytrace=False)
+    if subprocess.run(["unshare", "--uts", "true"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("no UTS namespaces here (unshare --uts needs root): one host name for every rank")
+    plan = load_example(EXAMPLE)
+    repository = workdir / "model_repository"
+    entry = write_engine_configs(plan.build, workdir / "engines" / plan.cache_key, 2)
+    write_repository(
+        repository,
+        plan.repository.configs,
+        plan.settings.knowledge,
+        triton_install.stub_site,
+        engine_dirs={f"{ENGINE_MOUNT}/{plan.cache_key}": str(entry)},
+    )
+    ports = free_port_set()
+    launch = launch_plan(
+        plan.settings,
+        tritonserver=str(triton_install.tritonserver),
+        model_repository=str(repository),
+        ports=ports,
+    )
+    argv = ["mpirun", "--allow-run-as-root"]
+    for index, (segment, host) in enumerate(zip(launch.group_segments, hosts, strict=True)):
+        argv += [":"] * bool(index) + ["-n", str(segment.count), "unshare", "--uts", "sh", "-c", _AS_HOST]
+        argv += [host, *segment.argv]
+    return argv, ports, workdir / "server.log"
+
+
+def test_a_world_across_two_hosts_answers_through_mmctl_infer_with_its_world(
+    triton_install: TritonInstall,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    say: Callable[[str], None],
+) -> None:
+    argv, ports, log = _group_world(triton_install, tmp_path)
+    with running(argv, http_port=ports.http, log_path=log, env=MPI_ENV, timeout=120):
+        picture = media.image(tmp_path / "picture.jpg")
+        url = f"grpc://127.0.0.1:{ports.grpc}"
+        code = main(["infer", "--url", url, "--model-type", "llava", "--image", str(picture)])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        say(f"\n  [triton] a group world on two hosts: mmctl infer printed {out.strip()!r}")
+        # Rank 0 reached rank 1 on the other host: its answer says so, as the llm segment's last item.
+        seen = codec.parse_digest(out.strip())
+        assert seen["llm"]["world"] == f"2 ranks on 2 hosts: {' '.join(GROUP_HOSTS)}"
+        assert out.strip().endswith(f",world=2 ranks on 2 hosts: {' '.join(GROUP_HOSTS)}")
+        text = log.read_text(errors="replace")
+        assert f"rank 1 joined the MPI world: 2 ranks on 2 hosts: {' '.join(GROUP_HOSTS)}" in text
+        assert "rank 1 waits for the leader" in text and text.count("Started HTTPService") == 1
+
+
+def test_a_world_whose_second_rank_never_joins_fails_the_load_within_the_bound(
+    triton_install: TritonInstall, tmp_path: Path
+) -> None:
+    argv, ports, log = _group_world(triton_install, tmp_path)
+    # Rank 1 never starts its tritonserver: rank 0's tensorrt_llm waits the bound, then fails its load.
+    argv = [*argv[: argv.index(":")], ":", "-n", "1", "sleep", "300"]
+    bound = 5
+    started = time.monotonic()
+    with (
+        pytest.raises(ServerFailedError),
+        running(argv, http_port=ports.http, log_path=log, env={**MPI_ENV, SECONDS_ENV: str(bound)}),
+    ):
+        pass
+    took = time.monotonic() - started
+    text = log.read_text(errors="replace")
+    assert "the MPI world of 2 ranks did not form within 5 s: 1 of 2 ranks joined (rank 0, this one)" in text
+    assert "failed to load 'tensorrt_llm'" in text
+    assert bound <= took < bound + 60, took

@@ -80,9 +80,20 @@ only the Ready condition of a serving pod whose node has gone silent (lostNodeSe
   resources: [pods/status]
   verbs: [patch]
 {{- end }}
+# get: a Hub token Secret the spec names; create and patch (server-side apply, once): the SSH keys of a
+# replica across pods, a Secret the operator owns.
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get]
+  verbs: [get, create, patch]
+# A replica across pods (a group of a LeaderWorkerSet, whose controller the cluster installs).
+- apiGroups: [leaderworkerset.x-k8s.io]
+  resources: [leaderworkersets]
+  verbs: [get, list, watch, create, patch, delete]
+# list, by label: the template a LeaderWorkerSet ran at its last Ready revision, to undo one that cannot
+# start (the ReplicaSet above is a Deployment's).
+- apiGroups: [apps]
+  resources: [controllerrevisions]
+  verbs: [list]
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]

@@ -33,6 +33,7 @@ _PRINTER_COLUMNS = [
     # What the operator or, with autoscaling, the autoscaler wants (status.replicas), not the spec's number.
     {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas", "priority": 1},
     {"name": "TP", "type": "integer", "jsonPath": ".spec.engine.tensorParallelSize", "priority": 1},
+    {"name": "Pods/Replica", "type": "integer", "jsonPath": ".status.podsPerReplica", "priority": 1},
     # Empty: triton-trtllm-engine (a spec that names no runtime).
     {"name": "Runtime", "type": "string", "jsonPath": ".spec.runtime", "priority": 1},
     {"name": "Commit", "type": "string", "jsonPath": ".status.weights.commit", "priority": 1},

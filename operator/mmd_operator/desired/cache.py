@@ -40,8 +40,10 @@ def engine_cache_claim(
     user is an owner and the claim goes with the last of them; with Retain it has no owner.
     """
     cache = resource.spec.engine_cache
+    # A replica across pods mounts it from several nodes: shared, whatever the operator's default.
+    shared = "ReadWriteMany" if resource.spec.parallelism.spans_pods else None
     spec: dict[str, Any] = {
-        "accessModes": [cache.access_mode or config.engine_cache_access_mode],
+        "accessModes": [cache.access_mode or shared or config.engine_cache_access_mode],
         "resources": {"requests": {"storage": str(cache.size or config.engine_cache_size)}},
     }
     storage_class = cache.storage_class_name or config.engine_cache_storage_class

@@ -50,9 +50,9 @@ from engine_builder.result_format import BuildSucceeded
 from engine_builder.weights_format import DownloadSucceeded
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import cache, scaling, serving, triton, trtllm_serve
+from mmd_operator.desired import cache, groups, scaling, serving, triton, trtllm_serve
 from mmd_operator.desired.children import Children, Manifest, Owner
-from mmd_operator.facts import Meta, Observed
+from mmd_operator.facts import DeploymentFacts, Meta, Observed
 from mmd_operator.judgement import Judgement, Rendered
 from mmd_operator.judgement.revisions import settled
 from mmd_operator.knowledge import Runtime
@@ -78,6 +78,8 @@ class Desired:
     record: BuildSucceeded | DownloadSucceeded | None = None
     # The Deployment's `replicas` alone, to apply under the handover manager before `apply` (`scaling`).
     handover: dict[str, Any] | None = None
+    # Secrets to create when missing, with data the writer makes (a group's SSH keys), never updated.
+    generated_secrets: tuple[dict[str, Any], ...] = ()
 
     def manifest(self, kind: str) -> dict[str, Any] | None:
         """The manifest of `kind` to apply, if any."""
@@ -93,6 +95,7 @@ class _Writes:
     leave: list[ObjectKey] = field(default_factory=list)
     delete: list[ObjectKey] = field(default_factory=list)
     handover: dict[str, Any] | None = None
+    generated_secrets: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -176,8 +179,11 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
     undo, live = case.judgement.undo, case.observed.deployment
     held = undo is not None and not undo.write and live is not None
     trial = False
-    if artifact.ready and not too_large and not held:
+    if artifact.ready and not too_large and not held and not blocked:
         wanted = children.deployment(artifact.location)
+        if wanted["kind"] == kinds.LEADER_WORKER_SET.kind:
+            owned = case.owned
+            writes.generated_secrets.append(groups.ssh_secret(owned.instance, owned.namespace, owned.owner))
         trial = _on_trial(case, serving.template_digest(wanted))
         if trial:
             writes.apply.append(hashing.stamped(serving.canary_deployment(wanted)))
@@ -189,10 +195,14 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
                 wanted = serving.undone(wanted, case.stable_template, undo.failed)
             deployment = hashing.stamped(wanted)
             writes.apply.append(deployment)
+    retired = case.observed.retired_workload
+    if retired is not None and not retired.meta.deleting and retired.meta.owned_by(case.owned.owner.uid):
+        # The spec changed how many pods a replica takes: the workload of the other kind goes.
+        writes.delete.append(ObjectKey.of(_kind_of(retired), retired.meta.name))
     canary = case.observed.canary
     kept = trial or _promoting(case) or case.judgement.canary.keep
     if canary is not None and not canary.meta.deleting and not kept:
-        writes.delete.append(ObjectKey.of(kinds.DEPLOYMENT, canary.meta.name))
+        writes.delete.append(ObjectKey.of(_kind_of(canary), canary.meta.name))
     if not blocked:
         writes.apply.append(hashing.stamped(children.service))
     policy = children.network_policy
@@ -211,6 +221,10 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
         if (held or trial) and live is not None
         else None,
     )
+
+
+def _kind_of(workload: DeploymentFacts) -> kinds.ApiKind:
+    return kinds.LEADER_WORKER_SET if workload.kind == kinds.LEADER_WORKER_SET.kind else kinds.DEPLOYMENT
 
 
 def _on_trial(case: _Case, revision: str) -> bool:
@@ -265,7 +279,9 @@ def _scaling(case: _Case, writes: _Writes, deployment: dict[str, Any] | None) ->
             deployment
         )
         if changed and live is not None and (owned.config.field_manager, "Apply") in live.replicas_managers:
-            writes.handover = scaling.replicas_handover(live.meta.name, namespace, live.replicas)
+            writes.handover = scaling.replicas_handover(
+                _kind_of(live), live.meta.name, namespace, live.replicas
+            )
         writes.apply.append(hashing.stamped(autoscaler))
     live_autoscaler = observed.autoscaler.meta if observed.autoscaler is not None else None
     _delete_unwanted(case, writes, autoscaler, live_autoscaler, kinds.HORIZONTAL_POD_AUTOSCALER)
@@ -331,6 +347,7 @@ def desired_state(
         delete=tuple(sorted(set(writes.delete))),
         record=judgement.artifact.record,
         handover=writes.handover,
+        generated_secrets=tuple(writes.generated_secrets),
     )
 
 

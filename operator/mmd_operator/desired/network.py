@@ -2,7 +2,8 @@
 
 It selects the serving pods (the Deployment's own selector) and denies everything not listed: inference
 (HTTP and gRPC) only from the clients the spec names, metrics only from the monitoring namespaces, and
-out of the pods only DNS and the address blocks of `egress`. The Service's ports and the policy's come
+out of the pods only DNS and the address blocks of `egress`; with a replica across pods, also every port
+between the serving pods (MPI and NCCL). The Service's ports and the policy's come
 from the same constants, so they cannot drift apart. Pure: imports the api models and the serving
 builder's names.
 """
@@ -71,7 +72,6 @@ def network_policy(
     spec = resource.spec.serving.network_policy
     if spec is None:
         return None
-    instance = str(resource.metadata["name"])
     ingress: list[dict[str, Any]] = []
     peers = []
     for client in spec.clients:
@@ -100,13 +100,34 @@ def network_policy(
             rule["ports"] = [_port(port) for port in allowance.ports]
         egress.append(rule)
     rules = {"policyTypes": ["Ingress", "Egress"], "ingress": ingress, "egress": egress}
-    return serving_policy(instance, rules, namespace=namespace, owner=owner)
+    return serving_policy(resource, rules, namespace=namespace, owner=owner)
+
+
+def _within_groups(instance: str, rules: dict[str, Any]) -> dict[str, Any]:
+    """`rules` and, for each direction they restrict, every port between the resource's serving pods.
+
+    A world across pods speaks MPI and NCCL on ports it picks at start. A policy cannot name one group's
+    pods (their group label varies), so the rule admits the resource's serving pods: its groups.
+    """
+    peers = [{"podSelector": {"matchLabels": labels.serving_selector(instance)}}]
+    directions = {"Ingress": ("ingress", "from"), "Egress": ("egress", "to")}
+    widened = dict(rules)
+    for kind in rules["policyTypes"]:
+        key, side = directions[kind]
+        widened[key] = [*rules.get(key, []), {side: peers}]
+    return widened
 
 
 def serving_policy(
-    instance: str, rules: dict[str, Any], *, namespace: str, owner: OwnerRef
+    resource: MultimodalDeployment, rules: dict[str, Any], *, namespace: str, owner: OwnerRef
 ) -> dict[str, Any]:
-    """The NetworkPolicy of `instance`'s serving pods with `rules` (its policy types and their rules)."""
+    """The NetworkPolicy of `resource`'s serving pods with `rules` (its policy types and their rules).
+
+    With a replica across pods, the pods of its groups reach each other on every port too.
+    """
+    instance = str(resource.metadata["name"])
+    if resource.spec.parallelism.spans_pods:
+        rules = _within_groups(instance, rules)
     return {
         "apiVersion": kinds.NETWORK_POLICY.api_version,
         "kind": kinds.NETWORK_POLICY.kind,

@@ -49,16 +49,18 @@ def horizontal_pod_autoscaler(
     # Admission refuses a metric the runtime lacks; a spec that got past it asks for nothing here.
     assert metric_source is not None, f"{autoscaling.metric.name} on {resource.spec.serving_runtime}"
     instance = str(resource.metadata["name"])
+    # A LeaderWorkerSet scales groups: its scale subresource counts them and selects their leaders.
+    workload, name = (
+        (kinds.LEADER_WORKER_SET, names.group_set(instance))
+        if resource.spec.parallelism.spans_pods
+        else (kinds.DEPLOYMENT, names.serving(instance))
+    )
     return {
         "apiVersion": kinds.HORIZONTAL_POD_AUTOSCALER.api_version,
         "kind": kinds.HORIZONTAL_POD_AUTOSCALER.kind,
         "metadata": serving_metadata(instance, namespace, owner),
         "spec": {
-            "scaleTargetRef": {
-                "apiVersion": kinds.DEPLOYMENT.api_version,
-                "kind": kinds.DEPLOYMENT.kind,
-                "name": names.serving(instance),
-            },
+            "scaleTargetRef": {"apiVersion": workload.api_version, "kind": workload.kind, "name": name},
             "minReplicas": autoscaling.min_replicas,
             "maxReplicas": autoscaling.max_replicas,
             "metrics": [
@@ -109,11 +111,11 @@ def pod_disruption_budget(
     }
 
 
-def replicas_handover(deployment: str, namespace: str, replicas: int) -> dict[str, Any]:
-    """The handover's apply: the Deployment's `replicas` alone, at its live value."""
+def replicas_handover(workload: kinds.ApiKind, name: str, namespace: str, replicas: int) -> dict[str, Any]:
+    """The handover's apply: the serving workload's `replicas` alone, at its live value."""
     return {
-        "apiVersion": kinds.DEPLOYMENT.api_version,
-        "kind": kinds.DEPLOYMENT.kind,
-        "metadata": {"name": deployment, "namespace": namespace},
+        "apiVersion": workload.api_version,
+        "kind": workload.kind,
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {"replicas": replicas},
     }

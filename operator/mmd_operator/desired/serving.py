@@ -19,11 +19,12 @@ import math
 from collections.abc import Sequence
 
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
-from mmd_operator.desired import pods
+from mmd_operator.desired import groups, pods
 from mmd_operator.desired.children import Manifest, Owner
 from mmd_operator.facts import OwnerRef
 from mmd_operator.judgement.rollout import IN_PLACE_BECAUSE
-from mmd_operator.vocabulary import hashing, labels, names, ownership
+from mmd_operator.plan.launch import Segment
+from mmd_operator.vocabulary import hashing, kinds, labels, names, ownership
 
 # The API server refuses objects over 1 MiB; keep room for the ConfigMap's metadata.
 CONFIGMAP_DATA_LIMIT = 1_000_000
@@ -72,20 +73,28 @@ IN_PLACE = {"maxSurge": 0, "maxUnavailable": 1}
 
 
 def rolling_in_place(manifest: Manifest, because: str) -> Manifest:
-    """`manifest`, a serving Deployment, rolling in place for the rest of its rollout, and why."""
+    """`manifest`, the serving workload, rolling in place for the rest of its rollout, and why."""
     metadata = manifest["metadata"]
+    key, rolling = (
+        ("rolloutStrategy", "rollingUpdateConfiguration")
+        if manifest["kind"] == kinds.LEADER_WORKER_SET.kind
+        else ("strategy", "rollingUpdate")
+    )
     return {
         **manifest,
         "metadata": {
             **metadata,
             "annotations": {**metadata.get("annotations", {}), IN_PLACE_BECAUSE: because},
         },
-        "spec": {**manifest["spec"], "strategy": {"type": "RollingUpdate", "rollingUpdate": dict(IN_PLACE)}},
+        "spec": {**manifest["spec"], key: {"type": "RollingUpdate", rolling: dict(IN_PLACE)}},
     }
 
 
 def undone(manifest: Manifest, template: Manifest, failed: str) -> Manifest:
-    """`manifest`, a serving Deployment, with the pod `template` of the last Ready revision back."""
+    """`manifest`, the serving workload, with the `template` of the last Ready revision back.
+
+    A Deployment's pod template; a LeaderWorkerSet's `leaderWorkerTemplate` (both of its pod templates).
+    """
     metadata = manifest["metadata"]
     # The revision it runs is the stable one's, not the one rendered: a retry of the latter is a change.
     annotations = {
@@ -96,8 +105,12 @@ def undone(manifest: Manifest, template: Manifest, failed: str) -> Manifest:
     return {
         **manifest,
         "metadata": {**metadata, "annotations": annotations},
-        "spec": {**manifest["spec"], "template": template},
+        "spec": {**manifest["spec"], _template_field(manifest): template},
     }
+
+
+def _template_field(manifest: Manifest) -> str:
+    return "leaderWorkerTemplate" if manifest["kind"] == kinds.LEADER_WORKER_SET.kind else "template"
 
 
 def template_digest(manifest: Manifest) -> str:
@@ -110,11 +123,14 @@ def canary_deployment(manifest: Manifest) -> Manifest:
 
     Its pods carry the serving labels the Service selects, and the track label, which its selector
     adds; the serving Deployment's ReplicaSets leave them alone, since each pod names its controller.
+    With a replica across pods, a LeaderWorkerSet of one group.
     """
     metadata = manifest["metadata"]
     spec = manifest["spec"]
-    template = spec["template"]
     track = {labels.TRACK: labels.CANARY}
+    if manifest["kind"] == kinds.LEADER_WORKER_SET.kind:
+        return groups.canary_set(manifest, names.canary(metadata["labels"][labels.INSTANCE]), track)
+    template = spec["template"]
     return {
         **manifest,
         "metadata": {**metadata, "name": names.canary(metadata["name"])},
@@ -178,12 +194,12 @@ def server_container(
     command: Sequence[str],
     env: Sequence[Manifest],
     ports: Sequence[tuple[str, int]],
-    gpus: int,
     health: tuple[str, str],
     mounts: Sequence[Manifest],
 ) -> Manifest:
-    """The serving container: `command` with `gpus` GPUs, probed on its (ready, live) `health` paths."""
+    """The serving container: `command` with one pod's GPUs, probed on its (ready, live) `health` paths."""
     serving = owned.resource.spec.serving
+    gpus = owned.resource.spec.parallelism.gpus_per_pod
     ready_path, live_path = health
     return {
         "name": name,
@@ -206,9 +222,14 @@ def deployment(
     configmap: str,
     server: Manifest,
     volumes: Sequence[Manifest],
+    segments: Sequence[Segment],
     init_containers: Sequence[Manifest] = (),
 ) -> Manifest:
-    """The serving Deployment of `server`, its pods marked with `cache_key` and mounting `configmap`."""
+    """The serving Deployment of `server`, its pods marked with `cache_key` and mounting `configmap`.
+
+    With a replica across pods, the LeaderWorkerSet of the same pods (`groups`), whose leaders run the
+    world's `segments`.
+    """
     serving = owned.resource.spec.serving
     pod_labels = {**labels.for_instance(owned.instance, labels.SERVING), labels.CACHE_KEY: cache_key}
     pod_spec: Manifest = {
@@ -230,7 +251,7 @@ def deployment(
         "spec": pod_spec,
     }
     metadata = serving_metadata(owned.instance, owned.namespace, owned.owner)
-    return {
+    manifest = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {**metadata, "annotations": {labels.TEMPLATE_DIGEST: hashing.digest(template)}},
@@ -246,17 +267,23 @@ def deployment(
             "template": template,
         },
     }
+    parallelism = owned.resource.spec.parallelism
+    return groups.leader_worker_set(manifest, parallelism, segments) if parallelism.spans_pods else manifest
 
 
 def service(owned: Owner, ports: Sequence[tuple[str, int, str]]) -> Manifest:
-    """The Service in front of the serving pods, with `ports` as (name, port, target port)."""
+    """The Service in front of the serving pods, with `ports` as (name, port, target port).
+
+    With a replica across pods it selects the groups' leaders, which serve; their workers have no port.
+    """
+    leaders = groups.leader_selector() if owned.resource.spec.parallelism.spans_pods else {}
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": serving_metadata(owned.instance, owned.namespace, owned.owner),
         "spec": {
             "type": "ClusterIP",
-            "selector": labels.serving_selector(owned.instance),
+            "selector": {**labels.serving_selector(owned.instance), **leaders},
             "ports": [
                 {"name": name, "port": port, "targetPort": target, "protocol": "TCP"}
                 for name, port, target in ports

@@ -76,7 +76,7 @@ def build_job(owned: Owner, plan: TritonPlan) -> Manifest:
             "name": BUILDER_CONTAINER,
             "image": plan.build.builder_image,
             "args": [*arguments, "--cache-dir", ENGINE_MOUNT],
-            "resources": pods.resources(spec.build.pod, plan.settings.tensor_parallel_size),
+            "resources": pods.resources(spec.build.pod, spec.parallelism.gpus_per_pod),
         },
         mounts=mounts,
         tail=env,
@@ -127,7 +127,6 @@ def deployment(owned: Owner, plan: TritonPlan, *, repository: str) -> Manifest:
         command=plan.launch.argv,
         env=[{"name": key, "value": value} for key, value in sorted(plan.launch.env.items())],
         ports=PORTS,
-        gpus=plan.settings.tensor_parallel_size,
         health=("/v2/health/ready", "/v2/health/live"),
         mounts=mounts,
     )
@@ -143,6 +142,7 @@ def deployment(owned: Owner, plan: TritonPlan, *, repository: str) -> Manifest:
         cache_key=plan.cache_key,
         configmap=repository,
         server=server,
+        segments=plan.launch.group_segments,
         init_containers=[assemble],
         volumes=[
             {"name": "model-repository", "emptyDir": {}},

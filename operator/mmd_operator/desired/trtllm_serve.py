@@ -107,7 +107,6 @@ def deployment(owned: Owner, plan: TrtllmServePlan, *, snapshot_key: str | None,
             *({"name": key, "value": value} for key, value in sorted(LAUNCH_ENV.items())),
         ],
         ports=[("http", HTTP_PORT)],
-        gpus=plan.tensor_parallel_size,
         # /health answers 200 once the model is loaded (the socket is open, but serves nothing, before).
         health=("/health", "/health"),
         mounts=[
@@ -121,6 +120,7 @@ def deployment(owned: Owner, plan: TrtllmServePlan, *, snapshot_key: str | None,
         cache_key=plan.cache_key,
         configmap=configmap,
         server=server,
+        segments=plan.group_segments(snapshot_key),
         volumes=[
             model_volume,
             {"name": "repository-config", "configMap": {"name": configmap}},
@@ -139,7 +139,7 @@ def network_policy(owned: Owner) -> Manifest:
         return policy
     dns = network.dns_egress(network.default_dns_selector())
     rules = {"policyTypes": ["Egress"], "egress": [dns]}
-    return network.serving_policy(owned.instance, rules, namespace=namespace, owner=owner)
+    return network.serving_policy(resource, rules, namespace=namespace, owner=owner)
 
 
 def children(owned: Owner, plan: TrtllmServePlan) -> Children:

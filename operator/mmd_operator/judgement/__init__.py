@@ -10,6 +10,7 @@
 - `revisions`: the last revision whose every pod was ready, and when a new one is undone;
 - `canary`: a Canary rollout's analysis of its new revision, promoted or rolled back;
 - `availability`: whether serving is available, judged after the writes;
+- `groups`: each group of a replica across pods, its pods ready and the ranks it lacks;
 - `autoscaling`: what the HorizontalPodAutoscaler reports, in the spec's words;
 - `node_silence`: nodes whose kubelet stopped renewing its Lease, and the serving pods to mark on them.
 

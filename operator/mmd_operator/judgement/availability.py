@@ -10,12 +10,15 @@ condition, what to do or where to look. Pure: imports the facts and placement.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from mmd_operator.facts import DeploymentFacts, Nodes, PodFacts, PodPhase
 from mmd_operator.judgement.artifact import JobWords
+from mmd_operator.judgement.groups import GroupState
 from mmd_operator.judgement.placement import GpuDemand, unschedulable
 
 
@@ -129,6 +132,7 @@ def serving_state(
     nodes: Nodes | None = None,
     autoscaled_from: int | None = None,
     waiting_for_gpus: frozenset[str] = frozenset(),
+    groups: Sequence[GroupState] = (),
 ) -> ServingState:
     """The serving state.
 
@@ -137,7 +141,8 @@ def serving_state(
     serving pods ask of the scheduler and `nodes` what the nodes offer (None: not known).
     `autoscaled_from`: an autoscaler sets the replicas, from this minimum; its steps above it are no
     rollout (see `_scaling`). `waiting_for_gpus` names the rollout's pods that wait for a GPU another of
-    its pods will free (`judgement.rollout`): no trouble.
+    its pods will free (`judgement.rollout`): no trouble. `groups`: with a replica across pods, how each
+    group is doing; the replicas counted are then groups, and the first group that does not serve is said.
     """
     if deployment is None:
         if not artifact_ready:
@@ -151,6 +156,14 @@ def serving_state(
             desired, False, False, False, "Deploying", "creating the Deployment",
             summary="creating the serving Deployment; nothing to do yet.",
         )  # fmt: skip
+    if groups:
+        # A LeaderWorkerSet counts a group ready a moment after one of its pods went: the pods say first.
+        whole = sum(1 for group in groups if group.whole)
+        deployment = dataclasses.replace(
+            deployment,
+            ready_replicas=min(deployment.ready_replicas, whole),
+            available_replicas=min(deployment.available_replicas, whole),
+        )
     current = applied and deployment.observed_generation >= deployment.generation
     updated = deployment.updated_replicas if current else 0
     rolled_out = (
@@ -192,12 +205,18 @@ def serving_state(
         return state(available, rolled_out, reason, message, summary=summary, trouble=True)
     recheck = _budget_left(live, now, startup_budget)
     ready_now = deployment.ready_replicas
+    # A LeaderWorkerSet's replicas are groups: its counts are of groups, said so.
+    replicas = "groups" if deployment.group_size > 1 else "pods"
+    unit = f"groups of {deployment.group_size} pods" if deployment.group_size > 1 else replicas
     # A surge holds one pod more than wanted for a while.
     ready = (
-        f"{ready_now} of {desired} pods ready"
+        f"{ready_now} of {desired} {unit} ready"
         if ready_now <= desired
-        else f"{ready_now} pods ready, {desired} wanted"
+        else f"{ready_now} {unit} ready, {desired} wanted"
     )
+    lacking = next((group for group in groups if not group.whole), None)
+    if lacking is not None:
+        ready += f" ({lacking.describe()})"
     if rolled_out:
         return state(True, True, "ScaledToZero" if desired == 0 else "AllReplicasAvailable", ready)
     if autoscaled_from is not None and current and _scaling(deployment, autoscaled_from):
@@ -205,13 +224,18 @@ def serving_state(
         # stays Ready (a GitOps tool would otherwise see it progress at every step of the load).
         if deployment.status_replicas > desired:
             left, ready_now = deployment.status_replicas, deployment.ready_replicas
-            message = f"scaling down to {desired}: {left} pods left, {ready_now} ready"
+            message = f"scaling down to {desired}: {left} {replicas} left, {ready_now} ready"
         else:
             message = f"scaling up to {desired}: {ready}"
         return state(True, True, "Scaling", message, recheck_after=recheck)
     if not current or deployment.updated_replicas < desired or deployment.status_replicas > desired:
-        message = f"rolling out: {updated} of {desired} pods updated, {ready}"
-        summary = f"{message}; kubectl rollout status deployment/{name} follows it."
+        message = f"rolling out: {updated} of {desired} {replicas} updated, {ready}"
+        follow = (
+            f"kubectl get leaderworkerset {name} -w"
+            if deployment.group_size > 1
+            else f"kubectl rollout status deployment/{name}"
+        )
+        summary = f"{message}; {follow} follows it."
         return state(available, False, "RolloutInProgress", message, summary=summary, recheck_after=recheck)
     summary = (
         f"{ready}; the others are starting, with {startup_budget:.0f} s to load the {waits_for.artifact} "

@@ -62,9 +62,10 @@ def silent_nodes(record: Mapping[str, Heard], now: float, after_seconds: float) 
 def pods_to_mark(pods: Iterable[tuple[str, PodFacts]], silent: frozenset[str]) -> list[tuple[str, PodFacts]]:
     """The operator's serving pods (with their namespaces) that still count as ready on a silent node.
 
-    Only while their resource keeps a ready pod on a node that is heard: a resource's last ready pod
-    is left to the node controller, since taking it out gains nothing if the node is dead and stops
-    all serving if the silence was only the Lease's.
+    A pod its Service selects, only while its resource keeps one on a node that is heard: a resource's
+    last ready one is left to the node controller, since taking it out gains nothing if the node is dead
+    and stops all serving if the silence was only the Lease's. A group's worker is in no Service (its
+    leader is): marked, it changes no serving and lets the status say where the group's rank went.
     """
     serving = [
         (namespace, pod)
@@ -76,13 +77,21 @@ def pods_to_mark(pods: Iterable[tuple[str, PodFacts]], silent: frozenset[str]) -
         and pod.meta.label(labels.MANAGED_BY) == labels.OPERATOR
     ]
     heard_elsewhere = {
-        (namespace, pod.meta.label(labels.INSTANCE)) for namespace, pod in serving if pod.node not in silent
+        (namespace, pod.meta.label(labels.INSTANCE))
+        for namespace, pod in serving
+        if pod.node not in silent and _in_service(pod)
     }
     return [
         (namespace, pod)
         for namespace, pod in serving
-        if pod.node in silent and (namespace, pod.meta.label(labels.INSTANCE)) in heard_elsewhere
+        if pod.node in silent
+        and (not _in_service(pod) or (namespace, pod.meta.label(labels.INSTANCE)) in heard_elsewhere)
     ]
+
+
+def _in_service(pod: PodFacts) -> bool:
+    """Whether the Service selects `pod`: any serving pod but a group's worker (worker 0 leads)."""
+    return pod.meta.label(labels.WORKER_INDEX) in (None, "0")
 
 
 def not_ready_patch(node: str, silent_seconds: float, when: str) -> dict[str, object]:

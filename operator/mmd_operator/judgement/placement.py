@@ -39,10 +39,19 @@ class GpuDemand:
     """What the spec asks of the scheduler for one kind of pod, and the fields that say it."""
 
     role: Literal["build", "serving"]
-    pods: int
+    # Replicas: pods, or groups of `pods_per_replica` pods.
+    replicas: int
     gpus_per_pod: int
-    # The spec field that says how many pods (the autoscaler's maximum, with autoscaling).
+    # The spec field that says how many replicas (the autoscaler's maximum, with autoscaling).
     pods_field: str = "spec.serving.replicas"
+    pods_per_replica: int = 1
+    # The spec field that says how many GPUs one pod takes.
+    gpus_field: str = "spec.engine.tensorParallelSize"
+
+    @property
+    def pods(self) -> int:
+        """Pods of every replica."""
+        return self.replicas * self.pods_per_replica
 
     @property
     def pod_field(self) -> str:
@@ -63,25 +72,42 @@ class GpuDemand:
         """The spec's side of the sum, naming the fields."""
         if self.role == "build":
             size = self.gpus_per_pod
-            return f"spec.engine.tensorParallelSize {size} = {size} {GPU_RESOURCE} for one build pod"
+            return f"{self.gpus_field} {size} = {size} {GPU_RESOURCE} for one build pod"
+        group = f" x {self.pods_per_replica} pods" if self.pods_per_replica > 1 else ""
         return (
-            f"{self.pods_field} {self.pods} x spec.engine.tensorParallelSize {self.gpus_per_pod} = "
+            f"{self.pods_field} {self.replicas}{group} x {self.gpus_field} {self.gpus_per_pod} = "
             f"{self.total} {GPU_RESOURCE}"
         )
 
+    def replicas_room(self, pods_room: int) -> int:
+        """How many replicas `pods_room` pods of this demand make."""
+        return pods_room // self.pods_per_replica
+
+
+def _gpus_field(spec: MultimodalDeploymentSpec) -> str:
+    return "spec.serving.gpusPerPod" if spec.parallelism.spans_pods else "spec.engine.tensorParallelSize"
+
 
 def build_demand(spec: MultimodalDeploymentSpec) -> GpuDemand:
-    """The one build pod of `spec`."""
-    return GpuDemand("build", 1, spec.engine.tensor_parallel_size)
+    """The one build pod of `spec`: a world across pods is built in one pod of one serving pod's GPUs."""
+    return GpuDemand("build", 1, spec.parallelism.gpus_per_pod, gpus_field=_gpus_field(spec))
 
 
 def serving_demand(spec: MultimodalDeploymentSpec) -> GpuDemand:
-    """The serving pods of `spec`: with autoscaling, as many as the autoscaler may ask for."""
+    """The serving pods of `spec`: with autoscaling, as many replicas as the autoscaler may ask for."""
     autoscaling = spec.serving.autoscaling
+    parallelism = spec.parallelism
+    replicas, field = spec.serving.replicas, "spec.serving.replicas"
     if autoscaling is not None:
-        field = "spec.serving.autoscaling.maxReplicas"
-        return GpuDemand("serving", autoscaling.max_replicas, spec.engine.tensor_parallel_size, field)
-    return GpuDemand("serving", spec.serving.replicas, spec.engine.tensor_parallel_size)
+        replicas, field = autoscaling.max_replicas, "spec.serving.autoscaling.maxReplicas"
+    return GpuDemand(
+        "serving",
+        replicas,
+        parallelism.gpus_per_pod,
+        field,
+        pods_per_replica=parallelism.pods_per_replica,
+        gpus_field=_gpus_field(spec),
+    )
 
 
 # -- the matching rule -----------------------------------------------------------------------------
@@ -279,19 +305,29 @@ def obstacle(found: NodeMatch, demand: GpuDemand) -> Obstacle | None:
         )
     if not found.fitting:
         most = max(found.matching, key=lambda node: (node.gpus, node.name))
+        spread = (
+            ", set spec.serving.gpusPerPod to spread a replica over pods" if demand.role == "serving" else ""
+        )
         return Obstacle(
             ObstacleKind.POD_TOO_LARGE,
-            "spec.engine.tensorParallelSize",
+            demand.gpus_field,
             f"nodes matching the pod's selector and tolerations offer at most {most.gpus} on one node "
             f"({most.name})",
-            f"lower spec.engine.tensorParallelSize, or let {pod_field} reach nodes with more GPUs",
+            f"lower {demand.gpus_field}{spread}, or let {pod_field} reach nodes with more GPUs",
         )
     room = found.room(demand.gpus_per_pod)
     if room < demand.pods:
+        if demand.pods_per_replica > 1:
+            what = (
+                f"room for {room} pods of {demand.gpus_per_pod} GPUs, {demand.replicas_room(room)} of the "
+                f"{demand.replicas} replicas of {demand.pods_per_replica} pods"
+            )
+        else:
+            what = f"room for {room} of the {demand.pods} pods"
         return Obstacle(
             ObstacleKind.TOO_FEW,
             demand.pods_field,
-            f"{nodes_offered(found)}: room for {room} of the {demand.pods} pods",
+            f"{nodes_offered(found)}: {what}",
             f"lower {demand.pods_field}, or add GPU nodes",
         )
     return None

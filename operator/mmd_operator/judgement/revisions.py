@@ -1,11 +1,13 @@
 """Which revision of the serving pods last served in full, and when a new revision is undone.
 
-A revision is a pod template as the Deployment controller hashes it (`pod-template-hash` on its pods,
-its ReplicaSet `<deployment>-<hash>`). The stable revision is the last one whose every pod was ready
-with nothing else running; the status keeps it. A new revision whose pod cannot start (its container
-crash-loops, its image cannot be pulled, or it is still not ready when its startup budget is spent) is
-undone without a human: the Deployment gets the stable revision's template back (the Deployment
-controller scales its ReplicaSet up again), and the resource holds there, Degraded with reason
+A revision is a pod template as its controller hashes it: the Deployment controller's
+`pod-template-hash` on its pods (its ReplicaSet `<deployment>-<hash>` holds the template), or, for a
+replica across pods, the LeaderWorkerSet controller's template-revision-hash on every pod of a group
+(its ControllerRevision holds both templates). The stable revision is the last one whose every pod was
+ready with nothing else running; the status keeps it. A new revision whose pod cannot start (its
+container crash-loops, its image cannot be pulled, or it is still not ready when its startup budget is
+spent) is undone without a human: the workload gets the stable revision's template back (its controller
+brings the stable pods back), and the resource holds there, Degraded with reason
 RolledBack, until the spec changes or the retry annotation takes a new value. A resource that never had
 a stable revision is left as it is, and its status says what is wrong as before. Pure: imports the api
 models, the facts and the vocabulary.
@@ -20,8 +22,6 @@ from mmd_operator.api.v1alpha1 import MultimodalDeploymentStatus, ServingRevisio
 from mmd_operator.facts import DeploymentFacts, PodFacts, PodPhase
 from mmd_operator.vocabulary import labels
 
-# The Deployment controller's label on the pods of each of its ReplicaSets.
-TEMPLATE_HASH = "pod-template-hash"
 ROLLED_BACK = "RolledBack"
 # Set it to a new value to try the undone revision again without changing the spec.
 RETRY_ANNOTATION = f"{labels.PREFIX}/retry-rollout"
@@ -38,6 +38,11 @@ class Undo:
     write: bool
     # The retry annotation's value it was undone under.
     retry: str | None = None
+
+
+def revision_of(pod: PodFacts) -> str | None:
+    """The revision `pod` runs, as its controller labels it (a Deployment's or a LeaderWorkerSet's)."""
+    return pod.meta.label(labels.DEPLOYMENT_REVISION) or pod.meta.label(labels.GROUP_REVISION)
 
 
 def _live(pods: tuple[PodFacts, ...]) -> list[PodFacts]:
@@ -67,7 +72,7 @@ def stable_revision(
     live = _live(pods)
     if deployment is None or not live:
         return shown
-    hashes = {pod.meta.label(TEMPLATE_HASH) for pod in live}
+    hashes = {revision_of(pod) for pod in live}
     if not settled(deployment) or len(hashes) != 1 or not all(pod.ready for pod in live):
         return shown
     (template_hash,) = hashes
@@ -106,7 +111,7 @@ def undo(
     if held is not None and held.generation == generation and held.retry == retry:
         return Undo(to=stable, failed=held.failed, message=held.message, write=False, retry=retry)
     for pod in _live(pods):
-        template_hash = pod.meta.label(TEMPLATE_HASH)
+        template_hash = revision_of(pod)
         if template_hash is None or template_hash == stable.pod_template_hash:
             continue
         why = _cannot_start(pod, now, startup_budget)

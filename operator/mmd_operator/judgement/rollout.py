@@ -13,6 +13,7 @@ place either. Pure: imports the api models, the facts, placement and the vocabul
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -20,9 +21,9 @@ from mmd_operator.api.v1alpha1 import MultimodalDeploymentSpec
 from mmd_operator.facts import DeploymentFacts, Nodes, PodFacts, PodPlacement
 from mmd_operator.judgement.placement import (
     INSUFFICIENT_GPUS,
-    GpuDemand,
     match,
     scheduling_reason,
+    serving_demand,
     unschedulable,
 )
 from mmd_operator.vocabulary import labels
@@ -117,11 +118,12 @@ def _in_place_message(
     nodes: Nodes | None,
 ) -> str:
     replicas = max(deployment.replicas, 1)
-    demand = GpuDemand(
-        "serving",
-        replicas + 1,
-        spec.engine.tensor_parallel_size,
-        pods_field=f"{replicas} replica{'s' if replicas != 1 else ''} + 1 surge pod:",
+    group = spec.parallelism.pods_per_replica
+    surge = "1 surge group" if group > 1 else "1 surge pod"
+    demand = dataclasses.replace(
+        serving_demand(spec),
+        replicas=replicas + 1,
+        pods_field=f"{replicas} replica{'s' if replicas != 1 else ''} + {surge}:",
     )
     why = unschedulable(surge_pod, demand, nodes).message
     ready = sum(1 for pod in pods if pod.ready and not pod.meta.deleting)

@@ -38,6 +38,8 @@ class CachedKind:
     api: ApiKind
     convert: Callable[[Mapping[str, Any]], Any]
     expand: Callable[[Any], Any] = _as_is
+    # A kind the cluster may not serve (a CRD of another project): listed as empty, watched once served.
+    optional: bool = False
 
     @property
     def api_version(self) -> str:
@@ -83,6 +85,8 @@ CLAIMS = CachedKind(kinds.CLAIM, object_facts.claim)
 NETWORK_POLICIES = CachedKind(kinds.NETWORK_POLICY, object_facts.meta)
 AUTOSCALERS = CachedKind(kinds.HORIZONTAL_POD_AUTOSCALER, object_facts.autoscaler)
 DISRUPTION_BUDGETS = CachedKind(kinds.POD_DISRUPTION_BUDGET, object_facts.meta)
+# Watched only where the cluster serves it (`optional`): its CRD comes with the LeaderWorkerSet controller.
+LEADER_WORKER_SETS = CachedKind(kinds.LEADER_WORKER_SET, object_facts.leader_worker_set, optional=True)
 KINDS = (
     RESOURCES,
     JOBS,
@@ -94,6 +98,7 @@ KINDS = (
     NETWORK_POLICIES,
     AUTOSCALERS,
     DISRUPTION_BUDGETS,
+    LEADER_WORKER_SETS,
 )
 
 

@@ -29,9 +29,12 @@ from kubernetes.config.config_exception import ConfigException
 
 from mmd_operator import __version__, metrics
 from mmd_operator.vocabulary import kinds
+from mmd_operator.vocabulary.kinds import ApiKind
 
 USER_AGENT = f"mmd-operator/{__version__}"
 REQUEST_TIMEOUT = 30.0
+# How long an answer of API discovery holds: a CRD installed meanwhile is seen within this.
+DISCOVERY_SECONDS = 30.0
 TOKEN_RECHECK_SECONDS = 10.0
 _log = logging.getLogger(__name__)
 
@@ -105,6 +108,8 @@ class KubeClient:
         self._token_until = 0.0
         self._pool: urllib3.HTTPConnectionPool | None = None
         self._prefix = ""
+        # What API discovery last said of a kind, and when: {(apiVersion, plural): (served, monotonic)}.
+        self._served: dict[tuple[str, str], tuple[bool, float]] = {}
 
     @classmethod
     def from_environment(
@@ -266,6 +271,26 @@ class KubeClient:
             if error.not_found:
                 return None
             raise
+
+    def serves(self, kind: ApiKind, *, within: float = DISCOVERY_SECONDS) -> bool:
+        """Whether the API server serves `kind` (its CRD is installed), as discovery said lately.
+
+        Discovery is asked again once its last answer is `within` seconds old.
+        """
+        key = (kind.api_version, kind.plural)
+        known = self._served.get(key)
+        if known is not None and time.monotonic() - known[1] < within:
+            return known[0]
+        prefix = "/api/" if kind.api_version == "v1" else "/apis/"
+        try:
+            listing = self.request("GET", prefix + kind.api_version)
+            served = any(entry.get("name") == kind.plural for entry in listing.get("resources") or [])
+        except ApiError as error:
+            if not error.not_found:
+                raise
+            served = False
+        self._served[key] = (served, time.monotonic())
+        return served
 
     def pod_log_tail(self, namespace: str, pod: str, *, lines: int, limit_bytes: int) -> str | None:
         """The last `lines` lines of the pod's log (its only container), at most `limit_bytes`.

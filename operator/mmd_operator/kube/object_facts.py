@@ -8,6 +8,7 @@ functions of plain dicts; imports the facts, the label keys and the GPU resource
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -265,6 +266,25 @@ def deployment(obj: Mapping[str, Any]) -> DeploymentFacts:
     )
 
 
+def leader_worker_set(obj: Mapping[str, Any]) -> DeploymentFacts:
+    """The serving LeaderWorkerSet, read as a Deployment is.
+
+    Its replicas are groups, ready (and so available) when every pod of the group is; its leaders'
+    template names the content ConfigMap.
+    """
+    spec = obj.get("spec") or {}
+    group = spec.get("leaderWorkerTemplate") or {}
+    leader = ((group.get("leaderTemplate") or {}).get("metadata") or {}).get("annotations") or {}
+    read = deployment(obj)
+    return dataclasses.replace(
+        read,
+        available_replicas=read.ready_replicas,
+        configmap=leader.get(labels.REPOSITORY),
+        kind=str(obj.get("kind", "LeaderWorkerSet")),
+        group_size=int(group.get("size", 1)),
+    )
+
+
 def replicas_managers(obj: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """The (field manager, operation) pairs that own an object's spec.replicas (its managedFields)."""
     owners = []
@@ -303,4 +323,5 @@ def claim(obj: Mapping[str, Any]) -> ClaimFacts:
         meta=facts,
         phase=str((obj.get("status") or {}).get("phase", "Pending")),
         managed=facts.label(labels.MANAGED_BY) == labels.OPERATOR,
+        access_modes=tuple(str(mode) for mode in (obj.get("spec") or {}).get("accessModes") or ()),
     )

@@ -3,12 +3,12 @@
 Children come from the watch-fed cache. The API server is asked directly only for what the operator does not
 watch and only while it matters: whether the Hugging Face token Secret (and its key) and the model source
 claims exist, before an artifact's Job is created; and the nodes, while a pod cannot be scheduled (from the
-node directory's shared listing); the last Ready revision's ReplicaSet, by name, to undo a revision that
-cannot start; and the tail of a running build or download pod's log, for the last progress line it printed
-(`engine_builder.progress_format`). Where the artifact is looked for (its Job, its index entry, its claim)
-is the runtime's, looked up once by the plan's runtime. A Secret's value is never read into memory beyond
-the API response, and never logged. Imports the cache, the client, the node directory, the plan and the
-facts.
+node directory's shared listing); what the last Ready revision ran (its ReplicaSet, or its LeaderWorkerSet's
+ControllerRevision), to undo a revision that cannot start; and the tail of a running build or download
+pod's log, for the last progress line it printed (`engine_builder.progress_format`). Where the artifact is
+looked for (its Job, its index entry, its claim) is the runtime's, looked up once by the plan's runtime. A
+Secret's value is never read into memory beyond the API response, and never logged. Imports the cache, the
+client, the node directory, the plan and the facts.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from engine_builder.weights_format import DownloadSucceeded, is_commit, weights_
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.facts import (
     ClaimFacts,
+    DeploymentFacts,
     JobFacts,
     Meta,
     Missing,
@@ -36,7 +37,6 @@ from mmd_operator.facts import (
     PodPhase,
 )
 from mmd_operator.judgement.artifact import newest
-from mmd_operator.judgement.revisions import TEMPLATE_HASH
 from mmd_operator.knowledge import Runtime
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient
@@ -87,6 +87,7 @@ def missing_references(
                     f"add the key to the Secret, or name one it has in {field}.key",
                 )
             )
+    missing += workload_api_missing(client, resource)
     sources = [("spec.model.source.pvc.claimName", spec.model.source.pvc)]
     if spec.model.lora is not None:
         sources.append(("spec.model.lora.source.pvc.claimName", spec.model.lora.source.pvc))
@@ -104,6 +105,44 @@ def missing_references(
                 )
             )
     return missing
+
+
+def workload_api_missing(client: KubeClient, resource: MultimodalDeployment) -> list[MissingReference]:
+    """The LeaderWorkerSet API, when a replica spans pods and the cluster does not serve it."""
+    parallelism = resource.spec.parallelism
+    if not parallelism.spans_pods or client.serves(kinds.LEADER_WORKER_SET):
+        return []
+    kind = kinds.LEADER_WORKER_SET
+    return [
+        MissingReference(
+            Missing.WORKLOAD_API,
+            "spec.serving.gpusPerPod",
+            f"a replica of {parallelism.describe()} is a {kind.kind} group, and this cluster does not serve "
+            f"{kind.api_version}",
+            "install the LeaderWorkerSet controller (docs/multi-node.md#what-the-cluster-needs); the "
+            "operator sees it within a minute",
+        )
+    ]
+
+
+def unshared_claims(
+    resource: MultimodalDeployment, claims: Mapping[str, ClaimFacts | None]
+) -> list[MissingReference]:
+    """Claims a replica across pods mounts on several nodes that are not ReadWriteMany, by spec field."""
+    parallelism = resource.spec.parallelism
+    if not parallelism.spans_pods:
+        return []
+    return [
+        MissingReference(
+            Missing.SHARED_CLAIM,
+            field,
+            f"PersistentVolumeClaim {claim.meta.name} is {', '.join(claim.access_modes)}, and every pod "
+            f"of a replica of {parallelism.describe()} mounts it, each from its own node",
+            "use a ReadWriteMany claim (its StorageClass must offer it)",
+        )
+        for field, claim in claims.items()
+        if claim is not None and claim.access_modes and "ReadWriteMany" not in claim.access_modes
+    ]
 
 
 @dataclass(frozen=True)
@@ -190,9 +229,10 @@ def observe(
         tuple(store.pods_of_job(namespace, lookup.job)) if job and lookup.job else ()
     )
     progress = job_progress(client, namespace, job, job_pods) if lookup.artifact is None else None
-    missing: list[MissingReference] = []
     if lookup.artifact is None and job is None:
         missing = missing_references(client, resource, namespace)
+    else:
+        missing = workload_api_missing(client, resource)
     configmaps = tuple(
         value
         for value in store.of_instance(cached.CONFIGMAPS, namespace, instance)
@@ -212,6 +252,20 @@ def observe(
         c for c in store.owned_by(cached.CLAIMS, namespace, uid) if c.meta.name != lookup.claim
     )
     claim_facts: ClaimFacts | None = store.get(cached.CLAIMS, namespace, claim) if lookup.claim else None
+    source = resource.spec.model.source.pvc
+    missing += unshared_claims(
+        resource,
+        {
+            "spec.engineCache": claim_facts,
+            "spec.model.source.pvc.claimName": (
+                store.get(cached.CLAIMS, namespace, source.claim_name) if source is not None else None
+            ),
+        },
+    )
+    groups, one = (cached.LEADER_WORKER_SETS, names.group_set(instance)), (cached.DEPLOYMENTS, instance)
+    (workload, workload_name), (retired, retired_name) = (
+        (groups, one) if resource.spec.parallelism.spans_pods else (one, groups)
+    )
     return Observed(
         now=now,
         claim=claim_facts,
@@ -222,33 +276,57 @@ def observe(
         job_progress=progress,
         missing=tuple(missing),
         configmaps=configmaps,
-        deployment=store.get(cached.DEPLOYMENTS, namespace, names.serving(instance)),
+        deployment=store.get(workload, namespace, workload_name),
+        retired_workload=store.get(retired, namespace, retired_name),
         serving_pods=serving_pods,
         stale_jobs=stale_jobs,
         stale_claims=stale_claims,
         network_policy=store.get(cached.NETWORK_POLICIES, namespace, names.serving(instance)),
         autoscaler=store.get(cached.AUTOSCALERS, namespace, names.serving(instance)),
         disruption_budget=store.get(cached.DISRUPTION_BUDGETS, namespace, names.serving(instance)),
-        canary=store.get(cached.DEPLOYMENTS, namespace, names.canary(instance)),
+        canary=store.get(workload, namespace, names.canary(instance)),
         nodes=listed,
     )
 
 
 def revision_template(
-    client: KubeClient, namespace: str, deployment: str, template_hash: str
+    client: KubeClient, namespace: str, workload: DeploymentFacts, revision: str
 ) -> dict[str, Any] | None:
-    """The pod template of the Deployment's revision `template_hash`; None when its ReplicaSet is gone.
+    """What the serving workload ran at `revision`; None when its controller no longer keeps it.
 
-    As `kubectl rollout undo` takes it back: without the hash label, which the Deployment controller sets.
-    A read by name, made only to undo a revision that cannot start (`judgement.revisions`).
+    Read only to undo a revision that cannot start (`judgement.revisions`). A Deployment's is the pod
+    template of its ReplicaSet `<deployment>-<revision>` (read by name), without the hash label the
+    Deployment controller sets, as `kubectl rollout undo` takes it back. A LeaderWorkerSet's is the
+    `leaderWorkerTemplate` its controller recorded in the ControllerRevision of that revision (listed by
+    label): both pod templates, the group's size and its restart policy.
     """
+    if workload.kind == kinds.LEADER_WORKER_SET.kind:
+        kind = kinds.CONTROLLER_REVISION
+        selector = f"{labels.GROUP_SET}={workload.meta.name},{labels.GROUP_REVISION}={revision}"
+        # Its StatefulSets' revisions carry the same labels (their pods' template has them): the set's own
+        # is the one it owns.
+        recorded = [
+            found
+            for found in client.list(kind.api_version, kind.kind, namespace, label_selector=selector)
+            if any(
+                owner.get("kind") == kinds.LEADER_WORKER_SET.kind and owner.get("name") == workload.meta.name
+                for owner in (found.get("metadata") or {}).get("ownerReferences") or []
+            )
+        ]
+        if not recorded:
+            return None
+        group = dict(((recorded[0].get("data") or {}).get("spec") or {}).get("leaderWorkerTemplate") or {})
+        group.pop("$patch", None)  # the controller's strategic-merge directive, not part of the template
+        return group or None
     kind = kinds.REPLICA_SET
-    found = client.get(kind.api_version, kind.kind, namespace, f"{deployment}-{template_hash}")
+    found = client.get(kind.api_version, kind.kind, namespace, f"{workload.meta.name}-{revision}")
     if found is None:
         return None
     template: dict[str, Any] = dict((found.get("spec") or {}).get("template") or {})
     metadata = {key: value for key, value in (template.get("metadata") or {}).items() if value is not None}
     metadata["labels"] = {
-        key: value for key, value in (metadata.get("labels") or {}).items() if key != TEMPLATE_HASH
+        key: value
+        for key, value in (metadata.get("labels") or {}).items()
+        if key != labels.DEPLOYMENT_REVISION
     }
     return {**template, "metadata": metadata}

@@ -6,8 +6,9 @@ from the one the resource shows. Shared children (a build Job, an engine-cache c
 JSON patch that appends its owner reference, and lose one by a merge patch that carries the
 resourceVersion it was computed from, so concurrent reconciles of different users never lose each
 other's references; the last user out deletes the child.
-Every answer goes back into the cache, so the next reconcile sees the operator's own writes. Imports the
-client, the cache, the engine index, the vocabulary and the builder's result format.
+Every answer goes back into the cache, so the next reconcile sees the operator's own writes. A group's SSH
+Secret is created once, with keys made here, and never updated. Imports the client, the cache, the engine
+index, the SSH keys, the vocabulary and the builder's result format.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from engine_builder.weights_format import DownloadSucceeded
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND
 from mmd_operator.facts import OwnerRef
 from mmd_operator.kube import cache as cached
-from mmd_operator.kube import engine_index
+from mmd_operator.kube import engine_index, ssh_keys
 from mmd_operator.kube.client import ApiError, KubeClient
-from mmd_operator.vocabulary import hashing, labels, names, ownership
+from mmd_operator.vocabulary import hashing, kinds, labels, names, ownership
 from mmd_operator.vocabulary.ownership import ObjectKey
 
 _log = logging.getLogger(__name__)
@@ -107,19 +108,23 @@ class Writer:
         delete: Iterable[ObjectKey],
         handover: Mapping[str, Any] | None = None,
         handover_manager: str = "",
+        generated: Iterable[Mapping[str, Any]] = (),
     ) -> None:
-        """Hand `replicas` over, then apply, join, leave and delete what a decision says, in that order.
+        """Hand `replicas` over, create missing `generated` Secrets, then apply, join, leave and delete.
 
-        `handover` is applied under `handover_manager` before the Deployment's apply drops the field.
+        In that order, what a decision says. `handover` is applied under `handover_manager` before the
+        Deployment's apply drops the field.
         """
         if handover is not None:
             self._write(
-                cached.DEPLOYMENTS,
+                _KINDS[(handover["apiVersion"], handover["kind"])],
                 namespace,
                 handover["metadata"]["name"],
                 lambda: self.client.apply(handover, field_manager=handover_manager),
             )
             count.applied.append(f"{handover['kind']}/{handover['metadata']['name']} replicas handover")
+        for manifest in generated:
+            self.create_secret(manifest, count)
         for manifest in apply:
             self.apply(manifest, count)
         for key in join:
@@ -170,6 +175,19 @@ class Writer:
                 raise
             self._put(kind, live, outcome)
         count.applied.append(f"{manifest['kind']}/{name}")
+
+    def create_secret(self, manifest: Mapping[str, Any], count: WriteCount) -> None:
+        """Create the Secret `manifest` shapes, with new SSH keys, unless it exists: it is never updated.
+
+        Secrets are not watched (nor cached): one read by name tells. The keys go to the API server only.
+        """
+        metadata = manifest["metadata"]
+        namespace, name = metadata["namespace"], metadata["name"]
+        if self.client.get(kinds.SECRET.api_version, kinds.SECRET.kind, namespace, name) is not None:
+            return
+        data = ssh_keys.secret_data(metadata["labels"][labels.INSTANCE])
+        self.client.apply({**manifest, "data": data})
+        count.applied.append(f"Secret/{name}")
 
     def join(self, namespace: str, key: ObjectKey, owner: OwnerRef, count: WriteCount) -> None:
         """Add `owner` to the owners of a shared child.

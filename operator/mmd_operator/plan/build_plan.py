@@ -87,6 +87,16 @@ def _reuse_args(settings: Settings) -> tuple[str, ...]:
     return ("--use_paged_context_fmha", "enable") if settings.spec.serving.kv_cache_reuse else ()
 
 
+def _workers_args(settings: Settings) -> tuple[str, ...]:
+    """A world across pods is built in one pod of one serving pod's GPUs, that many ranks at a time.
+
+    trtllm-build builds rank by rank on the GPU it has (its tactics are timed there, so the serving GPUs'
+    kind must match); `--workers` runs one rank per GPU of the build pod at once.
+    """
+    parallelism = settings.spec.parallelism
+    return ("--workers", str(parallelism.gpus_per_pod)) if parallelism.spans_pods else ()
+
+
 def _checkpoint_steps(settings: Settings, model_dir: str) -> list[BuildStep]:
     knowledge, engine, spec = settings.knowledge, settings.spec.engine, settings.spec
     tp = settings.tensor_parallel_size
@@ -198,6 +208,7 @@ def _engine_steps(settings: Settings, *, model_dir: str, lora_dir: str | None) -
                 *_reuse_args(settings),
                 *_limit_args(settings),
                 *lora_args,
+                *_workers_args(settings),
             ),
             produces=(f"{LAYOUT.llm}/config.json",),
         )

@@ -1,5 +1,7 @@
 """The exact command a serving pod runs: `tritonserver` for one rank, `mpirun` with one segment per rank.
 
+A world across pods is started by its group's leader (`desired.groups`) from the same segments.
+
 In the TensorRT-LLM backend's leader mode every tensor-parallel rank is its own tritonserver process.
 Rank 0 serves the whole repository; the other ranks load only the GPU models explicitly and never open
 their ports. Each rank gets its own Python-backend shared-memory prefix (ranks collide otherwise), and
@@ -29,6 +31,19 @@ class Ports:
     metrics: int = METRICS_PORT
 
 
+# A rank other than 0 of a world across pods: no endpoint at all (in one pod it never opens its ports, as
+# its models never finish loading; across pods that is left to no chance).
+NO_ENDPOINTS = ("--allow-http=false", "--allow-grpc=false", "--allow-metrics=false")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """`count` ranks that run `argv`: one MPMD segment of the `mpirun` of a world across pods."""
+
+    count: int
+    argv: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     """The argv of every rank and the full command that starts them all."""
@@ -36,6 +51,13 @@ class LaunchPlan:
     ranks: tuple[tuple[str, ...], ...]
     argv: tuple[str, ...]
     env: dict[str, str] = field(default_factory=lambda: dict(LAUNCH_ENV))
+
+    @property
+    def group_segments(self) -> tuple[Segment, ...]:
+        """The world as the leader of a group across pods runs it: one segment per rank."""
+        return tuple(
+            Segment(1, argv if rank == 0 else (*argv, *NO_ENDPOINTS)) for rank, argv in enumerate(self.ranks)
+        )
 
 
 def rank_argv(

@@ -10,8 +10,12 @@ TorchLlmArgs and KvCacheConfig field names, which tests check against the trtllm
 `max_batch_size`, `max_num_tokens`, `max_seq_len`, `dtype`, `kv_cache_config` (`free_gpu_memory_fraction`,
 `enable_block_reuse` always written, since the backend's default is on and most multimodal types cannot
 reuse, `dtype: fp8`, `max_tokens`), `enable_chunked_prefill`, and `return_perf_metrics: true`, without
-which `/prometheus/metrics` does not exist. The argv is the same for every tensor-parallel size: one pod,
-and trtllm-serve spawns its own ranks (see `launch`). Pure: imports the api models, the knowledge, the
+which `/prometheus/metrics` does not exist. In one pod trtllm-serve spawns its own ranks (see `launch`).
+A world across pods runs every rank under `trtllm-llmapi-launch` from the `mpirun` of its group's leader
+(`group_segments`): rank 0 serves, the others run the LLM API's MPI workers. TensorRT-LLM documents this
+only for Slurm (`srun ... trtllm-llmapi-launch trtllm-serve`, docs/source/commands/trtllm-serve.rst,
+"Multi-node Serving with Slurm"); Dynamo's operator launches it from `mpirun` over SSH the same way
+(deploy/operator/internal/dynamo/backend_trtllm.go). Pure: imports the api models, the knowledge, the
 pinned versions and the builder's weights format.
 """
 
@@ -28,10 +32,11 @@ from engine_builder import versions
 from engine_builder.weights_format import DownloadPlan, is_commit, snapshot_directory, weights_key
 from mmd_operator.api.v1alpha1 import MultimodalDeploymentSpec
 from mmd_operator.knowledge import Modality, Runtime, ServeKnowledge, serve_knowledge_of
-from mmd_operator.plan.launch import HTTP_PORT
+from mmd_operator.plan.launch import HTTP_PORT, Segment
 from mmd_operator.plan.settings import ENGINE_MOUNT
 
 TRTLLM_SERVE = "trtllm-serve"
+LLMAPI_LAUNCH = "trtllm-llmapi-launch"
 # Where the serving pod finds the generated YAML (from its ConfigMap) and a PersistentVolumeClaim source.
 CONFIG_MOUNT = "/etc/trtllm-serve"
 CONFIG_FILE = "config.yaml"
@@ -55,6 +60,7 @@ class TrtllmServePlan:
     config: dict[str, Any]
     serving_image: str
     tensor_parallel_size: int
+    pipeline_parallel_size: int
     modalities: tuple[Modality, ...]
 
     @property
@@ -82,8 +88,14 @@ class TrtllmServePlan:
             "--host", "0.0.0.0",
             "--port", str(HTTP_PORT),
             "--tp_size", str(self.tensor_parallel_size),
+            *(("--pp_size", str(self.pipeline_parallel_size)) if self.pipeline_parallel_size > 1 else ()),
             "--config", f"{CONFIG_MOUNT}/{CONFIG_FILE}",
         ]  # fmt: skip
+
+    def group_segments(self, snapshot_key: str | None) -> tuple[Segment, ...]:
+        """The world as the leader of a group across pods runs it: every rank under the LLM API launcher."""
+        world = self.tensor_parallel_size * self.pipeline_parallel_size
+        return (Segment(world, (LLMAPI_LAUNCH, *self.argv(snapshot_key))),)
 
     def derived_summary(self) -> dict[str, Any]:
         """What was derived, under TensorRT-LLM's own names, for `mmctl render`."""
@@ -96,6 +108,7 @@ class TrtllmServePlan:
             "modalities": [m.value for m in self.modalities],
             "chat_template": self.knowledge.chat_template,
             "tp_size": self.tensor_parallel_size,
+            **({"pp_size": self.pipeline_parallel_size} if self.pipeline_parallel_size > 1 else {}),
             "llm_args": effective,
             "weights": (
                 {
@@ -192,5 +205,6 @@ def plan_trtllm_serve(spec: MultimodalDeploymentSpec) -> TrtllmServePlan:
         config=llm_args(spec, knowledge),
         serving_image=spec.serving.image or versions.TRTLLM_SERVE_IMAGE,
         tensor_parallel_size=spec.engine.tensor_parallel_size,
+        pipeline_parallel_size=spec.engine.pipeline_parallel_size,
         modalities=tuple(sorted(knowledge.modalities if modalities is None else set(modalities))),
     )

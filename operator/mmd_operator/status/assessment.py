@@ -33,9 +33,10 @@ from mmd_operator.judgement import Judgement, Rendered
 from mmd_operator.judgement.autoscaling import autoscaling_state
 from mmd_operator.judgement.availability import serving_state
 from mmd_operator.judgement.canary import split
+from mmd_operator.judgement.groups import group_states
 from mmd_operator.judgement.judge import ARTIFACT_WORDS
 from mmd_operator.judgement.placement import serving_demand
-from mmd_operator.judgement.revisions import ROLLED_BACK, TEMPLATE_HASH, settled
+from mmd_operator.judgement.revisions import ROLLED_BACK, revision_of, settled
 from mmd_operator.knowledge import Runtime
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from mmd_operator.plan.resource_plan import AnyPlan
@@ -179,6 +180,17 @@ def assess(
         autoscaling = autoscaling_state(
             autoscaling_spec, resource.spec.serving_runtime, names.serving(instance), observed.autoscaler
         )
+    parallelism = resource.spec.parallelism
+    groups = (
+        group_states(
+            observed.serving_pods,
+            size=parallelism.pods_per_replica,
+            gpus_per_pod=parallelism.gpus_per_pod,
+            wanted=desired,
+        )
+        if parallelism.spans_pods
+        else ()
+    )
     serving = serving_state(
         live_deployment,
         observed.serving_pods,
@@ -192,6 +204,7 @@ def assess(
         waits_for=ARTIFACT_WORDS[plan.runtime],
         autoscaled_from=autoscaling_spec.min_replicas if autoscaling_spec is not None else None,
         waiting_for_gpus=judgement.rollout.waiting_for_gpus,
+        groups=groups,
     )
     own = RUNTIME_FINDINGS[plan.runtime](plan, observed, judgement, claim, instance, namespace)
     return Findings(
@@ -213,6 +226,8 @@ def assess(
         canary=judgement.canary if resource.spec.serving.rollout.strategy == "Canary" else None,
         revisions=revisions(observed, judgement),
         rollout_words=rollout_words(resource, observed, judgement),
+        pods_per_replica=parallelism.pods_per_replica,
+        groups=groups,
     )
 
 
@@ -231,7 +246,7 @@ def revisions(observed: Observed, judgement: Judgement) -> list[RevisionStatus]:
         rows.append(
             RevisionStatus(
                 role=role,
-                revision=newest.meta.label(TEMPLATE_HASH),
+                revision=revision_of(newest),
                 cache_key=newest.meta.label(labels.CACHE_KEY),
                 content=newest.configmap,
                 pods=len(pods),
@@ -261,6 +276,6 @@ def rollout_words(resource: MultimodalDeployment, observed: Observed, judgement:
     _, stable_pods = split(observed.serving_pods)
     if live is None:
         return "New"  # no serving pods were ever asked for
-    if settled(live) or len({pod.meta.label(TEMPLATE_HASH) for pod in stable_pods}) < 2:
+    if settled(live) or len({revision_of(pod) for pod in stable_pods}) < 2:
         return "Stable"
     return "Surging" if judgement.rollout.surge else "InPlace"

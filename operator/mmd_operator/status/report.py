@@ -15,6 +15,7 @@ nothing. Decides no write. Pure: imports the api models and the judgement.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -38,12 +39,14 @@ from mmd_operator.api.v1alpha1 import (
     RollbackStatus,
     ServingRevision,
 )
+from mmd_operator.api.v1alpha1.status import MAX_GROUPS, GroupStatus
 from mmd_operator.api.validation import Problem
 from mmd_operator.judgement.artifact import ArtifactState
 from mmd_operator.judgement.autoscaling import AUTOSCALING, AutoscalingState
 from mmd_operator.judgement.availability import ServingState
 from mmd_operator.judgement.canary import CONDITION as CANARY
 from mmd_operator.judgement.canary import Canary
+from mmd_operator.judgement.groups import GroupState
 from mmd_operator.judgement.judge import ARTIFACT_WORDS
 from mmd_operator.judgement.progress import PROGRESS_POLL_SECONDS
 from mmd_operator.judgement.revisions import ROLLED_BACK, Undo
@@ -62,6 +65,8 @@ STALLED = "Stalled"
 MESSAGE_LIMIT = 4000
 # The reason of the Warning event that lists the spec's warnings when they change.
 SPEC_WARNINGS = "SpecWarnings"
+# A group of a replica across pods that served and lost a pod: recreated whole.
+GROUP_RESTARTING = "GroupRestarting"
 _FAILED_REASONS = frozenset(
     {"InvalidSpec", "RepositoryTooLarge", *(w.failed for w in ARTIFACT_WORDS.values())}
 )
@@ -153,6 +158,9 @@ class Findings:
     # The revisions that have pods, and the rollout in a few words.
     revisions: Sequence[RevisionStatus] = ()
     rollout_words: str | None = None
+    # Pods of one replica, and with more than one, how each group is doing.
+    pods_per_replica: int = 1
+    groups: Sequence[GroupState] = ()
 
     @property
     def artifact_condition(self) -> str:
@@ -393,6 +401,29 @@ def _events(
         + _in_place_event(status, previous)
         + _warning_event(status, previous)
         + _scaled_event(status, previous)
+        + _group_events(status, previous)
+    )
+
+
+def _group_events(
+    status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
+) -> tuple[Event, ...]:
+    """A group that served and no longer does, and which pod it lost.
+
+    Its LeaderWorkerSet recreates it whole: an MPI world does not take a rank back.
+    """
+    served = {g.index for g in (previous.groups or []) if g.ready_pods == g.pods} if previous else set()
+    return tuple(
+        Event(
+            "Warning",
+            GROUP_RESTARTING,
+            _clip(
+                f"group {group.index} lost {group.pods - group.ready_pods} of its {group.pods} pods and is "
+                f"recreated whole: {group.message or 'its pods are being replaced'}"
+            ),
+        )
+        for group in status.groups or []
+        if group.index in served and group.ready_pods < group.pods
     )
 
 
@@ -439,8 +470,40 @@ def _autoscaling_status(state: AutoscalingState | None) -> AutoscalingStatus | N
     )
 
 
+def _restarting(findings: Findings, previous: MultimodalDeploymentStatus | None) -> frozenset[int]:
+    """The groups that served (or were already being recreated) and are not whole now."""
+    before = {g.index: g for g in (previous.groups or [])} if previous is not None else {}
+    return frozenset(
+        group.index
+        for group in findings.groups
+        if not group.whole
+        and (old := before.get(group.index)) is not None
+        and (old.ready_pods == old.pods or old.restarting)
+    )
+
+
+def _with_restarting_groups(findings: Findings, restarting: frozenset[int]) -> Findings:
+    """`findings` whose serving is in trouble while a group that served is recreated whole."""
+    serving = findings.serving
+    if not restarting or serving is None:
+        return findings
+    lost = [group for group in findings.groups if group.index in restarting]
+    said = "; ".join(group.describe() for group in lost)
+    message = f"recreating {len(lost)} group{'s' if len(lost) != 1 else ''} whole after losing a pod: {said}"
+    summary = (
+        f"{message}; the LeaderWorkerSet recreates a group whole when one of its pods restarts or goes (an "
+        "MPI world does not take a rank back): nothing to do unless it happens again."
+    )
+    troubled = dataclasses.replace(
+        serving, reason=GROUP_RESTARTING, message=message, summary=summary, trouble=True, rolled_out=False
+    )
+    return dataclasses.replace(findings, serving=troubled)
+
+
 def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, now: datetime) -> Report:
     """The status and events of `findings`; `previous` is the status the resource shows now."""
+    restarting = _restarting(findings, previous)
+    findings = _with_restarting_groups(findings, restarting)
     conditions = _conditions(findings)
     phase = _phase(findings, conditions)
     conditions += _progress_conditions(phase, conditions, findings.generation)
@@ -455,6 +518,18 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
         model_repository=findings.configmap.name if findings.configmap is not None else None,
         endpoints=findings.endpoints,
         replicas=serving.desired if serving is not None else None,
+        pods_per_replica=findings.pods_per_replica,
+        groups=[
+            GroupStatus(
+                index=group.index,
+                pods=group.size,
+                ready_pods=group.ready,
+                message=_clip("; ".join(group.missing), 512) if group.missing else None,
+                restarting=True if group.index in restarting else None,
+            )
+            for group in findings.groups[:MAX_GROUPS]
+        ]
+        or None,
         updated_replicas=serving.updated_replicas if serving is not None else None,
         ready_replicas=serving.ready_replicas if serving is not None else None,
         selector=findings.selector,
@@ -486,6 +561,8 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
                 "model_repository": previous.model_repository,
                 "endpoints": previous.endpoints,
                 "replicas": previous.replicas,
+                "pods_per_replica": previous.pods_per_replica,
+                "groups": previous.groups,
                 "updated_replicas": previous.updated_replicas,
                 "ready_replicas": previous.ready_replicas,
                 "selector": previous.selector,

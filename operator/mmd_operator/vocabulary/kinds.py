@@ -40,11 +40,15 @@ SECRET = ApiKind("v1", "Secret", "secrets")
 EVENT = ApiKind("v1", "Event", "events")
 JOB = ApiKind("batch/v1", "Job", "jobs")
 DEPLOYMENT = ApiKind("apps/v1", "Deployment", "deployments")
-# Read by name only, to undo a revision that cannot start (`judgement.revisions`).
+# Read only to undo a revision that cannot start (`judgement.revisions`): a ReplicaSet by name, a
+# LeaderWorkerSet's ControllerRevisions by label.
 REPLICA_SET = ApiKind("apps/v1", "ReplicaSet", "replicasets")
+CONTROLLER_REVISION = ApiKind("apps/v1", "ControllerRevision", "controllerrevisions")
 NETWORK_POLICY = ApiKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies")
 HORIZONTAL_POD_AUTOSCALER = ApiKind("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers")
 POD_DISRUPTION_BUDGET = ApiKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
+# The serving workload of a replica across pods: its CRD comes with the LeaderWorkerSet controller.
+LEADER_WORKER_SET = ApiKind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets")
 # The one Lease of leader election (`kube.lease`).
 LEASE = ApiKind("coordination.k8s.io/v1", "Lease", "leases")
 # Cluster-scoped, and only read: nodes (for scheduling messages and `mmctl validate --cluster`),
@@ -64,9 +68,11 @@ ALL = (
     JOB,
     DEPLOYMENT,
     REPLICA_SET,
+    CONTROLLER_REVISION,
     NETWORK_POLICY,
     HORIZONTAL_POD_AUTOSCALER,
     POD_DISRUPTION_BUDGET,
+    LEADER_WORKER_SET,
     LEASE,
     NODE,
     STORAGE_CLASS,

@@ -43,6 +43,17 @@ TEMPLATE_DIGEST = f"{PREFIX}/template-digest"
 TRACK = f"{PREFIX}/track"
 CANARY = "canary"
 
+# Set by the controllers that run the serving pods, read back by the operator. The Deployment controller's
+# label on the pods of each ReplicaSet (`<deployment>-<hash>`), which names their revision:
+DEPLOYMENT_REVISION = "pod-template-hash"
+# The LeaderWorkerSet controller's: the set's name on its ControllerRevisions, the revision of a group's
+# pods (and of the ControllerRevision that holds its template), the group's index and the pod's within it
+# (the leader is worker 0).
+GROUP_SET = "leaderworkerset.sigs.k8s.io/name"
+GROUP_REVISION = "leaderworkerset.sigs.k8s.io/template-revision-hash"
+GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+
 
 def common(component: str) -> dict[str, str]:
     """Labels every object of `component` carries."""

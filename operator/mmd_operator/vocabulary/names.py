@@ -44,3 +44,24 @@ def serving(instance: str) -> str:
 def canary(instance: str) -> str:
     """The Deployment of a Canary rollout's new revision of `instance` (one pod, behind its Service)."""
     return f"{instance}-canary"
+
+
+def group_set(instance: str) -> str:
+    """The LeaderWorkerSet of `instance` (a replica across pods).
+
+    Not the Service's name: the LeaderWorkerSet's own headless Service, named like it (its pods' DNS
+    subdomain), would clash with it.
+    """
+    return f"{instance}-group"
+
+
+def ssh_secret(instance: str) -> str:
+    """The Secret of the SSH keys the groups of `instance` run their world with (one replica across pods)."""
+    return f"{instance}-ssh"
+
+
+# The files of that Secret: the leader's key and the line that admits it, the workers' host key and the
+# line that trusts it.
+SSH_CLIENT_KEY, SSH_AUTHORIZED_KEYS = "id_ed25519", "authorized_keys"
+SSH_HOST_KEY, SSH_KNOWN_HOSTS = "ssh_host_ed25519_key", "known_hosts"
+SSH_SECRET_FILES = (SSH_CLIENT_KEY, SSH_AUTHORIZED_KEYS, SSH_HOST_KEY, SSH_KNOWN_HOSTS)

@@ -120,7 +120,8 @@ def test_defaults_and_enums_reach_the_schema() -> None:
     assert spec["engine"]["default"]["kvCacheDtype"] == "auto"
     assert spec["serving"]["default"]["queue"]["maxQueueSize"] == 0
     assert engine["tensorParallelSize"]["default"] == 1
-    assert engine["tensorParallelSize"]["enum"] == [1, 2, 4, 8]
+    assert engine["tensorParallelSize"]["enum"] == [1, 2, 4, 8, 16, 32]
+    assert engine["pipelineParallelSize"]["default"] == 1
     assert engine["kvCacheDtype"]["enum"] == ["auto", "fp8"]
     assert spec["model"]["properties"]["type"]["enum"][0] == "blip2"
     serving = spec["serving"]["properties"]

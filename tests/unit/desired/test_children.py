@@ -66,5 +66,7 @@ def test_render_writes_the_objects_the_operator_applies(path: Path) -> None:
     # The Deployment of a branch's snapshot names it only once the Job has resolved the branch.
     branch = not isinstance(plan, TritonPlan) and plan.download is not None and plan.artifact_location is None
     differing = {key for key in rendered if rendered[key] != applied[key]}
-    deployment = ("Deployment", names.serving(str(resource.metadata["name"])))
-    assert differing == ({deployment} if branch else set())
+    workload = next(key for key in rendered if key[0] in ("Deployment", "LeaderWorkerSet"))
+    instance = str(resource.metadata["name"])
+    assert workload[1] == (names.group_set(instance) if workload[0] == "LeaderWorkerSet" else instance)
+    assert differing == ({workload} if branch else set())

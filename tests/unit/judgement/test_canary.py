@@ -20,7 +20,7 @@ from mmd_operator.desired.decision import desired_state
 from mmd_operator.facts import DeploymentFacts, Meta, Observed, PodCounts, PodFacts, PodPhase, Reading
 from mmd_operator.judgement import judge
 from mmd_operator.judgement.canary import MIN_WINDOW_SECONDS, analysis_window
-from mmd_operator.judgement.revisions import RETRY_ANNOTATION, ROLLED_BACK, TEMPLATE_HASH
+from mmd_operator.judgement.revisions import RETRY_ANNOTATION, ROLLED_BACK
 from mmd_operator.knowledge import Runtime
 from mmd_operator.kube.prometheus import read_counts
 from mmd_operator.scaling_metrics import analysis_queries
@@ -35,7 +35,9 @@ CANARY = {"strategy": "Canary", "canary": {"analysisSeconds": 60, "minRequests":
 
 
 def _pod(name: str, template_hash: str, *, canary: bool = False, ready: bool = True) -> PodFacts:
-    pod_labels = ((TEMPLATE_HASH, template_hash),) + (((labels.TRACK, labels.CANARY),) if canary else ())
+    pod_labels = ((labels.DEPLOYMENT_REVISION, template_hash),) + (
+        ((labels.TRACK, labels.CANARY),) if canary else ()
+    )
     return PodFacts(
         meta=Meta(name=name, labels=pod_labels), phase=PodPhase.RUNNING, ready=ready, configmap="repo"
     )

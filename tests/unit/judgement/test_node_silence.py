@@ -66,3 +66,20 @@ def test_a_resources_last_ready_pod_is_left_to_the_node_controller() -> None:
         ("ns", pod("whisper-2", "b", pod_labels=whisper)),
     ]
     assert [(ns, p.meta.name) for ns, p in pods_to_mark(pods, frozenset({"a"}))] == [("ns", "whisper-1")]
+
+
+def test_a_groups_worker_is_marked_even_when_its_leader_no_longer_serves() -> None:
+    """The Service selects leaders only: a worker's mark changes no serving, and says where its rank went.
+    A leader is a pod the Service selects, and its resource's last ready one is left alone."""
+
+    def member(name: str, node: str, worker: int, *, ready: bool = True) -> PodFacts:
+        group = ((labels.GROUP_INDEX, "0"), (labels.WORKER_INDEX, str(worker)))
+        return pod(name, node, ready=ready, pod_labels=tuple(sorted(SERVING + group)))
+
+    world_ended = [
+        ("ns", member("llava-group-0", "a", 0, ready=False)),
+        ("ns", member("llava-group-0-1", "b", 1)),
+    ]
+    assert [p.meta.name for _, p in pods_to_mark(world_ended, frozenset({"b"}))] == ["llava-group-0-1"]
+    leader_lost = [("ns", member("llava-group-0", "b", 0)), ("ns", member("llava-group-0-1", "a", 1))]
+    assert pods_to_mark(leader_lost, frozenset({"b"})) == []

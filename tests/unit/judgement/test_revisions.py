@@ -14,7 +14,6 @@ from mmd_operator.judgement import judge
 from mmd_operator.judgement.revisions import (
     RETRY_ANNOTATION,
     ROLLED_BACK,
-    TEMPLATE_HASH,
     stable_revision,
     undo,
 )
@@ -32,7 +31,11 @@ CRASH = "container server is in CrashLoopBackOff (back-off 10s, exit code 1); it
 def _pod(name: str, template_hash: str, **more: Any) -> PodFacts:
     fields: dict[str, Any] = {
         "meta": Meta(
-            name=name, labels=((TEMPLATE_HASH, template_hash), (labels.CACHE_KEY, f"key-{template_hash[0]}"))
+            name=name,
+            labels=(
+                (labels.DEPLOYMENT_REVISION, template_hash),
+                (labels.CACHE_KEY, f"key-{template_hash[0]}"),
+            ),
         ),
         "phase": PodPhase.RUNNING,
         "configmap": f"llava-repo-{template_hash[0]}",
@@ -149,7 +152,7 @@ def test_an_init_container_that_cannot_pull_its_image_is_a_pod_that_cannot_start
     waiting = {"reason": "ErrImagePull", "message": 'failed to resolve reference "registry.invalid/x:0"'}
     pod = object_facts.pod(
         {
-            "metadata": {"name": "llava-bbbb-1", "labels": {TEMPLATE_HASH: "bbbb"}},
+            "metadata": {"name": "llava-bbbb-1", "labels": {labels.DEPLOYMENT_REVISION: "bbbb"}},
             "spec": {"containers": [{"name": "server"}]},
             "status": {
                 "phase": "Pending",

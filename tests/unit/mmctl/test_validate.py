@@ -68,7 +68,7 @@ def test_a_directory_is_searched_recursively_and_other_kinds_are_counted(
 ) -> None:
     code, out, err = _run(capsys, "-f", str(repository))
     assert code == 0 and err == ""
-    assert out[-1] == "15 resources: 2 ok, 13 with warnings, 0 invalid; 2 other documents skipped"
+    assert out[-1] == "17 resources: 2 ok, 15 with warnings, 0 invalid; 2 other documents skipped"
     assert f"{repository}/apps/both.yml:2 ml/llava-pinned ok" in out
     assert f"{repository}/apps/examples/llava.yaml:1 llava 1 warning" in out
     warning = out[out.index(f"{repository}/apps/examples/llava.yaml:1 llava 1 warning") + 1]
@@ -77,7 +77,7 @@ def test_a_directory_is_searched_recursively_and_other_kinds_are_counted(
     # Strict: every warning is an error.
     code, out, _ = _run(capsys, "--strict", "-f", str(repository))
     assert code == 1
-    assert out[-1] == "15 resources: 2 ok, 0 with warnings, 13 invalid; 2 other documents skipped"
+    assert out[-1] == "17 resources: 2 ok, 0 with warnings, 15 invalid; 2 other documents skipped"
     assert f"{repository}/apps/examples/llava.yaml:1 llava 1 error" in out
 
 

@@ -152,7 +152,7 @@ def test_without_a_policy_in_the_spec_the_pods_reach_only_dns() -> None:
     ]
 
 
-NO_GPUS = GpuDemand(role="build", pods=1, gpus_per_pod=0)
+NO_GPUS = GpuDemand(role="build", replicas=1, gpus_per_pod=0)
 
 
 def _downloading(plan: TrtllmServePlan) -> Observed:

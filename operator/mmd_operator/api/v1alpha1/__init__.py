@@ -75,6 +75,7 @@ from mmd_operator.api.v1alpha1.spec import LoraSpec as LoraSpec
 from mmd_operator.api.v1alpha1.spec import ModelSource as ModelSource
 from mmd_operator.api.v1alpha1.spec import ModelSpec as ModelSpec
 from mmd_operator.api.v1alpha1.spec import MultimodalDeploymentSpec as MultimodalDeploymentSpec
+from mmd_operator.api.v1alpha1.spec import Parallelism as Parallelism
 from mmd_operator.api.v1alpha1.spec import VisionSpec as VisionSpec
 from mmd_operator.api.v1alpha1.spec import VolumeSource as VolumeSource
 from mmd_operator.api.v1alpha1.status import MAX_WARNINGS as MAX_WARNINGS

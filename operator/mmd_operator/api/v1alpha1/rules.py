@@ -14,12 +14,15 @@ from pydantic.config import JsonDict
 from mmd_operator.api.v1alpha1.cel import REQUIRED, cel_list, cel_rule
 from mmd_operator.knowledge import (
     KNOWLEDGE,
-    Heads,
+    NODE_WORLD,
+    LanguageModelShape,
     Modality,
     ModelType,
     Runtime,
-    checkpoint_heads,
+    checkpoint_shapes,
+    pipeline_types,
     serve_types_where,
+    types_by_largest_world,
     types_of,
     types_taking,
     types_where,
@@ -29,7 +32,15 @@ from mmd_operator.scaling_metrics import SCALING_METRICS, metrics_of
 # The model types whose model.variant names a Whisper checkpoint.
 WHISPER_TYPES = types_where("whisper_variants")
 # The tensor-parallel sizes a spec may ask for (engine.tensorParallelSize).
-TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8, 16, 32)
+# The world of one replica, and the GPUs of one pod with serving.gpusPerPod's default filled in.
+WORLD = "(self.engine.tensorParallelSize * self.engine.pipelineParallelSize)"
+_WORLD_WORDS = (
+    "engine.tensorParallelSize x engine.pipelineParallelSize ({self.engine.tensorParallelSize} x "
+    "{self.engine.pipelineParallelSize} = "
+    "{self.engine.tensorParallelSize * self.engine.pipelineParallelSize})"
+)
+_ONE_POD = f"(has(self.serving.gpusPerPod) ? {WORLD} == self.serving.gpusPerPod : {WORLD} <= {NODE_WORLD})"
 
 
 def _only_for(attribute: str, condition: str, what: str, field_path: str) -> JsonDict:
@@ -358,32 +369,120 @@ def _modality_rules() -> list[JsonDict]:
     return rules
 
 
-def _heads_rules() -> list[JsonDict]:
-    """On trtllm-serve, the tensor-parallel size must split the heads of a known checkpoint.
+def _sizes_in_words(sizes: list[int]) -> str:
+    return f"{', '.join(map(str, sizes[:-1]))} or {sizes[-1]}" if len(sizes) > 1 else str(sizes[0])
 
-    One rule per head count that some allowed size cannot split, naming the sizes that can.
+
+def _heads_rules() -> list[JsonDict]:
+    """On trtllm-serve, the tensor size must split a known checkpoint's heads, the pipeline size its layers.
+
+    One rule per head count that some allowed size cannot split, naming the sizes that can; one per
+    layer count.
     """
-    by_heads: dict[Heads, list[str]] = {}
-    for repo, heads in checkpoint_heads().items():
-        by_heads.setdefault(heads, []).append(repo)
+    by_heads: dict[tuple[int, int], list[str]] = {}
+    by_layers: dict[int, list[str]] = {}
+    shapes: dict[str, LanguageModelShape] = checkpoint_shapes()
+    for repo, shape in shapes.items():
+        by_heads.setdefault((shape.attention, shape.key_value), []).append(repo)
+        by_layers.setdefault(shape.layers, []).append(repo)
+    known = (
+        f"!({SERVE_RUNTIME}) || !has(self.model.source.huggingface) || "
+        "!(self.model.source.huggingface.repo in "
+    )
     rules = []
-    for heads, repos in by_heads.items():
-        sizes = [size for size in TENSOR_PARALLEL_SIZES if heads.split_by(size)]
+    for (attention, key_value), repos in by_heads.items():
+        shape = LanguageModelShape(attention, key_value, 1)
+        sizes = [size for size in TENSOR_PARALLEL_SIZES if shape.split_by(size)]
         if len(sizes) == len(TENSOR_PARALLEL_SIZES):
             continue
         rules.append(
             cel_rule(
-                f"!({SERVE_RUNTIME}) || !has(self.model.source.huggingface) || "
-                f"!(self.model.source.huggingface.repo in {cel_list(repos)}) || "
-                f"self.engine.tensorParallelSize in {sizes}",
+                f"{known}{cel_list(repos)}) || self.engine.tensorParallelSize in {sizes}",
                 "engine.tensorParallelSize ({self.engine.tensorParallelSize}) cannot split the checkpoint's "
                 "heads among its ranks: every rank needs whole attention heads, and key-value heads are "
                 "split or, when fewer than the ranks, replicated; {self.model.source.huggingface.repo} has "
-                f"{heads.attention} attention heads and {heads.key_value} key-value heads, so the size can "
-                f"be {', '.join(map(str, sizes[:-1]))} or {sizes[-1]}",
+                f"{attention} attention heads and {key_value} key-value heads, so the size can be "
+                f"{_sizes_in_words(sizes)}",
                 field_path=".engine.tensorParallelSize",
             )
         )
+    for layers, repos in sorted(by_layers.items()):
+        stages = [size for size in range(2, 17) if layers % size == 0]
+        rules.append(
+            cel_rule(
+                f"{known}{cel_list(repos)}) || {layers} % self.engine.pipelineParallelSize == 0",
+                "engine.pipelineParallelSize ({self.engine.pipelineParallelSize}) cannot split the "
+                "checkpoint's layers evenly among its stages, and every stage must hold the same number: "
+                "the largest stage would set the pace of all; {self.model.source.huggingface.repo} has "
+                f"{layers} layers, so the size can be 1, {_sizes_in_words(stages)}",
+                field_path=".engine.pipelineParallelSize",
+            )
+        )
+    return rules
+
+
+def _parallelism_rules() -> list[JsonDict]:
+    """The world of one replica against the model type's largest and its pipeline support, and the pods."""
+    rules = []
+    for runtime in Runtime:
+        runtime_is = SERVE_RUNTIME if runtime is Runtime.TRTLLM_SERVE else ENGINE_RUNTIME
+        for largest, types in types_by_largest_world(runtime).items():
+            reason = (
+                "its largest checkpoints fit one node of 8 GPUs"
+                if largest <= NODE_WORLD
+                else f"{largest} GPUs hold its largest checkpoints at 16 bits; a larger world was not tried"
+            )
+            rules.append(
+                cel_rule(
+                    f"!({runtime_is}) || !(self.model.type in {cel_list(types)}) || {WORLD} <= {largest}",
+                    f"the world of one replica, {_WORLD_WORDS}, is larger than the largest offered for "
+                    f"model.type ({{self.model.type}}) on runtime {runtime}, {largest}: {reason}",
+                    field_path=".engine.tensorParallelSize",
+                )
+            )
+    offered = [
+        f"({SERVE_RUNTIME if runtime is Runtime.TRTLLM_SERVE else ENGINE_RUNTIME}) && "
+        f"self.model.type in {cel_list(types)}"
+        for runtime in Runtime
+        if (types := pipeline_types(runtime))
+    ]
+    who = "; ".join(
+        f"on runtime {runtime} for {', '.join(types)}"
+        for runtime in Runtime
+        if (types := pipeline_types(runtime))
+    )
+    rules += [
+        cel_rule(
+            f"self.engine.pipelineParallelSize == 1 || {' || '.join(f'({term})' for term in offered)}",
+            "engine.pipelineParallelSize ({self.engine.pipelineParallelSize}) is not offered for model.type "
+            f"({{self.model.type}}) on its runtime ({{{_RUNTIME_OF_SELF}}}): pipeline parallelism is "
+            f"offered {who} only (the triton-trtllm-engine launch runs tensor-parallel ranks only); raise "
+            "engine.tensorParallelSize instead",
+            field_path=".engine.pipelineParallelSize",
+        ),
+        cel_rule(
+            f"!has(self.serving.gpusPerPod) || {WORLD} % self.serving.gpusPerPod == 0",
+            "serving.gpusPerPod ({self.serving.gpusPerPod}) must divide the world of one replica, "
+            f"{_WORLD_WORDS}: every pod of a replica runs the same number of ranks",
+            field_path=".serving.gpusPerPod",
+        ),
+        cel_rule(
+            f"has(self.serving.gpusPerPod) || {WORLD} <= {NODE_WORLD} || {WORLD} % {NODE_WORLD} == 0",
+            f"the world of one replica, {_WORLD_WORDS}, is more than one pod's default of {NODE_WORLD} GPUs "
+            f"and not a multiple of it; set serving.gpusPerPod to a divisor of the world",
+            field_path=".serving.gpusPerPod",
+            reason=REQUIRED,
+        ),
+        cel_rule(
+            "!has(self.engineCache.accessMode) || self.engineCache.accessMode == 'ReadWriteMany' || "
+            f"{_ONE_POD}",
+            "engineCache.accessMode ({self.engineCache.accessMode}) cannot serve a replica of more than one "
+            "pod: every pod of a replica reads its ranks' engines from the claim, from its own node; use "
+            f"ReadWriteMany (a world of {{{WORLD}}} ranks in "
+            f"{{has(self.serving.gpusPerPod) ? self.serving.gpusPerPod : {NODE_WORLD}}} GPUs per pod)",
+            field_path=".engineCache.accessMode",
+        ),
+    ]
     return rules
 
 
@@ -413,6 +512,7 @@ def _runtime_rules() -> list[JsonDict]:
         ),
         *_modality_rules(),
         *_heads_rules(),
+        *_parallelism_rules(),
         _serve_only_for(
             "fp8_kv_cache", "self.engine.kvCacheDtype == 'fp8'", "kvCacheDtype fp8", ".engine.kvCacheDtype"
         ),
@@ -445,13 +545,14 @@ def _autoscaling_rules() -> list[JsonDict]:
         ),
         cel_rule(
             f"!has({autoscaling}) || !has({autoscaling}.maxGpus) || "
-            f"{autoscaling}.maxReplicas * self.engine.tensorParallelSize <= {autoscaling}.maxGpus",
-            f"serving.autoscaling.maxReplicas ({{{autoscaling}.maxReplicas}}) pods of "
-            "engine.tensorParallelSize ({self.engine.tensorParallelSize}) GPUs each need more GPUs than "
+            f"{autoscaling}.maxReplicas * {WORLD} <= {autoscaling}.maxGpus",
+            f"serving.autoscaling.maxReplicas ({{{autoscaling}.maxReplicas}}) replicas of "
+            "engine.tensorParallelSize x engine.pipelineParallelSize GPUs each "
+            "({self.engine.tensorParallelSize} x {self.engine.pipelineParallelSize}) need more GPUs than "
             f"serving.autoscaling.maxGpus ({{{autoscaling}.maxGpus}}) allows; lower maxReplicas or raise "
-            f"maxGpus ({{{autoscaling}.maxReplicas}} x {{self.engine.tensorParallelSize}} = "
-            f"{{{autoscaling}.maxReplicas * self.engine.tensorParallelSize}} GPUs; maxReplicas may be at "
-            f"most {{{autoscaling}.maxGpus / self.engine.tensorParallelSize}})",
+            f"maxGpus ({{{autoscaling}.maxReplicas}} x {{{WORLD}}} = "
+            f"{{{autoscaling}.maxReplicas * {WORLD}}} GPUs; maxReplicas may be at "
+            f"most {{{autoscaling}.maxGpus / {WORLD}}})",
             field_path=".serving.autoscaling.maxReplicas",
         ),
     ]

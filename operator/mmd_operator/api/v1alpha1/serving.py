@@ -290,7 +290,8 @@ class AutoscalingSpec(Schema):
     min_replicas: int = Field(1, ge=0, le=1000)
     """Fewest serving pods (at least 1)."""
     max_replicas: int = Field(ge=1, le=1000)
-    """Most serving pods; each takes engine.tensorParallelSize GPUs."""
+    """Most replicas; each takes the world's GPUs (engine.tensorParallelSize x
+    engine.pipelineParallelSize), in one pod or a group of pods."""
     metric: ScalingMetricSpec
     """What to scale on, and its target per pod."""
     scale_up_stabilization_seconds: int = Field(0, ge=0, le=3600)
@@ -300,7 +301,8 @@ class AutoscalingSpec(Schema):
     """How long the autoscaler looks back before removing pods: it removes only what the highest
     recommendation of that window allows, so a short lull does not give away a loaded pod."""
     max_gpus: int | None = Field(None, ge=1, le=100_000)
-    """A GPU budget: maxReplicas x engine.tensorParallelSize may not exceed it (checked at admission)."""
+    """A GPU budget: maxReplicas x the world of one replica (engine.tensorParallelSize x
+    engine.pipelineParallelSize) may not exceed it (checked at admission)."""
 
 
 class ServingSpec(Schema):
@@ -313,10 +315,11 @@ class ServingSpec(Schema):
     """tritonserver image (trtllm-serve: its image). Defaults to the one pinned with the TensorRT-LLM
     version."""
     replicas: int = Field(1, ge=0, le=1000)
-    """Serving pods. Also set by `kubectl scale mmd` (the scale subresource): when it owns it, leave
-    `replicas` out of the file you apply, or `kubectl apply --server-side` stops with a conflict on this
-    field (`--force-conflicts` takes it back). Not with `autoscaling`, which decides the number of pods
-    itself: leave it out then (the stored default, 1, is ignored)."""
+    """Serving replicas: pods, or groups of pods when `gpusPerPod` is below the world. Also set by
+    `kubectl scale mmd` (the scale subresource): when it owns it, leave `replicas` out of the file you
+    apply, or `kubectl apply --server-side` stops with a conflict on this field (`--force-conflicts` takes
+    it back). Not with `autoscaling`, which decides the number of replicas itself: leave it out then (the
+    stored default, 1, is ignored)."""
     autoscaling: AutoscalingSpec | None = None
     """Scale the serving pods with demand: a HorizontalPodAutoscaler on the serving Deployment, on queue
     time or pending requests (never CPU). Removing the section deletes it and gives the Deployment
@@ -390,8 +393,14 @@ class ServingSpec(Schema):
     whatever the type takes. An empty list: text only."""
     zero_pad: bool = False
     """Whisper only: trim audio to its true length instead of padding the mel spectrogram to 30 s."""
+    gpus_per_pod: int | None = Field(None, ge=1, le=16)
+    """GPUs (and MPI ranks) of one serving pod. Defaults to the world of one replica
+    (engine.tensorParallelSize x engine.pipelineParallelSize) up to 8, and must divide it: a replica is
+    world / gpusPerPod pods. With more than one, each replica is a group of a LeaderWorkerSet (the
+    cluster needs its controller, and the engine cache ReadWriteMany access): the leader pod runs the world
+    with `mpirun` over SSH into its workers and serves; the Service sends requests to leaders only."""
     pod: PodSettings = Field(default_factory=PodSettings)
-    """Scheduling and metadata of the serving pods (GPUs = tensor-parallel size)."""
+    """Scheduling and metadata of the serving pods (GPUs = gpusPerPod)."""
     probes: ProbeSpec = Field(default_factory=ProbeSpec)
     """Health checks of the serving pods."""
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import ConfigDict, Field
@@ -16,7 +17,7 @@ from mmd_operator.api.v1alpha1.pods import PodSettings, SecretKeyRef
 from mmd_operator.api.v1alpha1.rules import spec_rules
 from mmd_operator.api.v1alpha1.schema import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, Quantity, Schema
 from mmd_operator.api.v1alpha1.serving import ServingSpec
-from mmd_operator.knowledge import ModelType, Runtime
+from mmd_operator.knowledge import NODE_WORLD, ModelType, Runtime
 
 
 class EngineCacheSpec(Schema):
@@ -52,7 +53,8 @@ class BuildSpec(Schema):
     active_deadline_seconds: int = Field(21600, ge=60, le=604800)
     """Longest a build may run, all retries included, before it is stopped and reported failed."""
     pod: PodSettings = Field(default_factory=PodSettings)
-    """Scheduling and metadata of the build pods (GPUs = tensor-parallel size)."""
+    """Scheduling and metadata of the build pods (GPUs: the tensor-parallel size, up to
+    `serving.gpusPerPod`: a world across pods is built in one pod, that many ranks at a time)."""
 
 
 class HuggingFaceSource(Schema):
@@ -180,9 +182,19 @@ class EngineSpec(Schema):
     triton-trtllm-engine only."""
     dtype: Literal["float16", "bfloat16"] | None = None
     """Weights and activations type. Defaults per model type (bfloat16 for mllama, float16 otherwise)."""
-    tensor_parallel_size: Literal[1, 2, 4, 8] = 1
-    """Tensor-parallel world size: GPUs per serving pod and MPI ranks of tritonserver (trtllm-serve:
-    `--tp_size`; it must split the heads of a known checkpoint)."""
+    tensor_parallel_size: Literal[1, 2, 4, 8, 16, 32] = 1
+    """Tensor-parallel ranks of one replica, each holding a share of every layer's attention heads
+    (trtllm-serve: `--tp_size`; it must split the heads of a known checkpoint). With
+    pipelineParallelSize it makes the world of one replica: one GPU and one MPI rank each, in
+    `serving.gpusPerPod` GPUs per pod; a world of more than 8 spans pods, on several nodes. The world
+    may not pass the model type's largest: 16 on triton-trtllm-engine (8 for whisper types and blip2,
+    whose checkpoints fit one GPU), on trtllm-serve 32 for llama4, qwen2_vl and qwen2_5_vl and 8 for the
+    others."""
+    pipeline_parallel_size: int = Field(1, ge=1, le=16)
+    """Pipeline stages of one replica, each holding a share of the layers (trtllm-serve: `--pp_size`).
+    Offered on trtllm-serve for llama4, qwen2_vl and qwen2_5_vl, whose largest checkpoints need more than
+    one node; it must split a known checkpoint's layers evenly. Not on triton-trtllm-engine: the reference
+    workflow's launch runs tensor-parallel ranks only."""
     max_batch_size: int | None = Field(None, ge=1, le=2048)
     """Largest number of requests the engine runs at once. Defaults per model type (trtllm-serve:
     `max_batch_size`, default 2048)."""
@@ -215,6 +227,36 @@ class EngineSpec(Schema):
     """The multimodal (vision) engine."""
 
 
+@dataclass(frozen=True)
+class Parallelism:
+    """The parallel world of one replica and how its ranks are spread over pods."""
+
+    tensor: int
+    pipeline: int
+    gpus_per_pod: int
+
+    @property
+    def world(self) -> int:
+        """MPI ranks (and GPUs) of one replica."""
+        return self.tensor * self.pipeline
+
+    @property
+    def pods_per_replica(self) -> int:
+        """Pods of one replica: one leader, and the rest its workers."""
+        return self.world // self.gpus_per_pod
+
+    @property
+    def spans_pods(self) -> bool:
+        """Whether one replica is more than one pod (a LeaderWorkerSet group, not a Deployment's pod)."""
+        return self.pods_per_replica > 1
+
+    def describe(self) -> str:
+        """How the world is made, in words: `16 ranks (tensor 16) in 2 pods of 8 GPUs`."""
+        made = f"tensor {self.tensor}" + (f" x pipeline {self.pipeline}" if self.pipeline > 1 else "")
+        pods = f"{self.pods_per_replica} pods" if self.spans_pods else "1 pod"
+        return f"{self.world} ranks ({made}) in {pods} of {self.gpus_per_pod} GPUs"
+
+
 class MultimodalDeploymentSpec(Schema):
     """Desired state: the model, how to build its engines and how to serve them."""
 
@@ -224,6 +266,13 @@ class MultimodalDeploymentSpec(Schema):
     def serving_runtime(self) -> Runtime:
         """The runtime, `triton-trtllm-engine` when the spec names none."""
         return self.runtime or Runtime.TRITON_TRTLLM_ENGINE
+
+    @property
+    def parallelism(self) -> Parallelism:
+        """The world of one replica, with `serving.gpusPerPod`'s default (the world, up to 8) filled in."""
+        tensor, pipeline = self.engine.tensor_parallel_size, self.engine.pipeline_parallel_size
+        gpus = self.serving.gpus_per_pod or min(tensor * pipeline, NODE_WORLD)
+        return Parallelism(tensor=tensor, pipeline=pipeline, gpus_per_pod=gpus)
 
     runtime: Runtime | None = None
     """How the model is served: `triton-trtllm-engine` (omitted: TensorRT engines built by a Job, served

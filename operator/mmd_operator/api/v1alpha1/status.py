@@ -15,6 +15,8 @@ from mmd_operator.api.v1alpha1.schema import Schema
 
 # Status warnings: at most this many, each at most this long (a status always fits).
 MAX_WARNINGS = 32
+# Groups the status lists one by one (a resource's replicas across pods).
+MAX_GROUPS = 32
 WARNING_MAX_LENGTH = 4096
 
 
@@ -292,6 +294,21 @@ class RevisionStatus(Schema):
     """A canary's analysis verdict so far."""
 
 
+class GroupStatus(Schema):
+    """One group of a replica across pods (a LeaderWorkerSet group): its pods ready, and what is missing."""
+
+    index: int = Field(ge=0)
+    """The group's index (`leaderworkerset.sigs.k8s.io/group-index`)."""
+    pods: int = Field(ge=1)
+    """Pods of the group: its leader and its workers."""
+    ready_pods: int = Field(ge=0)
+    """Its ready pods; the group serves when all are."""
+    message: str | None = Field(None, max_length=512)
+    """Each pod that is not ready, with the ranks it runs and why (a lost worker's node named)."""
+    restarting: bool | None = None
+    """The group served, then lost a pod: it is being recreated whole (the resource is Degraded)."""
+
+
 class MultimodalDeploymentStatus(Schema):
     """Observed state, written by the operator."""
 
@@ -313,7 +330,11 @@ class MultimodalDeploymentStatus(Schema):
     endpoints: Endpoints | None = None
     """Where to send requests."""
     replicas: int | None = None
-    """Serving pods wanted: spec.serving.replicas, or with autoscaling what the autoscaler set."""
+    """Serving replicas wanted: spec.serving.replicas, or with autoscaling what the autoscaler set."""
+    pods_per_replica: int | None = None
+    """Pods of one replica: 1, or the size of its groups when the world spans pods."""
+    groups: list[GroupStatus] | None = Field(None, max_length=MAX_GROUPS)
+    """With a replica across pods: each group, its pods ready and what is missing (the first 32)."""
     updated_replicas: int | None = None
     """Serving pods running the current model repository and engine."""
     ready_replicas: int | None = None
