@@ -40,6 +40,7 @@ from mmd_testbed.localcluster.stages import (
 )
 from tests.support import consistency
 from tests.support.kube import Kube, Resources, Tools
+from tests.support.nodes import extra_gpu_nodes
 
 from .conftest import STARTED, Electorate, OperatorProcess
 
@@ -54,6 +55,10 @@ NODE_ROUNDS = int(os.environ.get("MMD_FAULT_NODE_ROUNDS", "1"))
 LEADER_ROUNDS = int(os.environ.get("MMD_FAULT_LEADER_ROUNDS", "1"))
 SEED = int(os.environ.get("MMD_FAULT_SEED", str(time.time_ns() % 100_000)))
 EXTRA_NODES = NodePool(count=6, name_prefix="fault-node")
+# The nodes the node-loss test takes away: tainted, so that no other test's pod (the soak runs beside
+# these tests on another worker) is on a node when it goes, and labelled, so its own pod lands on them.
+LOSABLE_NODES = NodePool(count=2, name_prefix="losable-node")
+LOSABLE = "mmd.test/losable"
 
 
 def say(text: str) -> None:
@@ -404,14 +409,19 @@ def test_a_node_that_goes_away_has_its_serving_pods_rescheduled(
     resources: Resources,
     namespace: str,
     operator: OperatorProcess,
-    capacity: list[str],
     local_cluster: LocalCluster,
 ) -> None:
     document = fleet(1)[0]
-    resources.apply(document)
-    resources.wait_phase("f00", "Ready")
-    for round_number in range(NODE_ROUNDS):
-        _lose_the_serving_node(kube, resources, namespace, local_cluster, round_number)
+    document["spec"].setdefault("serving", {})["pod"] = {
+        "nodeSelector": {LOSABLE: "true"},
+        "tolerations": [{"key": LOSABLE, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+    }
+    taint = {"key": LOSABLE, "value": "true", "effect": "NoSchedule"}
+    with extra_gpu_nodes(kube, LOSABLE_NODES, taints=(taint,), labels={LOSABLE: "true"}):
+        resources.apply(document)
+        resources.wait_phase("f00", "Ready")
+        for round_number in range(NODE_ROUNDS):
+            _lose_the_serving_node(kube, resources, namespace, local_cluster, round_number)
     say(f"lost nodes: {NODE_ROUNDS} of {NODE_ROUNDS} rounds, the pod rescheduled and the status said so")
 
 

@@ -15,9 +15,13 @@ from tests.support.kube import Kube
 
 @contextmanager
 def extra_gpu_nodes(
-    kube: Kube, pool: NodePool, *, taints: tuple[dict[str, str], ...] = ()
+    kube: Kube,
+    pool: NodePool,
+    *,
+    taints: tuple[dict[str, str], ...] = (),
+    labels: dict[str, str] | None = None,
 ) -> Iterator[list[str]]:
-    """The nodes of `pool`, with `taints`, Ready while the block runs.
+    """The nodes of `pool`, with `taints` and `labels` added to their own, Ready while the block runs.
 
     Ready, and without the node controller's `not-ready` taint, which it takes off a moment after the
     node reports Ready: a test that reads the nodes' taints would otherwise find it.
@@ -26,6 +30,7 @@ def extra_gpu_nodes(
     for name in names:
         node: dict[str, Any] = gpu_node(name, pool)
         node["spec"]["taints"] = list(taints)
+        node["metadata"]["labels"].update(labels or {})
         try:
             kube.core.create_node(node)
         except ApiException as error:
