@@ -20,7 +20,8 @@
 - per resource (`namespace`, `name`: the MultimodalDeployment's; `ResourceSeries`, fed by each reconcile
   from what it judged and reported, removed with the resource, cleared when the process stops leading):
   `mmd_resource_phase{phase}` (1 for its phase, one series), `mmd_serving_pods{state}` (wanted: the
-  autoscaler's desired pods with serving.autoscaling, else spec replicas; ready),
+  autoscaler's desired replicas with serving.autoscaling, else spec replicas; ready: the ready replicas;
+  each times the pods of one replica, so that a replica across pods counts its pods),
   `mmd_autoscaler_replicas{bound}` (min, max, desired) and `mmd_autoscaler_saturated` (ScalingLimited,
   TooManyReplicas) with serving.autoscaling, `mmd_artifact_stalled{artifact}` while its Job runs (1 once
   its progress stalled), and `mmd_rollbacks_total{reason}` (CannotStart, AnalysisFailed; each undone
@@ -90,7 +91,8 @@ RESOURCE_PHASE = Gauge(
 )
 SERVING_PODS = Gauge(
     "mmd_serving_pods",
-    "Serving pods a MultimodalDeployment wants (state=wanted) and has ready (state=ready)",
+    "Serving pods a MultimodalDeployment wants (state=wanted) and has ready (state=ready); a replica across"
+    " pods counts its pods, ready only while its whole group is",
     ["namespace", "name", "state"],
 )
 AUTOSCALER_REPLICAS = Gauge(
@@ -230,10 +232,12 @@ def resource_sample(
         artifact = status.engine or status.weights
         progress = artifact.progress if artifact is not None else None
         running = JobSample(job[0], job[1], stalled=progress is not None and progress.stalled)
+    # A group's pods serve together: its ready pods count once the whole group is ready.
+    pods = status.pods_per_replica or 1
     return ResourceSample(
         phase=status.phase,
-        wanted=wanted,
-        ready=(status.ready_replicas or 0) if wanted is not None else None,
+        wanted=wanted * pods if wanted is not None else None,
+        ready=(status.ready_replicas or 0) * pods if wanted is not None else None,
         autoscaler=bounds,
         job=running,
     )

@@ -117,6 +117,14 @@ def test_serving_pods_wanted_are_the_spec_s_and_ready_the_status_s() -> None:
     assert _pods(*key) == (None, None)
 
 
+def test_a_replica_across_pods_counts_its_pods_ready_only_while_its_group_is_whole() -> None:
+    series = ResourceSeries()
+    key = ("groups", "llava-tp16")
+    two_groups = _status(phase="Degraded", replicas=2, readyReplicas=1, podsPerReplica=2)
+    series.publish(key, resource_sample(two_groups, None, None, None))
+    assert _pods(*key) == (4.0, 2.0)
+
+
 def test_with_autoscaling_the_bounds_and_the_wanted_pods_are_the_autoscaler_s() -> None:
     series = ResourceSeries()
     key = ("scaled", "llava")
