@@ -49,10 +49,12 @@ def _who(worker: int, gpus_per_pod: int) -> str:
 def _why(pod: PodFacts | None) -> str:
     if pod is None:
         return "no pod yet"
+    if pod.node_lost:
+        # Its deletion waits for the node: the place of the rank is what the user must look after.
+        lost = f"pod {pod.meta.name} is on node {pod.node}, which stopped reporting"
+        return f"{lost}; it goes once the node returns or is deleted" if pod.meta.deleting else lost
     if pod.meta.deleting:
         return f"pod {pod.meta.name} is stopping: the group is recreated whole"
-    if pod.node_lost:
-        return f"pod {pod.meta.name} is on node {pod.node}, which stopped reporting"
     if pod.unschedulable:
         return f"pod {pod.meta.name} cannot be scheduled"
     if pod.crash_loop:

@@ -65,14 +65,15 @@ def pods_to_mark(pods: Iterable[tuple[str, PodFacts]], silent: frozenset[str]) -
     A pod its Service selects, only while its resource keeps one on a node that is heard: a resource's
     last ready one is left to the node controller, since taking it out gains nothing if the node is dead
     and stops all serving if the silence was only the Lease's. A group's worker is in no Service (its
-    leader is): marked, it changes no serving and lets the status say where the group's rank went.
+    leader is): marked, it changes no serving and lets the status say where the group's rank went, also
+    while it is stopping (its group recreated), since its deletion waits for the silent node.
     """
     serving = [
         (namespace, pod)
         for namespace, pod in pods
         if pod.ready
         and pod.phase is PodPhase.RUNNING
-        and not pod.meta.deleting
+        and (not pod.meta.deleting or not _in_service(pod))
         and pod.meta.label(labels.COMPONENT) == labels.SERVING
         and pod.meta.label(labels.MANAGED_BY) == labels.OPERATOR
     ]

@@ -294,7 +294,15 @@ def test_without_the_leaderworkerset_api_nothing_is_created_and_the_status_says_
     assert ready.reason == "LeaderWorkerSetNotInstalled" and "install it" in ready.message
 
 
-def _member(group: int, worker: int, *, ready: bool = True, revision: str = "aaaa", **more: Any) -> PodFacts:
+def _member(
+    group: int,
+    worker: int,
+    *,
+    ready: bool = True,
+    revision: str = "aaaa",
+    meta_deleting: bool = False,
+    **more: Any,
+) -> PodFacts:
     labels_of = {
         labels.GROUP_INDEX: str(group),
         labels.WORKER_INDEX: str(worker),
@@ -302,7 +310,10 @@ def _member(group: int, worker: int, *, ready: bool = True, revision: str = "aaa
     }
     name = f"llava-tp16-{group}" + (f"-{worker}" if worker else "")
     return PodFacts(
-        meta=Meta(name=name, labels=tuple(labels_of.items())), phase=PodPhase.RUNNING, ready=ready, **more
+        meta=Meta(name=name, labels=tuple(labels_of.items()), deleting=meta_deleting),
+        phase=PodPhase.RUNNING,
+        ready=ready,
+        **more,
     )
 
 
@@ -321,6 +332,16 @@ def test_each_group_says_its_pods_ready_and_the_ranks_it_lacks() -> None:
     )
     assert empty.describe() == (
         "group 2: 0 of 2 pods ready; leader (ranks 0-7): no pod yet; worker 1 (ranks 8-15): no pod yet"
+    )
+    recreated = [
+        _member(0, 0, ready=False, meta_deleting=True),
+        _member(0, 1, node="gpu-node-3", node_lost=True, meta_deleting=True),
+    ]
+    (stopping,) = group_states(recreated, size=2, gpus_per_pod=8, wanted=1)
+    assert stopping.missing == (
+        "leader (ranks 0-7): pod llava-tp16-0 is stopping: the group is recreated whole",
+        "worker 1 (ranks 8-15): pod llava-tp16-0-1 is on node gpu-node-3, which stopped reporting; it goes "
+        "once the node returns or is deleted",
     )
 
 

@@ -83,3 +83,17 @@ def test_a_groups_worker_is_marked_even_when_its_leader_no_longer_serves() -> No
     assert [p.meta.name for _, p in pods_to_mark(world_ended, frozenset({"b"}))] == ["llava-group-0-1"]
     leader_lost = [("ns", member("llava-group-0", "b", 0)), ("ns", member("llava-group-0-1", "a", 1))]
     assert pods_to_mark(leader_lost, frozenset({"b"})) == []
+
+
+def test_a_stopping_worker_on_a_silent_node_is_marked_and_a_stopping_leader_is_not() -> None:
+    """The group was recreated before the node fell silent long enough: the worker's deletion waits for the
+    node, so its mark is what tells where the rank went. A stopping pod the Service selects has left it."""
+
+    def stopping(name: str, worker: int) -> PodFacts:
+        group = ((labels.GROUP_INDEX, "0"), (labels.WORKER_INDEX, str(worker)))
+        meta = Meta(name=name, labels=tuple(sorted(SERVING + group)), deleting=True)
+        return PodFacts(meta=meta, phase=PodPhase.RUNNING, ready=True, node="b")
+
+    recreated = [("ns", stopping("llava-group-0", 0)), ("ns", stopping("llava-group-0-1", 1))]
+    recreated.append(("ns", pod("llava-2", "a")))
+    assert [p.meta.name for _, p in pods_to_mark(recreated, frozenset({"b"}))] == ["llava-group-0-1"]
