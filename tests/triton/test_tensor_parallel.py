@@ -14,21 +14,17 @@ from pathlib import Path
 import pytest
 
 from mmctl.main import main
-from mmd_operator.plan.launch import Ports, launch_plan
-from mmd_operator.plan.settings import ENGINE_MOUNT
+from mmd_operator.plan.launch import Ports
 from mmd_testbed.triton import media
 from mmd_testbed.triton.doubles import codec
-from mmd_testbed.triton.doubles.repository import write_repository
 from mmd_testbed.triton.doubles.world import SECONDS_ENV
-from mmd_testbed.triton.engines import write_engine_configs
 from mmd_testbed.triton.localserver import (
     MPI_ENV,
     ServerFailedError,
     TritonInstall,
-    free_port_set,
     running,
 )
-from mmd_testbed.triton.serving import serve
+from mmd_testbed.triton.serving import prepare, serve
 from tests.triton.serving import load_example
 from tests.triton.test_conformance import ask, image_request
 
@@ -100,23 +96,7 @@ def _group_world(
         pytest.fail("mpirun is missing: run `make triton-server` (installs openmpi-bin)", pytrace=False)
     if subprocess.run(["unshare", "--uts", "true"], capture_output=True, check=False).returncode != 0:
         pytest.skip("no UTS namespaces here (unshare --uts needs root): one host name for every rank")
-    plan = load_example(EXAMPLE)
-    repository = workdir / "model_repository"
-    entry = write_engine_configs(plan.build, workdir / "engines" / plan.cache_key, 2)
-    write_repository(
-        repository,
-        plan.repository.configs,
-        plan.settings.knowledge,
-        triton_install.stub_site,
-        engine_dirs={f"{ENGINE_MOUNT}/{plan.cache_key}": str(entry)},
-    )
-    ports = free_port_set()
-    launch = launch_plan(
-        plan.settings,
-        tritonserver=str(triton_install.tritonserver),
-        model_repository=str(repository),
-        ports=ports,
-    )
+    _, launch, ports = prepare(load_example(EXAMPLE), triton_install, workdir)
     argv = ["mpirun", "--allow-run-as-root"]
     for index, (segment, host) in enumerate(zip(launch.group_segments, hosts, strict=True)):
         argv += [":"] * bool(index) + ["-n", str(segment.count), "unshare", "--uts", "sh", "-c", _AS_HOST]

@@ -62,22 +62,15 @@ class Served:
         return TritonClient(self.url(protocol), timeout=60)
 
 
-@contextlib.contextmanager
-def serve(
-    name: str,
-    plan: TritonPlan,
-    install: TritonInstall,
-    workdir: Path,
-    say: Callable[[str], None],
-) -> Iterator[Served]:
-    """Write `plan`'s repository with doubles and run its launch argv until the block ends.
+def prepare(plan: TritonPlan, install: TritonInstall, directory: Path) -> tuple[Path, LaunchPlan, Ports]:
+    """Write `plan`'s repository with doubles under `directory`; return it and its launch on free ports.
 
     The engines' `config.json` are written by the build-tool double from the plan's own build steps, into
     a local directory the doubles read in place of the engine cache entry the configs name.
     """
-    repository = workdir / name / "model_repository"
+    repository = directory / "model_repository"
     entry = write_engine_configs(
-        plan.build, workdir / name / "engines" / plan.cache_key, plan.settings.tensor_parallel_size
+        plan.build, directory / "engines" / plan.cache_key, plan.settings.tensor_parallel_size
     )
     write_repository(
         repository,
@@ -90,6 +83,19 @@ def serve(
     launch = launch_plan(
         plan.settings, tritonserver=str(install.tritonserver), model_repository=str(repository), ports=ports
     )
+    return repository, launch, ports
+
+
+@contextlib.contextmanager
+def serve(
+    name: str,
+    plan: TritonPlan,
+    install: TritonInstall,
+    workdir: Path,
+    say: Callable[[str], None],
+) -> Iterator[Served]:
+    """Write `plan`'s repository with doubles (`prepare`) and run its launch argv until the block ends."""
+    repository, launch, ports = prepare(plan, install, workdir / name)
     env = dict(launch.env)
     if len(launch.ranks) > 1:
         env |= MPI_ENV

@@ -17,7 +17,6 @@ double's modules and `world`.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
@@ -118,11 +117,7 @@ def _join_world(params: Mapping[str, Any], values: Mapping[str, Any]) -> world.W
             f"RuntimeError: Cannot instantiate Generator for engine built for {tp * pp} ranks, while "
             f"currently running on {size} ranks."
         )
-    try:
-        joined = world.join()
-    except world.WorldError as error:
-        print(f"RuntimeError: {error}", file=sys.stderr, flush=True)
-        os._exit(EXIT_FAILED)  # a thread may still sit in MPI_Init: no interpreter shutdown
+    joined = world.join_or_exit("RuntimeError")
     print(
         f"[trtllm-serve double] rank 0 joined the MPI world: {joined.summary()}", file=sys.stderr, flush=True
     )

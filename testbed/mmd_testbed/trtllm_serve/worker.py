@@ -9,7 +9,6 @@ world (`world.wait_for_farewell`), or until mpirun ends it. Imports the standard
 
 from __future__ import annotations
 
-import os
 import sys
 
 from mmd_testbed.triton.doubles import world
@@ -19,11 +18,7 @@ EXIT_FAILED = 1
 
 def main() -> int:
     """Join, wait for rank 0's farewell, end (exit 1, without finalising, when the world did not form)."""
-    try:
-        joined = world.join()
-    except world.WorldError as error:
-        print(f"RuntimeError: {error}", file=sys.stderr, flush=True)
-        os._exit(EXIT_FAILED)  # a thread may still sit in MPI_Init: no interpreter shutdown
+    joined = world.join_or_exit("RuntimeError")
     print(
         f"[trtllm-serve double] worker rank {joined.rank} joined the MPI world: {joined.summary()}",
         file=sys.stderr,

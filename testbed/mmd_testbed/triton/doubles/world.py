@@ -215,6 +215,18 @@ def join(seconds: float | None = None, environ: Mapping[str, str] = os.environ) 
     return World(rank=rank, hosts=_exchange(comm, rank, size, seconds, deadline))
 
 
+def join_or_exit(error_name: str, seconds: float | None = None) -> World:
+    """`join`, or say `<error_name>: <why>` on stderr and exit 1 at once when the world did not form.
+
+    At once (`os._exit`): a thread may still sit in MPI_Init, so no interpreter shutdown and no atexit.
+    """
+    try:
+        return join(seconds)
+    except WorldError as error:
+        print(f"{error_name}: {error}", file=sys.stderr, flush=True)
+        os._exit(1)
+
+
 def _finalize(seconds: float) -> bool:
     return _bounded(lambda: int(_libmpi().MPI_Finalize()), seconds) == 0
 
@@ -251,11 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--farewell", action="store_true", help="rank 0 ends the world; the others wait for it"
     )
     args = parser.parse_args(argv)
-    try:
-        world = join(args.seconds)
-    except WorldError as error:
-        print(f"WorldError: {error}", file=sys.stderr, flush=True)
-        os._exit(1)  # a thread may still sit in MPI_Init: no interpreter shutdown, no atexit
+    world = join_or_exit("WorldError", args.seconds)
     print(
         json.dumps(
             {"rank": world.rank, "size": world.size, "hosts": world.hosts, "summary": world.summary()}
