@@ -1,6 +1,7 @@
 """`mmctl render`: what the operator would build and serve for one MultimodalDeployment, computed offline.
 
-It writes the model repository, the derived limits, the build plan, the launch command and, under
+It writes the model repository, the derived limits and pod resources (`derived.json`, and one line per kind
+of pod on the terminal), the build plan, the launch command and, under
 `manifests/`, every object the operator applies for the resource (computed by the same code). Invalid
 input prints one line per problem (field path and rule), exits non-zero and writes nothing; `validate`
 checks many resources at once.
@@ -105,6 +106,8 @@ def run_render(args: argparse.Namespace) -> int:
         f"rendered {resource.metadata.get('name')} ({plan.spec.model.type} on {plan.runtime}) into {out_dir}"
     )
     print(f"  key          {plan.cache_key}")
+    for line in plan.resources.lines():
+        print(f"  resources    {line}")
     for written in sorted(files):
         print(f"  {written}")
     for name in sorted(path for path in files if path.startswith("manifests/")):

@@ -7,7 +7,8 @@ command runs over a whole GitOps repository. One line per resource, `file:doc na
 problems indented below, then a summary line; `-o json` gives the same as one JSON document (its shape is
 in docs/resource.md). Exit status: 2 when an input cannot be read, else 1 when a resource is invalid (or
 has warnings, with `--strict`), else 0. `--cluster` adds the read-only preflight of `cli.preflight`
-against the current kubeconfig. Imports the api, the planner, the CLI's document reader, the preflight
+against the current kubeconfig. A valid resource's lines name the CPU and memory each kind of its pods asks
+for (`resources:`). Imports the api, the planner, the CLI's document reader, the preflight
 and the kube client.
 """
 
@@ -26,6 +27,7 @@ from mmd_operator.api.v1alpha1 import KIND, MultimodalDeployment
 from mmd_operator.api.validation import InvalidSpecError, Problem, check_resource
 from mmd_operator.api.warning_rules import SpecWarning, spec_warnings
 from mmd_operator.kube.client import KubeClient, KubeconfigError
+from mmd_operator.plan.pod_resources import PlannedResources
 from mmd_operator.plan.repository_check import RepositoryError
 from mmd_operator.plan.resource_plan import AnyPlan, plan_resource
 
@@ -58,6 +60,8 @@ class Verdict:
     notes: tuple[str, ...] = ()
     # The warning rule behind each error that was a warning before `--strict` made it an error.
     strict_rules: dict[Problem, str] = field(default_factory=dict)
+    # The CPU and memory each kind of its pods asks for (a valid resource's plan).
+    resources: PlannedResources | None = None
 
     @property
     def verdict(self) -> str:
@@ -132,7 +136,14 @@ def check_document(document: Document, checks: Sequence[ResourceCheck] = ()) -> 
         errors += more_errors
         warnings += more_warnings
         notes += more_notes
-    return Verdict(document, tuple(errors), tuple(warnings), cache_key=plan.cache_key, notes=tuple(notes))
+    return Verdict(
+        document,
+        tuple(errors),
+        tuple(warnings),
+        cache_key=plan.cache_key,
+        notes=tuple(notes),
+        resources=plan.resources,
+    )
 
 
 def _strict(verdict: Verdict) -> Verdict:
@@ -186,6 +197,8 @@ def text_report(report: Report) -> list[str]:
         lines += [f"  {problem}" for problem in verdict.errors]
         lines += [f"  warning: {warning}" for warning in verdict.warnings]
         lines += [f"  note: {note}" for note in verdict.notes]
+        if verdict.resources is not None:
+            lines += [f"  resources: {line}" for line in verdict.resources.lines()]
     summary = (
         f"{_plural(len(report.resources), 'resource')}: {report.count(OK)} ok, "
         f"{report.count(WARNINGS)} with warnings, {report.count(INVALID)} invalid; "
@@ -217,6 +230,9 @@ def json_report(report: Report, *, strict: bool) -> dict[str, Any]:
                 "warnings": [{"rule": w.rule, "path": w.path, "message": w.message} for w in v.warnings],
                 "notes": list(v.notes),
                 "cacheKey": v.cache_key,
+                "podResources": [
+                    pod.model_dump(by_alias=True) for pod in (v.resources.status() if v.resources else [])
+                ],
             }
             for v in report.resources
         ],

@@ -4,11 +4,11 @@ Two runtimes serve them (`Runtime`), each with its own table. `KNOWLEDGE` holds 
 runtime's facts: how the checkpoint is converted, which `trtllm-build` and multimodal-engine flags the
 reference workflow uses, how many visual features one image becomes, which request inputs the server can
 decode, and the serving defaults (from the Triton + TensorRT-LLM reference workflow, tensorrtllm_backend
-v0.19.0 templates and docs). `SERVE_KNOWLEDGE` holds the trtllm-serve runtime's (TensorRT-LLM 1.2.1's
-PyTorch backend): the Hugging Face architecture, the modalities, which serving features the backend's
-multimodal support matrix marks supported, and the heads and layers of known checkpoints. Adding a model type
-means adding one entry to the table of each runtime that serves it. Pure data: imports nothing of ours and
-does no I/O.
+v0.19.0 templates and docs), and the host memory its pods' processes hold (`HostMemory`). `SERVE_KNOWLEDGE`
+holds the trtllm-serve runtime's (TensorRT-LLM 1.2.1's PyTorch backend): the Hugging Face architecture, the
+modalities, which serving features the backend's multimodal support matrix marks supported, and the heads,
+layers and parameters of known checkpoints. Adding a model type means adding one entry to the table of
+each runtime that serves it. Pure data: imports nothing of ours and does no I/O.
 """
 
 from __future__ import annotations
@@ -67,33 +67,6 @@ class RepositoryLayout(StrEnum):
     XCOMPOSER2 = "xcomposer2"
     # whisper_bls -> tensorrt_llm (encoder-decoder)
     WHISPER = "whisper"
-
-
-# Where each model's Python code sits in a tensorrtllm_backend `all_models` tree (the serving image's
-# model code directory); a model without an entry has none (the ensemble; tensorrt_llm runs in C++).
-_MODEL_CODE: Mapping[str, str] = MappingProxyType(
-    {
-        "preprocessing": "inflight_batcher_llm/preprocessing",
-        "postprocessing": "inflight_batcher_llm/postprocessing",
-        "tensorrt_llm_bls": "inflight_batcher_llm/tensorrt_llm_bls",
-        "multimodal_encoders": "multimodal/multimodal_encoders",
-        "whisper_bls": "whisper/whisper_bls",
-    }
-)
-# The InternLM-XComposer2 fork's preprocessing, which runs the ViT itself.
-_LAYOUT_MODEL_CODE: Mapping[tuple[RepositoryLayout, str], str] = MappingProxyType(
-    {(RepositoryLayout.XCOMPOSER2, "preprocessing"): "internlm_xcomposer2/preprocessing"}
-)
-
-
-def model_code(layout: RepositoryLayout, model: str) -> str | None:
-    """The directory (relative to the model code directory) whose `1/` holds `model`'s code, if any."""
-    return _LAYOUT_MODEL_CODE.get((layout, model), _MODEL_CODE.get(model))
-
-
-def model_code_directories() -> tuple[str, ...]:
-    """Every model-code directory a rendered repository may copy from the serving image's code dir."""
-    return tuple(sorted({*_MODEL_CODE.values(), *_LAYOUT_MODEL_CODE.values()}))
 
 
 class ImageInput(StrEnum):
@@ -166,8 +139,18 @@ class WhisperVariant:
 
     name: str
     n_mels: int
+    parameters_b: float  # billions, from its model card: sizes the build's host memory
     distilled: bool
     english_only: bool
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """Host memory figures of a type's pods: estimates of what each process loads (docs/resource.md)."""
+
+    parameters_b: float  # the reference checkpoint's, vision included (billions, from its model card)
+    preprocessing_mib: int = 1024  # a preprocessing or whisper_bls instance: tokenizer, processor, buffers
+    encoder_mib: int = 2560  # rank 0's multimodal_encoders: torch, TensorRT-LLM, CUDA, the engine read whole
 
 
 # The largest worlds (ranks of one replica) offered: one node of 8 GPUs; two, which hold a 70-90 B model
@@ -190,6 +173,7 @@ class ModelKnowledge:
     converter_args: tuple[str, ...]
     build_plugin_args: tuple[str, ...]
     build: BuildDefaults
+    host: HostMemory
     # trtllm-build plugin flags of a separately built encoder engine (Whisper's audio encoder).
     encoder_build_plugin_args: tuple[str, ...] = ()
     serving: ServingDefaults = field(default_factory=ServingDefaults)
@@ -276,24 +260,24 @@ class ModelKnowledge:
 _GEMM = ("--gemm_plugin", "{gemm}")
 
 _WHISPER_VARIANTS = (
-    WhisperVariant("large-v3", 128, distilled=False, english_only=False),
-    WhisperVariant("large-v3-turbo", 128, distilled=False, english_only=False),
-    WhisperVariant("large-v2", 80, distilled=False, english_only=False),
-    WhisperVariant("medium", 80, distilled=False, english_only=False),
-    WhisperVariant("small", 80, distilled=False, english_only=False),
-    WhisperVariant("base", 80, distilled=False, english_only=False),
-    WhisperVariant("tiny", 80, distilled=False, english_only=False),
-    WhisperVariant("medium.en", 80, distilled=False, english_only=True),
-    WhisperVariant("small.en", 80, distilled=False, english_only=True),
-    WhisperVariant("base.en", 80, distilled=False, english_only=True),
-    WhisperVariant("tiny.en", 80, distilled=False, english_only=True),
+    WhisperVariant("large-v3", 128, 1.55, distilled=False, english_only=False),
+    WhisperVariant("large-v3-turbo", 128, 0.81, distilled=False, english_only=False),
+    WhisperVariant("large-v2", 80, 1.55, distilled=False, english_only=False),
+    WhisperVariant("medium", 80, 0.77, distilled=False, english_only=False),
+    WhisperVariant("small", 80, 0.24, distilled=False, english_only=False),
+    WhisperVariant("base", 80, 0.074, distilled=False, english_only=False),
+    WhisperVariant("tiny", 80, 0.039, distilled=False, english_only=False),
+    WhisperVariant("medium.en", 80, 0.77, distilled=False, english_only=True),
+    WhisperVariant("small.en", 80, 0.24, distilled=False, english_only=True),
+    WhisperVariant("base.en", 80, 0.074, distilled=False, english_only=True),
+    WhisperVariant("tiny.en", 80, 0.039, distilled=False, english_only=True),
 )
 
 _DISTIL_WHISPER_VARIANTS = (
-    WhisperVariant("distil-large-v3", 128, distilled=True, english_only=False),
-    WhisperVariant("distil-large-v2", 80, distilled=True, english_only=False),
-    WhisperVariant("distil-medium.en", 80, distilled=True, english_only=True),
-    WhisperVariant("distil-small.en", 80, distilled=True, english_only=True),
+    WhisperVariant("distil-large-v3", 128, 0.76, distilled=True, english_only=False),
+    WhisperVariant("distil-large-v2", 80, 0.76, distilled=True, english_only=False),
+    WhisperVariant("distil-medium.en", 80, 0.39, distilled=True, english_only=True),
+    WhisperVariant("distil-small.en", 80, 0.17, distilled=True, english_only=True),
 )
 
 _WHISPER_DECODER_PLUGINS = (
@@ -303,13 +287,8 @@ _WHISPER_DECODER_PLUGINS = (
     "--gpt_attention_plugin", "{dtype}",
 )  # fmt: skip
 _WHISPER_ENCODER_PLUGINS = (
-    "--moe_plugin",
-    "disable",
-    "--gemm_plugin",
-    "disable",
-    "--bert_attention_plugin",
-    "{dtype}",
-)
+    "--moe_plugin", "disable", "--gemm_plugin", "disable", "--bert_attention_plugin", "{dtype}",
+)  # fmt: skip
 
 # Whisper's log-mel spectrogram: a hop of 160 samples at 16 kHz, so 3000 encoder frames are 30 s of audio.
 WHISPER_SAMPLE_RATE = 16000
@@ -348,6 +327,7 @@ _WHISPER = ModelKnowledge(
     build_plugin_args=_WHISPER_DECODER_PLUGINS,
     encoder_build_plugin_args=_WHISPER_ENCODER_PLUGINS,
     build=_WHISPER_BUILD,
+    host=HostMemory(1.55, preprocessing_mib=1536),
     serving=_WHISPER_SERVING,
     # whisper_bls has no such input.
     prompt_table_extra_id=False,
@@ -377,6 +357,7 @@ _ENTRIES = (
         converter_args=("--model_type", "blip2"),
         build_plugin_args=_GEMM,
         build=BuildDefaults(dtype="float16", max_batch_size=8, max_input_len=924, max_seq_len=1024),
+        host=HostMemory(3.8, encoder_mib=4096),
         vision_model_type="blip2",
         vision_engine_model_type="blip2-opt",
         features_per_image=32,
@@ -396,6 +377,7 @@ _ENTRIES = (
         converter_args=(),
         build_plugin_args=_GEMM,
         build=BuildDefaults(dtype="float16", max_batch_size=8, max_input_len=2048, max_seq_len=2560),
+        host=HostMemory(7.06),
         vision_model_type="llava",
         vision_engine_model_type="llava",
         features_per_image=576,
@@ -414,6 +396,7 @@ _ENTRIES = (
         converter_args=(),
         build_plugin_args=_GEMM,
         build=BuildDefaults(dtype="float16", max_batch_size=8, max_input_len=2048, max_seq_len=2560),
+        host=HostMemory(3.1),
         vision_model_type="vila",
         vision_engine_model_type="vila",
         # The VILA builder imports the VILA git repository; the builder image carries it at this path.
@@ -437,6 +420,7 @@ _ENTRIES = (
         converter_args=(),
         build_plugin_args=_GEMM,
         build=BuildDefaults(dtype="float16", max_batch_size=1, max_input_len=7500, max_seq_len=7600),
+        host=HostMemory(8.03, preprocessing_mib=3072),
         vision_model_type="llava_onevision",
         vision_engine_model_type="llava_onevision",
         vision_batch_rule=VisionBatchRule.PER_PATCH,
@@ -468,6 +452,7 @@ _ENTRIES = (
             max_num_tokens=4096,
             max_encoder_input_len=6404,
         ),
+        host=HostMemory(10.7, preprocessing_mib=2048, encoder_mib=4096),
         vision_model_type="mllama",
         vision_engine_model_type="mllama",
         encoder_input_dtype="TYPE_BF16",
@@ -499,6 +484,7 @@ _ENTRIES = (
         converter_args=(),
         build_plugin_args=("--gemm_plugin", "{gemm}", "--gpt_attention_plugin", "{dtype}"),
         build=BuildDefaults(dtype="float16", max_batch_size=4, max_input_len=2048, max_seq_len=3072),
+        host=HostMemory(8.29, preprocessing_mib=2048, encoder_mib=3584),
         vision_model_type="qwen2_vl",
         vision_engine_model_type="qwen2_vl",
         # 504x504 images become 18x18 merged patches.
@@ -524,6 +510,7 @@ _ENTRIES = (
         converter_args=(),
         build_plugin_args=("--gemm_plugin", "{gemm}", "--lora_plugin", "{dtype}"),
         build=BuildDefaults(dtype="float16", max_batch_size=48, max_input_len=1536, max_seq_len=2048),
+        host=HostMemory(8.6, preprocessing_mib=3072),
         # The reference's repository: Triton batch 32 under an engine batch of 48 (64 in the fork era).
         serving=ServingDefaults(
             exclude_input_in_output=True, batch_scheduler_policy="max_utilization", triton_max_batch_size=32
@@ -561,6 +548,7 @@ _ENTRIES = (
         model_type=ModelType.DISTIL_WHISPER,
         title="Distil-Whisper",
         reference_checkpoint="distil-whisper/distil-large-v3",
+        host=HostMemory(0.76, preprocessing_mib=1536),
         whisper_variants=_DISTIL_WHISPER_VARIANTS,
     ),
 )
@@ -599,6 +587,7 @@ class LanguageModelShape:
     attention: int
     key_value: int
     layers: int
+    parameters_b: float | None = None  # the whole checkpoint's, vision included (billions, its model card)
 
     def split_by(self, tensor_parallel_size: int) -> bool:
         """Whether `tensor_parallel_size` ranks can share the heads (whole attention heads each)."""
@@ -631,6 +620,8 @@ class ServeKnowledge:
     # backend (Llama, Qwen2) and a checkpoint needs more than one node; not verified for the wrappers.
     pipeline_parallel: bool = False
     largest_world: int = NODE_WORLD
+    # The reference checkpoint's parameters (billions), when `checkpoints` does not know them.
+    reference_parameters_b: float | None = None
 
 
 _IMAGE_ONLY = frozenset({Modality.IMAGE})
@@ -648,9 +639,9 @@ _SERVE_ENTRIES = (
         pipeline_parallel=True,
         largest_world=LARGEST_SERVE_WORLD,
         checkpoints={
-            "Qwen/Qwen2-VL-2B-Instruct": LanguageModelShape(12, 2, 28),
-            "Qwen/Qwen2-VL-7B-Instruct": LanguageModelShape(28, 4, 28),
-            "Qwen/Qwen2-VL-72B-Instruct": LanguageModelShape(64, 8, 80),
+            "Qwen/Qwen2-VL-2B-Instruct": LanguageModelShape(12, 2, 28, 2.21),
+            "Qwen/Qwen2-VL-7B-Instruct": LanguageModelShape(28, 4, 28, 8.29),
+            "Qwen/Qwen2-VL-72B-Instruct": LanguageModelShape(64, 8, 80, 73.4),
         },
     ),
     ServeKnowledge(
@@ -664,10 +655,10 @@ _SERVE_ENTRIES = (
         pipeline_parallel=True,
         largest_world=LARGEST_SERVE_WORLD,
         checkpoints={
-            "Qwen/Qwen2.5-VL-3B-Instruct": LanguageModelShape(16, 2, 36),
-            "Qwen/Qwen2.5-VL-7B-Instruct": LanguageModelShape(28, 4, 28),
-            "Qwen/Qwen2.5-VL-32B-Instruct": LanguageModelShape(40, 8, 64),
-            "Qwen/Qwen2.5-VL-72B-Instruct": LanguageModelShape(64, 8, 80),
+            "Qwen/Qwen2.5-VL-3B-Instruct": LanguageModelShape(16, 2, 36, 3.75),
+            "Qwen/Qwen2.5-VL-7B-Instruct": LanguageModelShape(28, 4, 28, 8.29),
+            "Qwen/Qwen2.5-VL-32B-Instruct": LanguageModelShape(40, 8, 64, 33.5),
+            "Qwen/Qwen2.5-VL-72B-Instruct": LanguageModelShape(64, 8, 80, 73.4),
         },
     ),
     # Not in the 1.2-era matrix (later ones list it): that 1.2.1 serves it is not verified.
@@ -678,8 +669,8 @@ _SERVE_ENTRIES = (
         reference_checkpoint="Qwen/Qwen3-VL-8B-Instruct",
         modalities=_IMAGE_VIDEO,
         checkpoints={
-            "Qwen/Qwen3-VL-4B-Instruct": LanguageModelShape(32, 8, 36),
-            "Qwen/Qwen3-VL-8B-Instruct": LanguageModelShape(32, 8, 36),
+            "Qwen/Qwen3-VL-4B-Instruct": LanguageModelShape(32, 8, 36, 4.44),
+            "Qwen/Qwen3-VL-8B-Instruct": LanguageModelShape(32, 8, 36, 8.77),
         },
     ),
     ServeKnowledge(
@@ -688,6 +679,7 @@ _SERVE_ENTRIES = (
         architecture="LlavaLlamaModel",
         reference_checkpoint="Efficient-Large-Model/NVILA-8B",
         modalities=_IMAGE_VIDEO,
+        reference_parameters_b=8.0,
     ),
     ServeKnowledge(
         model_type=ModelType.LLAVA_NEXT,
@@ -697,9 +689,9 @@ _SERVE_ENTRIES = (
         modalities=_IMAGE_ONLY,
         fp8_kv_cache=True,
         checkpoints={
-            "llava-hf/llava-v1.6-mistral-7b-hf": LanguageModelShape(32, 8, 32),
-            "llava-hf/llava-v1.6-vicuna-7b-hf": LanguageModelShape(32, 32, 32),
-            "llava-hf/llava-v1.6-vicuna-13b-hf": LanguageModelShape(40, 40, 40),
+            "llava-hf/llava-v1.6-mistral-7b-hf": LanguageModelShape(32, 8, 32, 7.57),
+            "llava-hf/llava-v1.6-vicuna-7b-hf": LanguageModelShape(32, 32, 32, 7.06),
+            "llava-hf/llava-v1.6-vicuna-13b-hf": LanguageModelShape(40, 40, 40, 13.4),
         },
     ),
     ServeKnowledge(
@@ -712,8 +704,8 @@ _SERVE_ENTRIES = (
         pipeline_parallel=True,
         largest_world=LARGEST_SERVE_WORLD,
         checkpoints={
-            "meta-llama/Llama-4-Scout-17B-16E-Instruct": LanguageModelShape(40, 8, 48),
-            "meta-llama/Llama-4-Maverick-17B-128E-Instruct": LanguageModelShape(40, 8, 48),
+            "meta-llama/Llama-4-Scout-17B-16E-Instruct": LanguageModelShape(40, 8, 48, 109),
+            "meta-llama/Llama-4-Maverick-17B-128E-Instruct": LanguageModelShape(40, 8, 48, 402),
         },
     ),
     ServeKnowledge(
@@ -723,9 +715,9 @@ _SERVE_ENTRIES = (
         reference_checkpoint="google/gemma-3-4b-it",
         modalities=_IMAGE_ONLY,
         checkpoints={
-            "google/gemma-3-4b-it": LanguageModelShape(8, 4, 34),
-            "google/gemma-3-12b-it": LanguageModelShape(16, 8, 48),
-            "google/gemma-3-27b-it": LanguageModelShape(32, 16, 62),
+            "google/gemma-3-4b-it": LanguageModelShape(8, 4, 34, 4.3),
+            "google/gemma-3-12b-it": LanguageModelShape(16, 8, 48, 12.2),
+            "google/gemma-3-27b-it": LanguageModelShape(32, 16, 62, 27.4),
         },
     ),
     ServeKnowledge(
@@ -737,7 +729,7 @@ _SERVE_ENTRIES = (
         chunked_prefill=True,
         kv_cache_reuse=True,
         fp8_kv_cache=True,
-        checkpoints={"mistralai/Mistral-Small-3.1-24B-Instruct-2503": LanguageModelShape(32, 8, 40)},
+        checkpoints={"mistralai/Mistral-Small-3.1-24B-Instruct-2503": LanguageModelShape(32, 8, 40, 24.0)},
     ),
     ServeKnowledge(
         model_type=ModelType.PHI4MM,
@@ -747,7 +739,7 @@ _SERVE_ENTRIES = (
         modalities=frozenset({Modality.IMAGE, Modality.AUDIO}),
         chunked_prefill=True,
         kv_cache_reuse=True,
-        checkpoints={"microsoft/Phi-4-multimodal-instruct": LanguageModelShape(24, 8, 32)},
+        checkpoints={"microsoft/Phi-4-multimodal-instruct": LanguageModelShape(24, 8, 32, 5.57)},
     ),
 )
 

@@ -809,6 +809,64 @@ CASES: list[InvalidSpec] = [
         values=("QueueTimePerRequest",),
     ),
     InvalidSpec(
+        "memory-request-above-limit",
+        "llava",
+        {
+            "spec": {
+                "serving": {
+                    "pod": {"resources": {"requests": {"memory": "32Gi"}, "limits": {"memory": "24Gi"}}}
+                }
+            }
+        },
+        "spec.serving.pod.resources.limits",
+        "a request must not exceed its limit",
+        values=("requests[memory] is 32Gi", "limits[memory] is 24Gi"),
+    ),
+    InvalidSpec(
+        "cpu-request-above-limit-of-build",
+        "qwen2_5_vl",
+        {"spec": {"build": {"pod": {"resources": {"requests": {"cpu": 4}, "limits": {"cpu": "2500m"}}}}}},
+        "spec.build.pod.resources.limits",
+        "a request must not exceed its limit",
+        values=("requests[cpu] is 4", "limits[cpu] is 2500m"),
+    ),
+    InvalidSpec(
+        "negative-cpu-request",
+        "llava",
+        {"spec": {"serving": {"pod": {"resources": {"requests": {"cpu": "-1"}}}}}},
+        "spec.serving.pod.resources.requests",
+        "a quantity must not be negative",
+        values=("requests[cpu] is -1",),
+    ),
+    InvalidSpec(
+        "memory-limit-at-shared-memory",
+        "llava",
+        {"spec": {"serving": {"pod": {"resources": {"limits": {"memory": "2Gi"}}}}}},
+        "spec.serving.pod.resources.limits",
+        "must be above serving.sharedMemorySize",
+        values=("limits[memory] (2Gi)", "sharedMemorySize (2Gi)"),
+    ),
+    InvalidSpec(
+        "memory-limit-below-shared-memory-on-serve",
+        "qwen2_5_vl",
+        {
+            "spec": {
+                "serving": {"sharedMemorySize": "16Gi", "pod": {"resources": {"limits": {"memory": "12Gi"}}}}
+            }
+        },
+        "spec.serving.pod.resources.limits",
+        "the memory-backed /dev/shm is charged to the serving container's memory",
+        values=("limits[memory] (12Gi)", "sharedMemorySize (16Gi)"),
+    ),
+    InvalidSpec(
+        "build-memory-limit-below-shared-memory",
+        "llava",
+        {"spec": {"build": {"pod": {"resources": {"limits": {"memory": "6Gi"}}}}}},
+        "spec.build.pod.resources.limits",
+        "must be above the build pod's memory-backed /dev/shm of 8Gi",
+        values=("limits[memory] (6Gi)",),
+    ),
+    InvalidSpec(
         "autoscaling-on-cpu",
         "llava",
         {"spec": {"serving": {"autoscaling": {**AUTOSCALING, "metric": {"name": "CPU", "target": 80}}}}},

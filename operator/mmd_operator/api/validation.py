@@ -23,7 +23,7 @@ from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError, CELFunction
 from pydantic import ValidationError
 
-from mmd_operator.api import crdgen, v1alpha1
+from mmd_operator.api import crdgen, quantities, v1alpha1
 from mmd_operator.knowledge import Runtime
 
 
@@ -112,12 +112,33 @@ def _schema_problems(error: ValidationError, prefix: str) -> list[Problem]:
 # One environment for every rule. Creating it raises the interpreter's recursion limit (CEL's nesting
 # minimums need it), so that happens once, at import, instead of in the middle of some later call.
 _CEL = celpy.Environment()
-_QUANTITY = re.compile(v1alpha1.QUANTITY_PATTERN)
 
 
 def _is_quantity(value: celtypes.Value) -> celtypes.BoolType:
     """Kubernetes' CEL `isQuantity`, which cel-python lacks: whether a string parses as a quantity."""
-    return celtypes.BoolType(isinstance(value, str) and _QUANTITY.fullmatch(value) is not None)
+    return celtypes.BoolType(isinstance(value, str) and quantities.is_quantity(str(value)))
+
+
+def _quantity(value: celtypes.Value) -> celtypes.Value:
+    """Kubernetes' CEL `quantity(string)`: the value its comparisons below take."""
+    if not isinstance(value, str):
+        raise TypeError("quantity needs a string")
+    # cel-python passes any value a function returns on; only the comparisons below read this one.
+    return cast(celtypes.Value, quantities.Quantity(quantities.parse(str(value))))
+
+
+def _compare_to(value: celtypes.Value, other: celtypes.Value) -> celtypes.IntType:
+    if not isinstance(value, quantities.Quantity) or not isinstance(other, quantities.Quantity):
+        raise TypeError("compareTo needs two quantities")
+    return celtypes.IntType(value.compare(other))
+
+
+def _is_greater_than(value: celtypes.Value, other: celtypes.Value) -> celtypes.BoolType:
+    return celtypes.BoolType(_compare_to(value, other) > 0)
+
+
+def _is_less_than(value: celtypes.Value, other: celtypes.Value) -> celtypes.BoolType:
+    return celtypes.BoolType(_compare_to(value, other) < 0)
 
 
 def _as_go_text(value: celtypes.Value) -> str:
@@ -139,7 +160,14 @@ def _format(template: celtypes.Value, values: celtypes.Value) -> celtypes.String
 
 
 # The functions of the API server's CEL environment that the rules use and cel-python does not have.
-_KUBERNETES_FUNCTIONS: dict[str, CELFunction] = {"isQuantity": _is_quantity, "format": _format}
+_KUBERNETES_FUNCTIONS: dict[str, CELFunction] = {
+    "isQuantity": _is_quantity,
+    "quantity": _quantity,
+    "compareTo": _compare_to,
+    "isGreaterThan": _is_greater_than,
+    "isLessThan": _is_less_than,
+    "format": _format,
+}
 
 
 @cache

@@ -95,6 +95,7 @@ def artifact_job(
             "spec": {
                 "restartPolicy": "Never",
                 **pods.scheduling(build.pod),
+                **pods.NO_API_TOKEN,
                 "securityContext": pods.pod_security_context(),
                 "containers": [container],
                 "volumes": [

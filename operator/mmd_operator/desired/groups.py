@@ -219,12 +219,13 @@ def _leader(template: Manifest, instance: str, segments: Sequence[Segment], gpus
     return _with_ssh(template, instance, {**server, "command": ["/bin/bash", "-c", script], "env": env})
 
 
-def _worker(template: Manifest, instance: str) -> Manifest:
+def _worker(template: Manifest, instance: str, resources: Manifest) -> Manifest:
     server = template["spec"]["containers"][0]
     probes = ("startupProbe", "readinessProbe", "livenessProbe", "lifecycle")
     worker = {key: value for key, value in server.items() if key not in probes}
     worker |= {
         "command": ["/bin/bash", "-c", worker_script()],
+        "resources": resources,
         "ports": [{"name": "ssh", "containerPort": SSH_PORT, "protocol": "TCP"}],
         "readinessProbe": {"tcpSocket": {"port": "ssh"}, "periodSeconds": 5, "failureThreshold": 3},
     }
@@ -251,19 +252,20 @@ def ssh_secret(instance: str, namespace: str, owner: OwnerRef) -> Manifest:
 
 
 def leader_worker_set(
-    deployment: Manifest, parallelism: Parallelism, segments: Sequence[Segment]
+    deployment: Manifest, parallelism: Parallelism, segments: Sequence[Segment], worker_resources: Manifest
 ) -> Manifest:
     """The LeaderWorkerSet that serves what `deployment` (the rendered serving Deployment) would, in groups.
 
     Its metadata, replicas, rollout (surge or in place, one group at a time) and pod template are the
-    Deployment's; the template digest covers both of its templates.
+    Deployment's, a worker's server container with `worker_resources` (it runs no server of its own,
+    only its ranks); the template digest covers both of its templates.
     """
     metadata, spec = deployment["metadata"], deployment["spec"]
     instance = metadata["labels"][labels.INSTANCE]
     # Each template its own copy: they share no object (a YAML dump would write anchors and aliases).
     template = spec["template"]
     leader = _leader(copy.deepcopy(template), instance, segments, parallelism.gpus_per_pod)
-    worker = _worker(copy.deepcopy(template), instance)
+    worker = _worker(copy.deepcopy(template), instance, worker_resources)
     rolling = spec["strategy"]["rollingUpdate"]
     group = {
         "size": parallelism.pods_per_replica,

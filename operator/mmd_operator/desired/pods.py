@@ -1,6 +1,7 @@
-"""Pieces every pod the operator creates shares: user settings, GPUs and security settings.
+"""Pieces every pod the operator creates shares: user settings, identity and security settings.
 
-The security settings let builder and serving pods pass the `restricted` Pod Security Standard.
+The security settings let builder and serving pods pass the `restricted` Pod Security Standard. No
+container of these pods calls the API server, so none gets the ServiceAccount's token (`NO_API_TOKEN`).
 
 Pure; imports the api models and the kinds table.
 """
@@ -10,11 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from mmd_operator.api.v1alpha1 import PodSettings
-from mmd_operator.vocabulary.kinds import GPU_RESOURCE
 
 # The builder and serving images run as the NGC images' `triton-server` user; the group owns what the
 # builder writes to the engine cache, so serving pods (same group) can read it.
 IMAGE_UID = 1000
+# A stolen or leaked token is worth nothing if the pod never had one; the operator's own pod keeps its.
+NO_API_TOKEN = {"automountServiceAccountToken": False}
 
 
 def pod_security_context() -> dict[str, Any]:
@@ -62,14 +64,3 @@ def scheduling(settings: PodSettings) -> dict[str, Any]:
     if settings.service_account_name:
         spec["serviceAccountName"] = settings.service_account_name
     return spec
-
-
-def resources(settings: PodSettings, gpus: int) -> dict[str, Any]:
-    """Container resources: the user's, and `gpus` GPUs (requests equal limits for extended resources)."""
-    requests = {name: str(value) for name, value in settings.resources.requests.items()}
-    limits = {name: str(value) for name, value in settings.resources.limits.items()}
-    limits[GPU_RESOURCE] = str(gpus)
-    result: dict[str, Any] = {"limits": limits}
-    if requests:
-        result["requests"] = requests
-    return result

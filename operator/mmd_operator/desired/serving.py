@@ -24,6 +24,7 @@ from mmd_operator.desired.children import Manifest, Owner
 from mmd_operator.facts import OwnerRef
 from mmd_operator.judgement.rollout import IN_PLACE_BECAUSE
 from mmd_operator.plan.launch import Segment
+from mmd_operator.plan.pod_resources import PodResources
 from mmd_operator.vocabulary import hashing, kinds, labels, names, ownership
 
 # The API server refuses objects over 1 MiB; keep room for the ConfigMap's metadata.
@@ -196,9 +197,9 @@ def server_container(
     ports: Sequence[tuple[str, int]],
     health: tuple[str, str],
     mounts: Sequence[Manifest],
+    resources: PodResources,
 ) -> Manifest:
     """The serving container: `command` with one pod's GPUs, probed on its (ready, live) `health` paths."""
-    serving = owned.resource.spec.serving
     gpus = owned.resource.spec.parallelism.gpus_per_pod
     ready_path, live_path = health
     return {
@@ -207,7 +208,7 @@ def server_container(
         "command": list(command),
         "env": list(env),
         "ports": [{"name": port, "containerPort": number, "protocol": "TCP"} for port, number in ports],
-        "resources": pods.resources(serving.pod, gpus),
+        "resources": resources.manifest(gpus),
         **probes(owned.resource, ready_path=ready_path, live_path=live_path),
         "lifecycle": {"preStop": {"sleep": {"seconds": ENDPOINT_DRAIN_SECONDS}}},
         "volumeMounts": [*mounts, {"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
@@ -224,16 +225,18 @@ def deployment(
     volumes: Sequence[Manifest],
     segments: Sequence[Segment],
     init_containers: Sequence[Manifest] = (),
+    worker: PodResources | None = None,
 ) -> Manifest:
     """The serving Deployment of `server`, its pods marked with `cache_key` and mounting `configmap`.
 
     With a replica across pods, the LeaderWorkerSet of the same pods (`groups`), whose leaders run the
-    world's `segments`.
+    world's `segments` and whose workers' server containers have the `worker` resources.
     """
     serving = owned.resource.spec.serving
     pod_labels = {**labels.for_instance(owned.instance, labels.SERVING), labels.CACHE_KEY: cache_key}
     pod_spec: Manifest = {
         **pods.scheduling(serving.pod),
+        **pods.NO_API_TOKEN,
         "securityContext": pods.pod_security_context(),
         "terminationGracePeriodSeconds": ENDPOINT_DRAIN_SECONDS + SERVER_EXIT_SECONDS + 5,
         **({"initContainers": list(init_containers)} if init_containers else {}),
@@ -268,7 +271,12 @@ def deployment(
         },
     }
     parallelism = owned.resource.spec.parallelism
-    return groups.leader_worker_set(manifest, parallelism, segments) if parallelism.spans_pods else manifest
+    if not parallelism.spans_pods:
+        return manifest
+    assert worker is not None, "a replica across pods has workers"
+    return groups.leader_worker_set(
+        manifest, parallelism, segments, worker.manifest(parallelism.gpus_per_pod)
+    )
 
 
 def service(owned: Owner, ports: Sequence[tuple[str, int, str]]) -> Manifest:

@@ -17,20 +17,16 @@ import shlex
 
 from engine_builder.job_report import MANIFEST_NAME
 from mmd_operator.api.v1alpha1 import VolumeSource
+from mmd_operator.api.v1alpha1.rules import BUILD_SHARED_MEMORY
 from mmd_operator.desired import cache, network, pods, serving
 from mmd_operator.desired.children import Children, Manifest, Owner
 from mmd_operator.plan.build_plan import HF_TOKEN_ENV, SOURCES_MOUNT
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from mmd_operator.plan.settings import ENGINE_MOUNT, MODEL_REPOSITORY
-from mmd_operator.plan.triton import TritonPlan
+from mmd_operator.plan.triton import ASSEMBLY_CONTAINER, BUILDER_CONTAINER, SERVER_CONTAINER, TritonPlan
 from mmd_operator.vocabulary import labels, names
 
-BUILDER_CONTAINER = "engine-builder"
-SERVER_CONTAINER = "tritonserver"
-ASSEMBLY_CONTAINER = "model-repository"
 CONFIG_MOUNT = "/repository-config"
-# The builder's scratch space for MPI and tensor exchange during conversion.
-BUILD_SHM = "8Gi"
 PORTS = (("http", HTTP_PORT), ("grpc", GRPC_PORT), ("metrics", METRICS_PORT))
 
 
@@ -47,7 +43,9 @@ def build_job(owned: Owner, plan: TritonPlan) -> Manifest:
     """The Job that builds `plan`'s engines into the claim, with the resource as its first user."""
     spec = owned.resource.spec
     mounts: list[Manifest] = [{"name": "shm", "mountPath": "/dev/shm"}]
-    volumes: list[Manifest] = [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": BUILD_SHM}}]
+    volumes: list[Manifest] = [
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": BUILD_SHARED_MEMORY}}
+    ]
     sources = [("model", spec.model.source.pvc)]
     if spec.model.lora is not None:
         sources.append(("lora", spec.model.lora.source.pvc))
@@ -67,6 +65,7 @@ def build_job(owned: Owner, plan: TritonPlan) -> Manifest:
         else {}
     )
     arguments = ["build", "--plan-json", plan.build.model_dump_json(exclude_defaults=False)]
+    assert plan.resources.job is not None, "a build has its pod's resources"
     return cache.artifact_job(
         owned,
         name=names.build_job(plan.cache_key, owned.claim),
@@ -76,7 +75,7 @@ def build_job(owned: Owner, plan: TritonPlan) -> Manifest:
             "name": BUILDER_CONTAINER,
             "image": plan.build.builder_image,
             "args": [*arguments, "--cache-dir", ENGINE_MOUNT],
-            "resources": pods.resources(spec.build.pod, spec.parallelism.gpus_per_pod),
+            "resources": plan.resources.job.manifest(spec.parallelism.gpus_per_pod),
         },
         mounts=mounts,
         tail=env,
@@ -115,6 +114,7 @@ def assembly_script(plan: TritonPlan, code_dir: str) -> str:
 def deployment(owned: Owner, plan: TritonPlan, *, repository: str) -> Manifest:
     """The tritonserver Deployment serving `plan` from the repository ConfigMap `repository`."""
     image = plan.settings.serving_image
+    assert plan.resources.helper is not None, "the repository's assembly has its container's resources"
     code_dir = owned.resource.spec.serving.model_code_path or owned.config.model_code_path
     mounts: list[Manifest] = [
         {"name": "model-repository", "mountPath": MODEL_REPOSITORY},
@@ -129,12 +129,14 @@ def deployment(owned: Owner, plan: TritonPlan, *, repository: str) -> Manifest:
         ports=PORTS,
         health=("/v2/health/ready", "/v2/health/live"),
         mounts=mounts,
+        resources=plan.resources.serving,
     )
     assemble = {
         "name": ASSEMBLY_CONTAINER,
         "image": image,
         "command": ["/bin/sh", "-c", assembly_script(plan, code_dir)],
         "volumeMounts": [*mounts, {"name": "repository-config", "mountPath": CONFIG_MOUNT, "readOnly": True}],
+        "resources": plan.resources.helper.manifest(),
         "securityContext": pods.container_security_context(),
     }
     return serving.deployment(
@@ -144,6 +146,7 @@ def deployment(owned: Owner, plan: TritonPlan, *, repository: str) -> Manifest:
         server=server,
         segments=plan.launch.group_segments,
         init_containers=[assemble],
+        worker=plan.resources.worker,
         volumes=[
             {"name": "model-repository", "emptyDir": {}},
             {"name": "repository-config", "configMap": {"name": repository}},

@@ -20,11 +20,16 @@ from mmd_operator.desired import cache, network, serving
 from mmd_operator.desired.children import Children, Manifest, Owner
 from mmd_operator.plan.launch import HTTP_PORT, LAUNCH_ENV, METRICS_PORT
 from mmd_operator.plan.settings import ENGINE_MOUNT
-from mmd_operator.plan.trtllm_serve import CONFIG_FILE, CONFIG_MOUNT, SOURCE_MOUNT, TrtllmServePlan
+from mmd_operator.plan.trtllm_serve import (
+    CONFIG_FILE,
+    CONFIG_MOUNT,
+    DOWNLOAD_CONTAINER,
+    SERVER_CONTAINER,
+    SOURCE_MOUNT,
+    TrtllmServePlan,
+)
 from mmd_operator.vocabulary import labels, names
 
-DOWNLOAD_CONTAINER = "weights-download"
-SERVER_CONTAINER = "trtllm-serve"
 TOKEN_MOUNT = "/var/run/secrets/huggingface"
 TOKEN_FILE = "token"
 # trtllm-serve and the libraries under it cache kernels and configs in $HOME; the image's user has none.
@@ -56,14 +61,9 @@ def download_job(owned: Owner, plan: TrtllmServePlan) -> Manifest:
                 },
             }
         )
-    pod = owned.resource.spec.build.pod
-    # The download asks for no GPU: only the resources the spec sets.
-    resources = {
-        kind: {name: str(value) for name, value in values.items()}
-        for kind, values in (("requests", pod.resources.requests), ("limits", pod.resources.limits))
-        if values
-    }
-    tail: Manifest = {"resources": resources} if resources else {}
+    assert plan.resources.job is not None, "a download has its pod's resources"
+    # The download asks for no GPU.
+    tail: Manifest = {"resources": plan.resources.job.manifest()}
     if owned.config.hf_endpoint:
         tail["env"] = [{"name": "HF_ENDPOINT", "value": owned.config.hf_endpoint}]
     return cache.artifact_job(
@@ -109,6 +109,7 @@ def deployment(owned: Owner, plan: TrtllmServePlan, *, snapshot_key: str | None,
         ports=[("http", HTTP_PORT)],
         # /health answers 200 once the model is loaded (the socket is open, but serves nothing, before).
         health=("/health", "/health"),
+        resources=plan.resources.serving,
         mounts=[
             model_mount,
             {"name": "repository-config", "mountPath": CONFIG_MOUNT, "readOnly": True},
@@ -121,6 +122,7 @@ def deployment(owned: Owner, plan: TrtllmServePlan, *, snapshot_key: str | None,
         configmap=configmap,
         server=server,
         segments=plan.group_segments(snapshot_key),
+        worker=plan.resources.worker,
         volumes=[
             model_volume,
             {"name": "repository-config", "configMap": {"name": configmap}},

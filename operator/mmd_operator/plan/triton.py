@@ -9,19 +9,57 @@ knowledge, the builder's plan format and this package's modules of the runtime.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from typing import Any, ClassVar
 
 from engine_builder import versions
 from engine_builder.plan_format import BuildPlan
 from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeploymentSpec
-from mmd_operator.knowledge import Runtime
+from mmd_operator.api.v1alpha1.rules import BUILD_SHARED_MEMORY
+from mmd_operator.knowledge import ImageInput, Modality, Runtime
 from mmd_operator.plan.build_plan import build_plan
 from mmd_operator.plan.cache_key import cache_key, cache_key_inputs
 from mmd_operator.plan.launch import LaunchPlan, launch_plan
 from mmd_operator.plan.model_repository import ModelRepository, render_repository
-from mmd_operator.plan.repository_check import check_repository
+from mmd_operator.plan.pod_resources import (
+    BYTES_16_BITS,
+    MIB,
+    Checkpoint,
+    Figures,
+    PlannedResources,
+    Share,
+    checkpoint_of,
+    counted,
+    effective,
+    helper_resources,
+    shared_memory_mib,
+)
+from mmd_operator.plan.repository_check import ModelConfig, check_repository
 from mmd_operator.plan.settings import Settings, resolve
+
+# Host memory (MiB) of what runs in the build and serving pods, besides each model type's figures
+# (`knowledge.HostMemory`): estimates of what each process loads (docs/resource.md#cpu-and-memory).
+# A tritonserver rank: the server, TensorRT-LLM's executor and its libraries, a CUDA context, pinned buffers.
+TRITON_RANK_MIB = 3072
+# A Python model instance that detokenizes or orchestrates (postprocessing, tensorrt_llm_bls): Python,
+# numpy, transformers and the tokenizer.
+TOKENIZER_INSTANCE_MIB = 1024
+# multimodal_encoders on a rank other than 0: it imports torch and TensorRT-LLM, then returns.
+IDLE_ENCODER_MIB = 2048
+# The builder: Python, torch, TensorRT-LLM, a CUDA context and TensorRT's host workspace.
+BUILDER_MIB = 4096
+# CPU (millicores): a rank's scheduling loop and GPU launches keep about a core busy; a Python instance
+# that decodes images, video or audio takes half a core while it works, one that tokenizes a quarter.
+RANK_CPU, DECODING_INSTANCE_CPU, INSTANCE_CPU = 1000, 500, 250
+# The build: the conversion runs torch on the CPU; trtllm-build builds one rank per worker.
+BUILD_CPU, BUILD_RANK_CPU = 1000, 1000
+_WEIGHT_BYTES = {"none": BYTES_16_BITS, "int8": 1, "int4": 0.5}
+SERVER_CONTAINER = "tritonserver"
+BUILDER_CONTAINER = "engine-builder"
+ASSEMBLY_CONTAINER = "model-repository"
 
 
 @dataclass(frozen=True)
@@ -35,6 +73,7 @@ class TritonPlan:
     build: BuildPlan
     repository: ModelRepository
     launch: LaunchPlan
+    resources: PlannedResources
 
     @property
     def spec(self) -> MultimodalDeploymentSpec:
@@ -66,6 +105,7 @@ class TritonPlan:
                 "templates": versions.TEMPLATE_REVISION,
             },
             "cache_key_inputs": cache_key_inputs(settings),
+            "pod_resources": [pod.model_dump(by_alias=True) for pod in self.resources.status()],
         }
         return {key: value for key, value in summary.items() if value is not None}
 
@@ -96,11 +136,121 @@ def plan_triton(spec: MultimodalDeploymentSpec) -> TritonPlan:
     settings = resolve(spec)
     key = cache_key(settings)
     repository = render_repository(settings, cache_key=key)
-    check_repository(repository.configs)
+    models = check_repository(repository.configs)
     return TritonPlan(
         settings=settings,
         cache_key=key,
         build=build_plan(settings, cache_key=key),
         repository=repository,
         launch=launch_plan(settings),
+        resources=pod_resources(settings, models),
+    )
+
+
+def checkpoint(settings: Settings) -> Checkpoint:
+    """The size of the checkpoint built: a Whisper variant's, else known, stated or the reference's."""
+    knowledge = settings.knowledge
+    if settings.variant is not None:
+        size = settings.variant.parameters_b
+        return Checkpoint(size, f"Whisper {settings.variant.name} has {size:g} B parameters")
+    return checkpoint_of(
+        settings.spec, reference=knowledge.reference_checkpoint, reference_b=knowledge.host.parameters_b
+    )
+
+
+def _instances(config: ModelConfig) -> int:
+    return sum(group.count for group in config.instance_group) or 1
+
+
+def _decodes(settings: Settings) -> bool:
+    """Whether the server decodes media itself (images sent as bytes or URLs, video, audio)."""
+    knowledge = settings.knowledge
+    return bool(knowledge.modalities - {Modality.IMAGE}) or ImageInput.BYTES in knowledge.image_inputs
+
+
+def _rank(
+    settings: Settings, models: Mapping[str, ModelConfig], rank: int, weights: Checkpoint
+) -> list[Share]:
+    """What one tritonserver rank and the Python model instances it starts hold."""
+    knowledge, world = settings.knowledge, settings.tensor_parallel_size
+    bytes_per_parameter = _WEIGHT_BYTES[settings.spec.engine.weight_only_precision]
+    shares = [
+        Share("tritonserver rank", TRITON_RANK_MIB),
+        Share("its engine, read whole", weights.mib(bytes_per_parameter, Fraction(1, world))),
+    ]
+    if settings.lora_cache is not None:
+        shares.append(Share("LoRA host cache", math.ceil(settings.lora_cache.host_memory_bytes / MIB)))
+    loaded = models if rank == 0 else {name: models[name] for name in knowledge.rank_models}
+    each = {
+        "preprocessing": knowledge.host.preprocessing_mib,
+        "whisper_bls": knowledge.host.preprocessing_mib,
+        "multimodal_encoders": knowledge.host.encoder_mib if rank == 0 else IDLE_ENCODER_MIB,
+    }
+    for name, config in sorted(loaded.items()):
+        if config.backend == "python":
+            shares.append(
+                Share(f"{name} instance", each.get(name, TOKENIZER_INSTANCE_MIB), _instances(config))
+            )
+    return shares
+
+
+def _rank_cpu(settings: Settings, models: Mapping[str, ModelConfig], rank: int) -> int:
+    loaded = models if rank == 0 else {name: models[name] for name in settings.knowledge.rank_models}
+    decoding = DECODING_INSTANCE_CPU if _decodes(settings) else INSTANCE_CPU
+    instances = sum(
+        _instances(config) * (decoding if name == "preprocessing" else INSTANCE_CPU)
+        for name, config in loaded.items()
+        if config.backend == "python"
+    )
+    return RANK_CPU + instances
+
+
+def serving_figures(settings: Settings, models: Mapping[str, ModelConfig], ranks: range) -> Figures:
+    """A serving pod running the tritonserver ranks `ranks` (rank 0 serves the whole repository)."""
+    weights = checkpoint(settings)
+    shares = [share for rank in ranks for share in _rank(settings, models, rank, weights)]
+    shm = Share("/dev/shm", shared_memory_mib(settings.spec.serving.shared_memory_size))
+    return Figures(
+        cpu_millis=sum(_rank_cpu(settings, models, rank) for rank in ranks),
+        processes=counted(shares),
+        volumes=(shm,),
+        rests_on=weights.known_by,
+    )
+
+
+def build_figures(settings: Settings) -> Figures:
+    """The build pod: the conversion holds the checkpoint twice, as loaded and as converted.
+
+    trtllm-build's workers afterwards hold one rank's share each, weights and engine: no more in all.
+    """
+    weights = checkpoint(settings)
+    bytes_per_parameter = _WEIGHT_BYTES[settings.spec.engine.weight_only_precision]
+    ranks = settings.spec.parallelism.gpus_per_pod
+    return Figures(
+        cpu_millis=BUILD_CPU + BUILD_RANK_CPU * ranks,
+        processes=(
+            Share("builder", BUILDER_MIB),
+            Share("the checkpoint as loaded, 16 bits", weights.mib(BYTES_16_BITS)),
+            Share("the converted weights", weights.mib(bytes_per_parameter)),
+        ),
+        volumes=(Share("/dev/shm", shared_memory_mib(BUILD_SHARED_MEMORY)),),
+        rests_on=weights.known_by,
+    )
+
+
+def pod_resources(settings: Settings, models: Mapping[str, ModelConfig]) -> PlannedResources:
+    """The build pod's, the serving pods' (a group's leader and workers) and the init container's."""
+    spec = settings.spec
+    parallelism = spec.parallelism
+    serving, build = spec.serving.pod.resources, spec.build.pod.resources
+    per_pod = parallelism.gpus_per_pod
+    leader = serving_figures(settings, models, range(per_pod))
+    worker = (
+        serving_figures(settings, models, range(per_pod, 2 * per_pod)) if parallelism.spans_pods else None
+    )
+    return PlannedResources(
+        job=effective(build_figures(settings), build, "Build", BUILDER_CONTAINER),
+        serving=effective(leader, serving, "Leader" if worker else "Serving", SERVER_CONTAINER),
+        worker=effective(worker, serving, "Worker", SERVER_CONTAINER) if worker else None,
+        helper=helper_resources(ASSEMBLY_CONTAINER),
     )

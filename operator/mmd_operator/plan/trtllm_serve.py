@@ -33,6 +33,18 @@ from engine_builder.weights_format import DownloadPlan, is_commit, snapshot_dire
 from mmd_operator.api.v1alpha1 import MultimodalDeploymentSpec
 from mmd_operator.knowledge import Modality, Runtime, ServeKnowledge, serve_knowledge_of
 from mmd_operator.plan.launch import HTTP_PORT, Segment
+from mmd_operator.plan.pod_resources import (
+    BYTES_16_BITS,
+    Checkpoint,
+    Figures,
+    PlannedResources,
+    Share,
+    checkpoint_of,
+    counted,
+    effective,
+    fixed,
+    shared_memory_mib,
+)
 from mmd_operator.plan.settings import ENGINE_MOUNT
 
 TRTLLM_SERVE = "trtllm-serve"
@@ -44,6 +56,19 @@ SOURCE_MOUNT = "/model-source"
 DEFAULT_FREE_GPU_MEMORY_FRACTION = 0.9
 # What trtllm-serve uses where the spec says nothing (its click defaults at 1.2.1), shown by render.
 SERVE_DEFAULTS = {"max_batch_size": 2048, "max_num_tokens": 8192}
+# Host memory (MiB) of what runs in the download and serving pods: estimates of what each process loads
+# (docs/resource.md#cpu-and-memory). trtllm-serve's own process: the OpenAI server, the tokenizer and the
+# checkpoint's processor with the images it decodes; video adds its frames.
+SERVER_PROCESS_MIB, VIDEO_FRAMES_MIB = 2048, 1024
+# One rank of the PyTorch backend: torch, TensorRT-LLM, a CUDA context, pinned buffers.
+SERVE_RANK_MIB = 4096
+# The download: Python, huggingface_hub, files written in pieces of 10 MB (their page cache is charged to
+# the pod but given back when it runs short).
+DOWNLOAD_CPU, DOWNLOAD_MIB = 1000, 2048
+# CPU (millicores): trtllm-serve's process tokenizes and decodes media; each rank's loop keeps a core busy.
+SERVER_PROCESS_CPU, SERVE_RANK_CPU = 1000, 1000
+DOWNLOAD_CONTAINER = "weights-download"
+SERVER_CONTAINER = "trtllm-serve"
 
 
 @dataclass(frozen=True)
@@ -62,6 +87,7 @@ class TrtllmServePlan:
     tensor_parallel_size: int
     pipeline_parallel_size: int
     modalities: tuple[Modality, ...]
+    resources: PlannedResources
 
     @property
     def config_yaml(self) -> str:
@@ -126,6 +152,7 @@ class TrtllmServePlan:
                 "serving_image": self.serving_image,
                 "base_image": versions.SERVE_BASE_IMAGE,
             },
+            "pod_resources": [pod.model_dump(by_alias=True) for pod in self.resources.status()],
         }
         return summary
 
@@ -196,7 +223,9 @@ def plan_trtllm_serve(spec: MultimodalDeploymentSpec) -> TrtllmServePlan:
         assert pvc is not None
         identity = json.dumps({"pvc": pvc.claim_name, "path": "/" + pvc.path.strip("/")}, sort_keys=True)
         key = hashlib.sha256(identity.encode()).hexdigest()[:20]
-    modalities = spec.serving.modalities
+    modalities = tuple(
+        sorted(knowledge.modalities if spec.serving.modalities is None else set(spec.serving.modalities))
+    )
     return TrtllmServePlan(
         spec=spec,
         knowledge=knowledge,
@@ -206,5 +235,66 @@ def plan_trtllm_serve(spec: MultimodalDeploymentSpec) -> TrtllmServePlan:
         serving_image=spec.serving.image or versions.TRTLLM_SERVE_IMAGE,
         tensor_parallel_size=spec.engine.tensor_parallel_size,
         pipeline_parallel_size=spec.engine.pipeline_parallel_size,
-        modalities=tuple(sorted(knowledge.modalities if modalities is None else set(modalities))),
+        modalities=modalities,
+        resources=pod_resources(spec, knowledge, modalities, download is not None),
+    )
+
+
+def checkpoint(spec: MultimodalDeploymentSpec, knowledge: ServeKnowledge) -> Checkpoint:
+    """The size of the checkpoint served: known to the table, stated in its name, or the reference's."""
+    known = {repo: shape.parameters_b for repo, shape in knowledge.checkpoints.items()}
+    reference = knowledge.reference_checkpoint
+    reference_b = known.get(reference) or knowledge.reference_parameters_b
+    assert reference_b is not None, f"{knowledge.model_type}: no size of its reference checkpoint"
+    return checkpoint_of(spec, reference=reference, reference_b=reference_b, known=known)
+
+
+def serving_figures(
+    spec: MultimodalDeploymentSpec, weights: Checkpoint, modalities: tuple[Modality, ...], *, serves: bool
+) -> Figures:
+    """A serving pod of `gpusPerPod` ranks; the one that `serves` also runs trtllm-serve's own process.
+
+    Each pod maps the checkpoint's files while its ranks load them (page cache, charged to it).
+    """
+    ranks = spec.parallelism.gpus_per_pod
+    shares = [Share("PyTorch backend rank", SERVE_RANK_MIB, ranks)]
+    cpu = SERVE_RANK_CPU * ranks
+    if serves:
+        video = Modality.VIDEO in modalities
+        what = "trtllm-serve process, with video frames" if video else "trtllm-serve process"
+        shares.insert(0, Share(what, SERVER_PROCESS_MIB + (VIDEO_FRAMES_MIB if video else 0)))
+        cpu += SERVER_PROCESS_CPU
+    shares.append(Share("the checkpoint's files, mapped", weights.mib(BYTES_16_BITS)))
+    return Figures(
+        cpu_millis=cpu,
+        processes=counted(shares),
+        volumes=(Share("/dev/shm", shared_memory_mib(spec.serving.shared_memory_size)),),
+        rests_on=weights.known_by,
+    )
+
+
+def pod_resources(
+    spec: MultimodalDeploymentSpec,
+    knowledge: ServeKnowledge,
+    modalities: tuple[Modality, ...],
+    downloads: bool,
+) -> PlannedResources:
+    """The download pod's (when there is one) and the serving pods' (a group's leader and workers)."""
+    weights = checkpoint(spec, knowledge)
+    serving = spec.serving.pod.resources
+    spans = spec.parallelism.spans_pods
+    leader = serving_figures(spec, weights, modalities, serves=True)
+    download = fixed(DOWNLOAD_CPU, DOWNLOAD_MIB, "huggingface_hub download")
+    return PlannedResources(
+        job=effective(download, spec.build.pod.resources, "Download", DOWNLOAD_CONTAINER)
+        if downloads
+        else None,
+        serving=effective(leader, serving, "Leader" if spans else "Serving", SERVER_CONTAINER),
+        worker=(
+            effective(
+                serving_figures(spec, weights, modalities, serves=False), serving, "Worker", SERVER_CONTAINER
+            )
+            if spans
+            else None
+        ),
     )

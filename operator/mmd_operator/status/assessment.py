@@ -212,6 +212,7 @@ def assess(
         runtime=plan.runtime,
         validated=own.validated,
         derived=own.derived,
+        pod_resources=plan.resources.status(),
         artifact=artifact,
         artifact_status=own.artifact_status,
         configmap=configmap,

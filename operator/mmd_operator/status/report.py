@@ -39,7 +39,7 @@ from mmd_operator.api.v1alpha1 import (
     RollbackStatus,
     ServingRevision,
 )
-from mmd_operator.api.v1alpha1.status import MAX_GROUPS, GroupStatus
+from mmd_operator.api.v1alpha1.status import MAX_GROUPS, GroupStatus, PodResources
 from mmd_operator.api.validation import Problem
 from mmd_operator.judgement.artifact import ArtifactState
 from mmd_operator.judgement.autoscaling import AUTOSCALING, AutoscalingState
@@ -137,6 +137,8 @@ class Findings:
     # The Validated condition's message: what the valid spec's artifact is keyed by.
     validated: str = ""
     derived: DerivedLimits | None = None
+    # The CPU and memory each kind of pod asks for.
+    pod_resources: Sequence[PodResources] = ()
     artifact: ArtifactState[Any, Any] | None = None
     # The status fields that say where the artifact is: `engine` (an EngineStatus) or `weights`.
     artifact_status: Mapping[str, Any] = field(default_factory=dict)
@@ -514,6 +516,7 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
         phase=phase,
         conditions=conditions,
         derived=findings.derived,
+        pod_resources=list(findings.pod_resources) or None,
         **findings.artifact_status,
         model_repository=findings.configmap.name if findings.configmap is not None else None,
         endpoints=findings.endpoints,
@@ -556,6 +559,7 @@ def report(findings: Findings, *, previous: MultimodalDeploymentStatus | None, n
         status = status.model_copy(
             update={
                 "derived": previous.derived,
+                "pod_resources": previous.pod_resources,
                 "engine": previous.engine,
                 "weights": previous.weights,
                 "model_repository": previous.model_repository,

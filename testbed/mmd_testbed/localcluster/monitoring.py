@@ -46,8 +46,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from mmd_operator import scaling_metrics
-from mmd_operator.desired.trtllm_serve import SERVER_CONTAINER as TRTLLM_SERVE_CONTAINER
 from mmd_operator.plan.launch import HTTP_PORT, METRICS_PORT
+from mmd_operator.plan.trtllm_serve import SERVER_CONTAINER as TRTLLM_SERVE_CONTAINER
 from mmd_operator.vocabulary import labels
 from mmd_testbed.localcluster.addons import binary_image
 from mmd_testbed.localcluster.metricsbinaries import MetricsBinaries

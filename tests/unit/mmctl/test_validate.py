@@ -146,8 +146,20 @@ def test_the_json_report_has_a_stable_shape(repository: Path, capsys: pytest.Cap
         "warnings": [],
         "notes": [],
         "cacheKey": pinned["cacheKey"],
+        "podResources": pinned["podResources"],
     }
     assert pinned["line"] > 1 and len(pinned["cacheKey"]) == 20
+    # The build pod's and the serving pod's CPU and memory, derived (the spec sets none).
+    build, serving = pinned["podResources"]
+    assert (build["pod"], build["container"], serving["pod"], serving["container"]) == (
+        "Build",
+        "engine-builder",
+        "Serving",
+        "tritonserver",
+    )
+    assert set(serving["requests"]) == {"cpu", "memory"} and set(serving["limits"]) == {"memory"}
+    assert serving["limits"]["memory"] == serving["requests"]["memory"] and serving["fromSpec"] == []
+    assert serving["basis"].startswith(f"derived {serving['limits']['memory']}: (tritonserver rank 3Gi + ")
     assert llava["verdict"] == "warnings" and llava["namespace"] is None
     assert [(w["rule"], w["path"]) for w in llava["warnings"]] == [("model-revision-not-a-commit", REVISION)]
     assert report["skipped"] == [
@@ -226,7 +238,10 @@ def test_mmctl_validate_reads_stdin_with_several_documents() -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "<stdin>:1 internlm-xcomposer2-lora ok"
-    assert lines[1] == "<stdin>:2 vila 1 warning"
+    # Each valid resource's pods, one line each: what the scheduler reserves and the kernel enforces.
+    assert lines[1].startswith("  resources: build pod (engine-builder): requests cpu 2, memory ")
+    assert lines[2].startswith("  resources: serving pod (tritonserver): requests cpu 1500m, memory ")
+    assert lines[3] == "<stdin>:2 vila 1 warning"
     assert lines[-1] == "2 resources: 1 ok, 1 with warnings, 0 invalid; 0 other documents skipped"
     strict = subprocess.run(
         [mmctl, "validate", "--strict", "-f", "-"], input=text, capture_output=True, text=True, check=False

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import ConfigDict, Field, JsonValue
+from pydantic.config import JsonDict
 
 from mmd_operator.api.v1alpha1.cel import cel_rule
 from mmd_operator.api.v1alpha1.schema import (
@@ -66,6 +67,35 @@ class Toleration(Schema):
     """How long a NoExecute taint is tolerated before eviction."""
 
 
+def _value(part: str, name: str = "name") -> str:
+    return f"quantity(string(self.{part}[{name}]))"
+
+
+def _is_quantity(part: str, name: str = "name") -> str:
+    return f"isQuantity(string(self.{part}[{name}]))"
+
+
+# A resource the requests name whose request is above its limit (both quantities: their syntax has its own
+# rule), as CEL over `name`; and the first such resource.
+_ABOVE = (
+    f"name in self.limits && {_is_quantity('requests')} && {_is_quantity('limits')} && "
+    f"{_value('requests')}.isGreaterThan({_value('limits')})"
+)
+_ABOVE_LIMIT = f"!({_ABOVE})"
+_FIRST_ABOVE = f"self.requests.filter(name, {_ABOVE})[0]"
+
+
+def _not_negative(part: str) -> JsonDict:
+    below = f"{_is_quantity(part)} && {_value(part)}.isLessThan(quantity('0'))"
+    first = f"self.{part}.filter(name, {below})[0]"
+    return cel_rule(
+        f"!has(self.{part}) || self.{part}.all(name, !({below}))",
+        f"a quantity must not be negative ({part}[{{{first}}}] is {{self.{part}[{first}]}}): Kubernetes "
+        "refuses the pod",
+        field_path=f".{part}",
+    )
+
+
 class ResourceRequirements(Schema):
     """CPU, memory and other resources of the pod's main container. GPUs are set by the operator."""
 
@@ -79,7 +109,16 @@ class ResourceRequirements(Schema):
                     f"{GPU_RESOURCE} ({{has(self.requests) && '{GPU_RESOURCE}' in self.requests ? "
                     f"self.requests['{GPU_RESOURCE}'] : self.limits['{GPU_RESOURCE}']}}) is set by the "
                     "operator to engine.tensorParallelSize",
-                )
+                ),
+                *(_not_negative(part) for part in ("requests", "limits")),
+                cel_rule(
+                    f"!has(self.requests) || !has(self.limits) || self.requests.all(name, {_ABOVE_LIMIT})",
+                    f"a request must not exceed its limit (requests[{{{_FIRST_ABOVE}}}] is "
+                    f"{{self.requests[{_FIRST_ABOVE}]}}, limits[{{{_FIRST_ABOVE}}}] is "
+                    f"{{self.limits[{_FIRST_ABOVE}]}}): the scheduler reserves the request and the kernel "
+                    "holds the container to the limit, and Kubernetes refuses a pod whose request is larger",
+                    field_path=".limits",
+                ),
             ]
         }
     )

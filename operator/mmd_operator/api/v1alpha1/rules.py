@@ -1,7 +1,8 @@
 """The cross-field CEL rules of the spec, as `x-kubernetes-validations` entries on the whole spec.
 
 `spec_rules` lists them: what each model type takes (from `mmd_operator.knowledge`), what each runtime
-takes, immutable fields, and autoscaling against replicas, the runtime's metrics and the GPU budget.
+takes, immutable fields, autoscaling against replicas, the runtime's metrics and the GPU budget, and the
+pods' memory limits against their memory-backed /dev/shm.
 Rules that read one model's fields only sit on that model. Pure: imports pydantic's JSON types,
 `mmd_operator.knowledge`, `mmd_operator.scaling_metrics` and the package's `cel`; none of the models.
 """
@@ -571,6 +572,47 @@ def _autoscaling_rules() -> list[JsonDict]:
     return rules
 
 
+# The build pod's memory-backed /dev/shm (scratch for the conversion's MPI and tensor exchange): its pages
+# are charged to the builder's memory.
+BUILD_SHARED_MEMORY = "8Gi"
+
+
+def _memory_limit_above(section: str, floor: str, floor_words: str, why: str) -> JsonDict:
+    """A rule: `<section>.pod.resources.limits[memory]`, when set, must be above the quantity `floor`."""
+    resources = f"self.{section}.pod.resources"
+    limit = f"string({resources}.limits['memory'])"
+    return cel_rule(
+        f"!has(self.{section}.pod) || !has({resources}) || !has({resources}.limits) || "
+        f"!('memory' in {resources}.limits) || !isQuantity({limit}) || !isQuantity(string({floor})) || "
+        f"quantity({limit}).isGreaterThan(quantity(string({floor})))",
+        f"{section}.pod.resources.limits[memory] ({{{resources}.limits['memory']}}) must be above "
+        f"{floor_words}: {why}",
+        field_path=f".{section}.pod.resources.limits",
+    )
+
+
+def _resource_rules() -> list[JsonDict]:
+    """The pods' memory limits against their memory-backed /dev/shm, whose pages count against them."""
+    return [
+        _memory_limit_above(
+            "serving",
+            "self.serving.sharedMemorySize",
+            "serving.sharedMemorySize ({self.serving.sharedMemorySize})",
+            "the memory-backed /dev/shm is charged to the serving container's memory, so a limit at or "
+            "below it leaves tritonserver or trtllm-serve nothing once the Python models or MPI fill it",
+        ),
+        _on_engine(
+            _memory_limit_above(
+                "build",
+                f"'{BUILD_SHARED_MEMORY}'",
+                f"the build pod's memory-backed /dev/shm of {BUILD_SHARED_MEMORY}",
+                "its pages, written by the conversion's MPI and tensor exchange, are charged to the "
+                "builder's memory, which also holds the checkpoint as it converts",
+            )
+        ),
+    ]
+
+
 def spec_rules() -> list[JsonValue]:
     """Every cross-field rule of the spec, as `MultimodalDeploymentSpec` carries them."""
-    return [*_engine_and_common_rules(), *_runtime_rules(), *_autoscaling_rules()]
+    return [*_engine_and_common_rules(), *_runtime_rules(), *_autoscaling_rules(), *_resource_rules()]

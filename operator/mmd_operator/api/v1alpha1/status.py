@@ -1,7 +1,8 @@
 """`status`: what the operator observed and decided, as it writes it to the status subresource.
 
-Phase, conditions, derived limits, the engine or weights served (and their Job's progress), endpoints,
-the autoscaler's decision and the spec's warnings. Pure: imports pydantic and the package's `schema`.
+Phase, conditions, derived limits and pod resources, the engine or weights served (and their Job's
+progress), endpoints, the autoscaler's decision and the spec's warnings. Pure: imports pydantic and the
+package's `schema`.
 """
 
 from __future__ import annotations
@@ -78,6 +79,28 @@ class DerivedLimits(Schema):
     """Largest beam width `tensorrt_llm` serves; wider requests are refused."""
     cuda_memory_pool_bytes: int
     """CUDA memory pool on GPU 0."""
+
+
+class PodResources(Schema):
+    """The CPU and memory one kind of the resource's pods asks for (its main container; GPUs aside)."""
+
+    pod: Literal["Build", "Download", "Serving", "Leader", "Worker"]
+    """Build or Download: the Job's pod; Serving: a serving pod; Leader and Worker: the pods of a group,
+    when a replica spans pods."""
+    container: str = Field(max_length=63)
+    """The container they are set on (an init container has its own small fixed figures)."""
+    requests: dict[str, str] = Field(default_factory=dict, max_length=32)
+    """What the scheduler reserves and a ResourceQuota counts: `cpu` and `memory`, and any other the spec
+    names."""
+    limits: dict[str, str] = Field(default_factory=dict, max_length=32)
+    """What the kernel holds the container to: `memory` (a container above it is OOMKilled); no `cpu`
+    unless the spec sets one."""
+    from_spec: list[str] = Field(default_factory=list, max_length=8)
+    """Which of `requests.cpu`, `requests.memory` and `limits.memory` the spec set; the others are
+    derived."""
+    basis: str = Field("", max_length=2048)
+    """What the derived memory is made of and what it rests on (the checkpoint's size and where it comes
+    from): the processes, a 20 % margin, and the memory-backed /dev/shm."""
 
 
 class Phase(StrEnum):
@@ -320,6 +343,9 @@ class MultimodalDeploymentStatus(Schema):
     """Validated, EngineReady, ModelRepositoryReady, Available and the summary Ready."""
     derived: DerivedLimits | None = None
     """Build limits and sizes computed from the spec."""
+    pod_resources: list[PodResources] | None = Field(None, max_length=4)
+    """The CPU and memory each kind of pod asks for: derived from what runs in it, or set in
+    `spec.build.pod.resources` and `spec.serving.pod.resources`."""
     engine: EngineStatus | None = None
     """The engine being served or built (triton-trtllm-engine)."""
     weights: WeightsStatus | None = None
