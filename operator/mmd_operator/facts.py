@@ -139,6 +139,9 @@ class PodFacts:
     unschedulable: str | None = None
     # A container waiting in CrashLoopBackOff (or failing to start), with what it last said.
     crash_loop: str | None = None
+    # A container the kernel killed for going over its memory limit (OOMKilled), now or at its last end:
+    # which, and the limit (`container tritonserver, over its memory limit of 28Gi`).
+    oom_killed: str | None = None
     restarts: int = 0
     started: datetime | None = None
     # The termination message of a finished container, and its exit code.

@@ -28,6 +28,8 @@ from mmd_operator.judgement.progress import assess
 
 # 128 + 9: what a container's exit code is when the kernel or the kubelet sent SIGKILL.
 SIGKILL_EXIT = 137
+# Where the spec sets the Job pod's memory (a build's and a download's alike).
+JOB_MEMORY_FIELD = "spec.build.pod.resources.limits.memory"
 
 Record = TypeVar("Record")
 Source = TypeVar("Source")
@@ -152,9 +154,18 @@ def finished_result(
     return result
 
 
-def describe_failure(failure: JobFailed, program: str = "builder") -> str:
-    """A failed Job in one line: the program's step, its exit code and the program's reason."""
+def describe_failure(failure: JobFailed, program: str = "builder", oom_killed: str | None = None) -> str:
+    """A failed Job in one line: the program's step, its exit code and the program's reason.
+
+    `oom_killed` names the container the kernel killed for going over its memory limit, if it did.
+    """
     code = f" (exit code {failure.exit_code})" if failure.exit_code is not None else ""
+    if oom_killed is not None:
+        where = f"in step {failure.step}" if failure.step is not None else f"its last line: {failure.reason}"
+        return (
+            f"the {program} was OOMKilled: the kernel killed {oom_killed}{code}; {where}; raise "
+            f"{JOB_MEMORY_FIELD} (status.podResources says what the derived figure rests on)"
+        )
     if failure.step is None:  # it died before reporting: the reason is its last log line
         if failure.exit_code is None:
             return failure.reason
@@ -221,10 +232,16 @@ def job_state(
         if not isinstance(result, JobFailed) and (state := rules.ready(result)) is not None:
             return state
     logs = f"kubectl logs job/{job.meta.name}"
-    failures = [result for _, result in finished if isinstance(result, JobFailed)]
+    failed_pods = [(pod, result) for pod, result in finished if isinstance(result, JobFailed)]
+    failures = [result for _, result in failed_pods]
+    last_failure = (
+        describe_failure(failed_pods[0][1], words.program, failed_pods[0][0].oom_killed)
+        if failed_pods
+        else ""
+    )
     if job.succeeded or job.failed:
         if failures:
-            message = describe_failure(failures[0], words.program)
+            message = last_failure
             if job.failure and "BackoffLimitExceeded" not in job.failure:
                 message += f" ({job.failure})"
         else:
@@ -235,8 +252,7 @@ def job_state(
         return failed_state(message, job, words, previous, generation)
     retrying = ""
     if failures:
-        last = describe_failure(failures[0], words.program)
-        retrying = f" (attempt {len(failures) + 1}; the last one: {last})"
+        retrying = f" (attempt {len(failures) + 1}; the last one: {last_failure})"
     live = [pod for pod in newest(pods) if not pod.meta.deleting]
     running = [pod for pod in live if pod.phase is PodPhase.RUNNING]
     if running:
@@ -267,8 +283,9 @@ def job_state(
         )
     if failures:
         # Every pod so far failed and none runs: the Job controller retries or gives up next.
-        last = describe_failure(failures[0], words.program)
-        message = f"{words.kind} attempt {len(failures)} failed: {last}; the Job retries it or gives up"
+        message = (
+            f"{words.kind} attempt {len(failures)} failed: {last_failure}; the Job retries it or gives up"
+        )
         return not_ready(words.running, message, f"{message}: {logs} has the rest.")
     starting = f"{words.job} {job.meta.name} is starting"
     return not_ready(

@@ -2,7 +2,8 @@
 
 Trouble is named from what Kubernetes itself reports: the scheduler's message for a pod it cannot place
 (InsufficientGPUs when it is GPUs, with the spec's and the nodes' figures from `placement`), a pod the
-node controller marked not ready because its node stopped reporting (NodeLost), CrashLoopBackOff with
+node controller marked not ready because its node stopped reporting (NodeLost), a container the kernel
+killed for going over its memory limit (OOMKilled, with the limit), CrashLoopBackOff with
 what the container last said, a pod that is still not ready when its startup budget is spent, or the
 Deployment controller's own progress deadline. Each state also says, in one sentence for the Ready
 condition, what to do or where to look. Pure: imports the facts and placement.
@@ -75,6 +76,16 @@ def _pod_trouble(
                 message,
                 f"{message}: look after the node; the pod moves once the node controller evicts it.",
             )
+    for pod in pods:
+        if pod.oom_killed and not pod.ready:
+            restarted = f", {pod.restarts} restarts" if pod.restarts else ""
+            message = f"pod {pod.meta.name}: the kernel killed {pod.oom_killed} (OOMKilled{restarted})"
+            summary = (
+                f"{message}: raise spec.serving.pod.resources.limits.memory (status.podResources says what "
+                "the derived figure is made of), or make the pod hold less: fewer Python model instances, "
+                "a smaller spec.serving.sharedMemorySize."
+            )
+            return "OOMKilled", message, summary
     for pod in pods:
         if pod.crash_loop:
             return "CrashLoop", f"pod {pod.meta.name}: {pod.crash_loop}", _crash_summary(pod, pod.crash_loop)

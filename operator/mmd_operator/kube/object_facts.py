@@ -73,6 +73,28 @@ def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None
     return next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
 
 
+def _memory_limits(pod_spec: Mapping[str, Any]) -> dict[str, str]:
+    containers = [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]
+    limits = {
+        c.get("name"): ((c.get("resources") or {}).get("limits") or {}).get("memory") for c in containers
+    }
+    return {str(name): str(limit) for name, limit in limits.items() if limit is not None}
+
+
+def _oom_killed(statuses: list[Mapping[str, Any]], limits: Mapping[str, str]) -> str | None:
+    """The container the kernel killed for its memory limit, now or when it last ended, and the limit."""
+    for container in statuses:
+        ended = [
+            (container.get("state") or {}).get("terminated"),
+            (container.get("lastState") or {}).get("terminated"),
+        ]
+        if any((end or {}).get("reason") == "OOMKilled" for end in ended):
+            name = str(container.get("name"))
+            limit = limits.get(name)
+            return f"container {name}, over its memory limit" + (f" of {limit}" if limit else "")
+    return None
+
+
 def _container_trouble(statuses: list[Mapping[str, Any]]) -> str | None:
     for container in statuses:
         waiting = (container.get("state") or {}).get("waiting") or {}
@@ -85,9 +107,12 @@ def _container_trouble(statuses: list[Mapping[str, Any]]) -> str | None:
             "RunContainerError",
         ):
             last = ((container.get("lastState") or {}).get("terminated")) or {}
-            said = last.get("message") or last.get("reason") or ""
+            said = last.get("message") or ""
             code = f", exit code {last['exitCode']}" if "exitCode" in last else ""
-            detail = f"; it last said: {said.strip()}" if said else ""
+            detail = f"; it last said: {said.strip()}" if said.strip() else ""
+            if last.get("reason") and last.get("reason") != "Error":
+                # The kubelet's word for how it ended (OOMKilled, ContainerCannotRun), not the program's.
+                detail = f"; it last ended {last['reason']}{detail}"
             why = str(waiting.get("message", "")).strip()
             return f"container {container.get('name')} is in {reason} ({why}{code}){detail}"
     return None
@@ -207,6 +232,9 @@ def pod(obj: Mapping[str, Any]) -> PodFacts:
         unschedulable=unschedulable,
         # An init container (the repository's assembly) fails first, and the server never starts.
         crash_loop=_container_trouble([*(status.get("initContainerStatuses") or []), *containers]),
+        oom_killed=_oom_killed(
+            [*(status.get("initContainerStatuses") or []), *containers], _memory_limits(spec)
+        ),
         restarts=sum(int(c.get("restartCount", 0)) for c in containers),
         started=timestamp(status.get("startTime")),
         termination_message=terminated.get("message") if terminated else None,
