@@ -10,9 +10,9 @@ that passed offline validation and the namespace it is meant for:
 - the engine-cache claim exists, or the StorageClass it would be created with does: the one named, or
   the cluster's default when none is;
 - some node matches the build pod's and the serving pods' selector, required node affinity and
-  tolerations with enough allocatable GPUs for one pod (`judgement.placement.match`, the rule the
-  operator explains its scheduling failures with), unless the engine is already built; too little room
-  for every serving replica is a warning, since GPUs other pods hold are not counted here;
+  tolerations with enough allocatable GPUs, memory and CPU for one pod (`judgement.placement.match`, the
+  rule the operator explains its scheduling failures with), unless the engine is already built; too
+  little room for every serving replica is a warning, since what other pods hold is not counted here;
 - for a resource that exists already (so the spec is a change): whether a node the serving pods may use
   has a GPU free now for the surge pod of the rollout the change starts; without one, a warning says
   that the rollout will go on in place and which pod is down for its load (`judgement.rollout`).
@@ -28,8 +28,10 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from fractions import Fraction
 from typing import Any, TypeVar
 
+from mmd_operator.api import quantities
 from mmd_operator.api.v1alpha1 import GPU_RESOURCE, MultimodalDeployment
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import cache
@@ -224,11 +226,18 @@ def _engine_built(checks: _Checks, claim: str, cache_key: str) -> bool:
 
 
 def _placement(checks: _Checks, pod_spec: dict[str, Any], demand: GpuDemand, nodes: Nodes) -> None:
-    found = match(object_facts.pod_placement(pod_spec), nodes)
+    placement = object_facts.pod_placement(pod_spec)
+    found = match(placement, nodes)
     blocked = obstacle(found, demand)
     if blocked is None:
         room = f", room for {found.room(demand.gpus_per_pod)} pods" if demand.role == "serving" else ""
-        checks.add(Severity.INFO, demand.pod_field, f"{demand.arithmetic()}; {nodes_offered(found)}{room}")
+        asks = (
+            f"; a pod requests {quantities.cpu(Fraction(placement.cpu_millis, 1000))} CPU and "
+            f"{quantities.memory(placement.memory_bytes)} of memory"
+        )
+        checks.add(
+            Severity.INFO, demand.pod_field, f"{demand.arithmetic()}; {nodes_offered(found)}{room}{asks}"
+        )
         return
     # Only the sum over every replica leaves the GPUs other pods hold out: it may still be enough.
     severity = Severity.WARNING if blocked.kind is ObstacleKind.TOO_FEW else Severity.ERROR

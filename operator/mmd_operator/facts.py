@@ -87,13 +87,19 @@ class NodeRequirement:
 
 @dataclass(frozen=True)
 class PodPlacement:
-    """What the scheduler matches a pod against nodes with: selector, node affinity, tolerations, GPUs."""
+    """What the scheduler matches a pod against nodes with.
+
+    Its selector, node affinity and tolerations, and the GPUs, CPU (millicores) and memory (bytes) it
+    requests.
+    """
 
     gpus: int = 0
     node_selector: tuple[tuple[str, str], ...] = ()
     # requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms: any term, all of its requirements.
     affinity_terms: tuple[tuple[NodeRequirement, ...], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    cpu_millis: int = 0
+    memory_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,9 @@ class NodeFacts:
     labels: tuple[tuple[str, str], ...] = ()
     # The NoSchedule and NoExecute taints (a cordoned node's included), the only ones that keep pods off.
     taints: tuple[Taint, ...] = ()
+    # Allocatable CPU (millicores) and memory (bytes); None when the node does not say.
+    cpu_millis: int | None = None
+    memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)

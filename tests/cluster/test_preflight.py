@@ -86,7 +86,8 @@ def test_a_resource_the_cluster_can_run_passes_with_what_was_found(
     assert found["spec.serving.pod"].startswith(
         f"spec.serving.replicas 1 x spec.engine.tensorParallelSize 1 = 1 nvidia.com/gpu; {nodes}"
     )
-    assert found["spec.serving.pod"].endswith(", room for 32 pods")
+    # mllama's serving pod asks for 38Gi and 2 CPUs: a node's 1Ti and 96 CPUs hold more than its 8 GPUs.
+    assert found["spec.serving.pod"].endswith(", room for 32 pods; a pod requests 2 CPU and 38Gi of memory")
     assert TOKEN_VALUE not in "\n".join(str(f) for f in findings)
 
 

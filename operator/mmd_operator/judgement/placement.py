@@ -3,12 +3,13 @@
 `match` is the one matching rule, used by the operator (to explain a pod the scheduler cannot place) and
 by `mmctl validate --cluster` (to check before anything runs). It follows the scheduler's own filters
 for nodes: the pod's nodeSelector, its required node affinity, its tolerations against the nodes'
-NoSchedule and NoExecute taints, and the nodes' allocatable nvidia.com/gpu. What it does not judge (pod
-affinity, topology spread, other resources, GPUs other pods hold) the scheduler's own words, which every
-operator message quotes after ours, still say. `obstacle` names the first thing that keeps the pods off,
-and `unschedulable` writes the condition message and the one sentence for Ready.
+NoSchedule and NoExecute taints, and the nodes' allocatable nvidia.com/gpu, memory and CPU against what
+the pod requests. What it does not judge (pod affinity, topology spread, other resources, what other pods
+hold) the scheduler's own words, which every operator message quotes after ours, still say. `obstacle`
+names the first thing that keeps the pods off, and `unschedulable` writes the condition message and the
+one sentence for Ready.
 
-Pure: imports the api models, the facts and the GPU resource name.
+Pure: imports the api models and quantities, the facts and the GPU resource name.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from fractions import Fraction
 from typing import Literal
 
+from mmd_operator.api import quantities
 from mmd_operator.api.v1alpha1 import GPU_RESOURCE, MultimodalDeploymentSpec
 from mmd_operator.facts import NodeFacts, NodeRequirement, Nodes, PodFacts, PodPlacement, Taint, Toleration
 
 INSUFFICIENT_GPUS = "InsufficientGPUs"
+INSUFFICIENT_MEMORY = "InsufficientMemory"
+INSUFFICIENT_CPU = "InsufficientCPU"
 UNSCHEDULABLE = "Unschedulable"
 # Nodes a message names one by one before it counts the rest.
 LISTED_NODES = 4
@@ -30,8 +35,18 @@ LISTED_VALUES = 4
 
 
 def scheduling_reason(message: str) -> str:
-    """InsufficientGPUs when the scheduler says so, else Unschedulable."""
-    return INSUFFICIENT_GPUS if f"Insufficient {GPU_RESOURCE}" in message else UNSCHEDULABLE
+    """InsufficientGPUs, InsufficientMemory or InsufficientCPU when the scheduler says so, else Unschedulable.
+
+    The first of them in that order: a pod short of GPUs is short of the scarcest.
+    """
+    for resource, reason in (
+        (GPU_RESOURCE, INSUFFICIENT_GPUS),
+        ("memory", INSUFFICIENT_MEMORY),
+        ("cpu", INSUFFICIENT_CPU),
+    ):
+        if f"Insufficient {resource}" in message:
+            return reason
+    return UNSCHEDULABLE
 
 
 @dataclass(frozen=True)
@@ -153,6 +168,23 @@ def _selector_met(pod: PodPlacement, node: NodeFacts) -> bool:
     return all(labels.get(key) == value for key, value in pod.node_selector)
 
 
+def _pods_on(node: NodeFacts, pod: PodPlacement, gpus_per_pod: int) -> int:
+    """How many pods like `pod` (of `gpus_per_pod` GPUs) the node's allocatable GPUs, memory and CPU hold."""
+    counts = [node.gpus // gpus_per_pod if gpus_per_pod else 0]
+    for have, need in ((node.memory_bytes, pod.memory_bytes), (node.cpu_millis, pod.cpu_millis)):
+        if have is not None and need:
+            counts.append(have // need)
+    return min(counts)
+
+
+def _has_memory(pod: PodPlacement, node: NodeFacts) -> bool:
+    return node.memory_bytes is None or node.memory_bytes >= pod.memory_bytes
+
+
+def _has_cpu(pod: PodPlacement, node: NodeFacts) -> bool:
+    return node.cpu_millis is None or node.cpu_millis >= pod.cpu_millis
+
+
 def _affinity_met(pod: PodPlacement, node: NodeFacts) -> bool:
     if not pod.affinity_terms:
         return True
@@ -174,8 +206,10 @@ class NodeMatch:
     selected: tuple[NodeFacts, ...]
     # ... whose every taint the pod tolerates: "the nodes matching the pod's selector and tolerations",
     matching: tuple[NodeFacts, ...]
-    # ... with allocatable GPUs for one pod.
+    # ... with allocatable GPUs for one pod,
     fitting: tuple[NodeFacts, ...]
+    # ... and allocatable memory and CPU for it.
+    roomy: tuple[NodeFacts, ...] = ()
 
     @property
     def offered(self) -> int:
@@ -183,7 +217,11 @@ class NodeMatch:
         return sum(node.gpus for node in self.matching)
 
     def room(self, gpus_per_pod: int) -> int:
-        """How many pods of `gpus_per_pod` the matching nodes hold at the most."""
+        """How many pods of `gpus_per_pod` the matching nodes hold at the most (GPUs, memory and CPU)."""
+        return sum(_pods_on(node, self.pod, gpus_per_pod) for node in self.matching)
+
+    def gpu_room(self, gpus_per_pod: int) -> int:
+        """How many pods of `gpus_per_pod` the matching nodes' GPUs alone hold."""
         return sum(node.gpus // gpus_per_pod for node in self.matching) if gpus_per_pod else 0
 
 
@@ -194,7 +232,8 @@ def match(pod: PodPlacement, nodes: Nodes) -> NodeMatch:
     selected = tuple(node for node in by_selector if _affinity_met(pod, node))
     matching = tuple(node for node in selected if not untolerated(pod, node))
     fitting = tuple(node for node in matching if node.gpus >= pod.gpus)
-    return NodeMatch(pod, nodes.total, with_gpus, by_selector, selected, matching, fitting)
+    roomy = tuple(node for node in fitting if _has_memory(pod, node) and _has_cpu(pod, node))
+    return NodeMatch(pod, nodes.total, with_gpus, by_selector, selected, matching, fitting, roomy)
 
 
 # -- what keeps the pods off -----------------------------------------------------------------------
@@ -208,6 +247,8 @@ class ObstacleKind(StrEnum):
     AFFINITY = "node affinity"
     TAINTS = "taints"
     POD_TOO_LARGE = "no node holds one pod"
+    MEMORY = "no node with the GPUs has the memory for one pod"
+    CPU = "no node with the GPUs has the CPU for one pod"
     TOO_FEW = "too few GPUs for every pod"
 
 
@@ -315,6 +356,8 @@ def obstacle(found: NodeMatch, demand: GpuDemand) -> Obstacle | None:
             f"({most.name})",
             f"lower {demand.gpus_field}{spread}, or let {pod_field} reach nodes with more GPUs",
         )
+    if not found.roomy:
+        return _memory_or_cpu_obstacle(found, demand)
     room = found.room(demand.gpus_per_pod)
     if room < demand.pods:
         if demand.pods_per_replica > 1:
@@ -324,6 +367,8 @@ def obstacle(found: NodeMatch, demand: GpuDemand) -> Obstacle | None:
             )
         else:
             what = f"room for {room} of the {demand.pods} pods"
+        if room < found.gpu_room(demand.gpus_per_pod):
+            what += " (their memory or CPU holds fewer pods than their GPUs)"
         return Obstacle(
             ObstacleKind.TOO_FEW,
             demand.pods_field,
@@ -331,6 +376,33 @@ def obstacle(found: NodeMatch, demand: GpuDemand) -> Obstacle | None:
             f"lower {demand.pods_field}, or add GPU nodes",
         )
     return None
+
+
+def _memory_or_cpu_obstacle(found: NodeMatch, demand: GpuDemand) -> Obstacle:
+    """No node with GPUs enough has the memory (else the CPU) the pod requests."""
+    pod, fitting = found.pod, found.fitting
+    memory = not any(_has_memory(pod, node) for node in fitting)
+    kind, name, asked = (
+        (ObstacleKind.MEMORY, "memory", quantities.memory(pod.memory_bytes))
+        if memory
+        else (ObstacleKind.CPU, "cpu", quantities.cpu(Fraction(pod.cpu_millis, 1000)))
+    )
+    most = max(fitting, key=lambda node: ((node.memory_bytes if memory else node.cpu_millis) or 0, node.name))
+    has = (
+        quantities.memory(most.memory_bytes or 0)
+        if memory
+        else quantities.cpu(Fraction(most.cpu_millis or 0, 1000))
+    )
+    field = f"{demand.pod_field}.resources.requests.{name}"
+    held = "the pod is OOMKilled if it then holds more than its limit" if memory else "it then gets less CPU"
+    return Obstacle(
+        kind,
+        field,
+        f"the pod requests {asked} of {name} (status.podResources; {field} sets it), but the nodes matching "
+        f"its selector and tolerations with {pod.gpus} {GPU_RESOURCE} offer at most {has} allocatable on one "
+        f"node ({most.name})",
+        f"lower {field} ({held}), or let {demand.pod_field} reach nodes with more {name}",
+    )
 
 
 def explain(blocked: Obstacle, demand: GpuDemand) -> str:
@@ -359,6 +431,18 @@ def _requested(nodes: Nodes, found: NodeMatch) -> int:
     return sum(gpus for name, gpus in nodes.requested if name in matching)
 
 
+def _short_of(reason: str, pod: PodPlacement, demand: GpuDemand) -> str | None:
+    """What the pod requests of the memory or CPU the scheduler finds too little of, with the field."""
+    if reason == INSUFFICIENT_MEMORY:
+        asked, name = quantities.memory(pod.memory_bytes), "memory"
+    elif reason == INSUFFICIENT_CPU:
+        asked, name = quantities.cpu(Fraction(pod.cpu_millis, 1000)), "cpu"
+    else:
+        return None
+    field = f"{demand.pod_field}.resources.requests.{name}"
+    return f"the pod requests {asked} of {name} (status.podResources; {field} sets it)"
+
+
 def unschedulable(pod: PodFacts, demand: GpuDemand, nodes: Nodes | None) -> Unplaced:
     """What to say of `pod`, which the scheduler cannot place, given the nodes (None: not known)."""
     words = pod.unschedulable or "Unschedulable"
@@ -366,6 +450,8 @@ def unschedulable(pod: PodFacts, demand: GpuDemand, nodes: Nodes | None) -> Unpl
     who = f"{'build pod' if demand.role == 'build' else 'pod'} {pod.meta.name}"
     quoted = f"(the {demand.condition} condition quotes the scheduler)"
     figures = f"(the {demand.condition} condition has the figures and the scheduler's words)"
+    placement = pod.placement or PodPlacement(gpus=pod.gpus or demand.gpus_per_pod)
+    short = _short_of(reason, placement, demand)
     if nodes is None:
         message = f"{who} cannot be scheduled: {demand.arithmetic()}"
         if reason == INSUFFICIENT_GPUS:
@@ -374,12 +460,13 @@ def unschedulable(pod: PodFacts, demand: GpuDemand, nodes: Nodes | None) -> Unpl
                 f"{demand.arithmetic()} and the scheduler finds too few free for {who}: free or add GPUs, "
                 f"or lower {lower} {quoted}."
             )
+        elif short is not None:
+            summary = f"{short} and the scheduler finds too little free for {who} {quoted}."
         else:
             summary = (
                 f"the scheduler cannot place {who}: change what it names in {demand.pod_field} {quoted}."
             )
         return Unplaced(reason, f"{message}. Scheduler: {words}", summary)
-    placement = pod.placement or PodPlacement(gpus=pod.gpus or demand.gpus_per_pod)
     found = match(placement, nodes)
     blocked = obstacle(found, demand)
     requested = _requested(nodes, found)
@@ -391,6 +478,11 @@ def unschedulable(pod: PodFacts, demand: GpuDemand, nodes: Nodes | None) -> Unpl
             summary = (
                 f"{demand.arithmetic()} and the nodes {who} may use have room for it, but the scheduler "
                 f"finds too few free: free GPUs or add nodes {figures}."
+            )
+        elif short is not None:
+            summary = (
+                f"{short}; the nodes {who} may use have that much allocatable, but the scheduler finds too "
+                f"little free beside the pods they run: free some or add nodes {figures}."
             )
         else:
             summary = (

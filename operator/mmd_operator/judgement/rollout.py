@@ -20,7 +20,9 @@ from datetime import datetime
 from mmd_operator.api.v1alpha1 import MultimodalDeploymentSpec
 from mmd_operator.facts import DeploymentFacts, Nodes, PodFacts, PodPlacement
 from mmd_operator.judgement.placement import (
+    INSUFFICIENT_CPU,
     INSUFFICIENT_GPUS,
+    INSUFFICIENT_MEMORY,
     match,
     scheduling_reason,
     serving_demand,
@@ -75,16 +77,21 @@ def _rolling(deployment: DeploymentFacts) -> bool:
 
 
 def _short_of_gpus(pod: PodFacts, nodes: Nodes | None) -> bool:
-    """Whether the scheduler cannot place `pod` only for want of free GPUs, which an old pod leaving frees.
+    """Whether the scheduler cannot place `pod` only for want of what an old pod leaving frees.
 
-    A pod no node may take at all (its selector, affinity, taints, or more GPUs than a node has) would
-    not be placed in place either: then the old pods keep serving and the status says why.
+    Free GPUs, or the memory or CPU beside them. A pod no node may take at all (its selector, affinity,
+    taints, or more GPUs, memory or CPU than a node has) would not be placed in place either: then the
+    old pods keep serving and the status says why.
     """
-    if scheduling_reason(pod.unschedulable or "") != INSUFFICIENT_GPUS:
+    if scheduling_reason(pod.unschedulable or "") not in (
+        INSUFFICIENT_GPUS,
+        INSUFFICIENT_MEMORY,
+        INSUFFICIENT_CPU,
+    ):
         return False
     if nodes is None:
         return True
-    return bool(match(pod.placement or PodPlacement(gpus=pod.gpus), nodes).fitting)
+    return bool(match(pod.placement or PodPlacement(gpus=pod.gpus), nodes).roomy)
 
 
 def _waiting(pods: tuple[PodFacts, ...], nodes: Nodes | None) -> frozenset[str]:

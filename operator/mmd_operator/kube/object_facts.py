@@ -9,10 +9,12 @@ functions of plain dicts; imports the facts, the label keys and the GPU resource
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from mmd_operator.api import quantities
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND
 from mmd_operator.facts import (
     AutoscalerCondition,
@@ -138,6 +140,31 @@ def pod_gpus(pod_spec: Mapping[str, Any]) -> int:
     return total
 
 
+def _amount(quantity: Any, scale: int = 1) -> int | None:
+    """A quantity times `scale`, rounded up; None when it is missing or not a quantity."""
+    if quantity is None or not quantities.is_quantity(quantity):
+        return None
+    return math.ceil(quantities.parse(quantity) * scale)
+
+
+def pod_requests(pod_spec: Mapping[str, Any], resource: str, scale: int = 1) -> int:
+    """What a pod spec requests of `resource`, as the scheduler counts it.
+
+    Its containers' requests added up, or its largest init container's when that is more (a container
+    that names none requests none).
+    """
+
+    def requested(container: Mapping[str, Any]) -> int:
+        resources = container.get("resources") or {}
+        # A limit without a request is the request too (the API server's default).
+        asked = (resources.get("requests") or {}).get(resource, (resources.get("limits") or {}).get(resource))
+        return _amount(asked, scale) or 0
+
+    running = sum(requested(container) for container in pod_spec.get("containers") or [])
+    first = max((requested(container) for container in pod_spec.get("initContainers") or []), default=0)
+    return max(running, first)
+
+
 def _requirements(items: Any, *, field: bool) -> tuple[NodeRequirement, ...]:
     return tuple(
         NodeRequirement(
@@ -175,6 +202,8 @@ def pod_placement(pod_spec: Mapping[str, Any]) -> PodPlacement:
         ),
         affinity_terms=terms,
         tolerations=tolerations,
+        cpu_millis=pod_requests(pod_spec, "cpu", 1000),
+        memory_bytes=pod_requests(pod_spec, "memory"),
     )
 
 
@@ -194,6 +223,8 @@ def node(obj: Mapping[str, Any]) -> NodeFacts:
         gpus=_count(allocatable.get(GPU_RESOURCE, 0)),
         labels=tuple(sorted(((obj.get("metadata") or {}).get("labels") or {}).items())),
         taints=tuple(taints),
+        cpu_millis=_amount(allocatable.get("cpu"), 1000),
+        memory_bytes=_amount(allocatable.get("memory")),
     )
 
 

@@ -285,3 +285,94 @@ def test_the_gpus_the_operators_pods_hold_are_counted_per_node_and_the_scheduler
     assert requested_by_node(pods) == (("a", 10),)
     assert scheduler_node_count(SCHEDULER) == 4
     assert scheduler_node_count("pod has unbound immediate PersistentVolumeClaims") is None
+
+
+# -- memory and CPU: a pod requests them, a node offers them ---------------------------------------
+
+MEMORY_SCHEDULER = "0/4 nodes are available: 4 Insufficient memory. preemption: not helpful."
+
+
+def sized_spec(gpus: int, cpu: str, memory: str, **scheduling: Any) -> dict[str, Any]:
+    """A pod spec of one server container and a smaller init container, as the operator renders them."""
+    resources = {
+        "requests": {"cpu": cpu, "memory": memory},
+        "limits": {"memory": memory, "nvidia.com/gpu": str(gpus)},
+    }
+    helper = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}
+    return {
+        "initContainers": [{"name": "model-repository", "resources": helper}],
+        "containers": [{"name": "tritonserver", "resources": resources}],
+        **scheduling,
+    }
+
+
+def test_nodes_and_pods_keep_allocatable_and_requested_cpu_and_memory() -> None:
+    (node, *_) = cluster(NodePool(cpu="96", memory="512Gi")).with_gpus
+    assert (node.cpu_millis, node.memory_bytes) == (96_000, 512 << 30)
+    placed = object_facts.pod_placement(sized_spec(1, "3500m", "28Gi"))
+    assert (placed.cpu_millis, placed.memory_bytes, placed.gpus) == (3500, 28 << 30, 1)
+    # The scheduler counts the largest init container when it asks for more than the containers together.
+    spec = sized_spec(1, "100m", "128Mi")
+    spec["initContainers"][0]["resources"]["requests"]["memory"] = "1Gi"
+    assert object_facts.pod_placement(spec).memory_bytes == 1 << 30
+
+
+def test_a_pod_needing_more_memory_than_a_gpu_node_has_names_the_field_the_figures_and_the_node() -> None:
+    nodes = cluster(NodePool(count=2, memory="16Gi"))
+    pod = pending("llava-x", sized_spec(1, "2", "28Gi"), MEMORY_SCHEDULER)
+    said = unschedulable(pod, GpuDemand("serving", 1, 1), nodes)
+    assert said.reason == "InsufficientMemory"
+    field = "spec.serving.pod.resources.requests.memory"
+    assert said.message == (
+        "pod llava-x cannot be scheduled: spec.serving.replicas 1 x spec.engine.tensorParallelSize 1 = 1 "
+        f"nvidia.com/gpu; the pod requests 28Gi of memory (status.podResources; {field} sets it), but the "
+        "nodes matching its selector and tolerations with 1 nvidia.com/gpu offer at most 16Gi allocatable "
+        f"on one node (gpu-node-1). Scheduler: {MEMORY_SCHEDULER}"
+    )
+    assert said.summary.endswith(
+        f"lower {field} (the pod is OOMKilled if it then holds more than its limit), or let spec.serving.pod "
+        "reach nodes with more memory (the Available condition has the figures and the scheduler's words)."
+    )
+    found = match(pod.placement or object_facts.pod_placement(sized_spec(1, "2", "28Gi")), nodes)
+    blocked = obstacle(found, GpuDemand("serving", 1, 1))
+    assert blocked is not None and blocked.kind is ObstacleKind.MEMORY and not blocked.gpus
+
+
+def test_a_build_pod_needing_more_cpu_than_a_node_has_says_so() -> None:
+    nodes = cluster(NodePool(count=1, cpu="4"))
+    scheduler = "0/1 nodes are available: 1 Insufficient cpu."
+    said = unschedulable(
+        pending("build-x", sized_spec(8, "9", "45Gi"), scheduler), GpuDemand("build", 1, 8), nodes
+    )
+    assert said.reason == "InsufficientCPU"
+    assert (
+        "the pod requests 9 of cpu (status.podResources; spec.build.pod.resources.requests.cpu sets it)"
+        in (said.message)
+    )
+    assert "offer at most 4 allocatable on one node (gpu-node-0)" in said.message
+
+
+def test_memory_that_holds_fewer_pods_than_the_gpus_makes_the_room() -> None:
+    nodes = cluster(NodePool(count=2, memory="64Gi"))
+    pod = pending("llava-x", sized_spec(1, "2", "28Gi"))
+    demand = GpuDemand("serving", 6, 1)
+    said = unschedulable(pod, demand, nodes)
+    assert said.reason == "InsufficientGPUs"
+    assert (
+        "offer 16 (gpu-node-0 8, gpu-node-1 8): room for 4 of the 6 pods (their memory or CPU holds fewer "
+        "pods than their GPUs)"
+    ) in said.message
+
+
+def test_memory_the_nodes_have_but_other_pods_hold_is_said_as_such() -> None:
+    pod = pending("llava-x", sized_spec(1, "2", "28Gi"), MEMORY_SCHEDULER)
+    said = unschedulable(pod, GpuDemand("serving", 1, 1), FOUR_BY_8)
+    assert said.reason == "InsufficientMemory"
+    assert said.summary == (
+        "the pod requests 28Gi of memory (status.podResources; spec.serving.pod.resources.requests.memory "
+        "sets it); the nodes pod llava-x may use have that much allocatable, but the scheduler finds too "
+        "little free beside the pods they run: free some or add nodes (the Available condition has the "
+        "figures and the scheduler's words)."
+    )
+    unknown = unschedulable(pod, GpuDemand("serving", 1, 1), None)
+    assert unknown.summary.startswith("the pod requests 28Gi of memory (status.podResources; ")
