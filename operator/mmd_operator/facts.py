@@ -209,6 +209,9 @@ class DeploymentFacts:
     available_replicas: int = 0
     # The Progressing condition's reason when the controller gave up (ProgressDeadlineExceeded).
     progress_failure: str | None = None
+    # The ReplicaFailure condition's message: why the ReplicaSet controller could not create a pod (a
+    # ResourceQuota's refusal, say); a Deployment's only.
+    replica_failure: str | None = None
     # The content ConfigMap its pod template mounts.
     configmap: str | None = None
     # Who owns spec.replicas in server-side apply terms: (field manager, operation) pairs, such as
@@ -244,6 +247,18 @@ class AutoscalerFacts:
     def condition(self, kind: str) -> AutoscalerCondition | None:
         """The condition of type `kind`, if reported."""
         return next((c for c in self.conditions if c.type == kind), None)
+
+
+@dataclass(frozen=True)
+class QuotaFacts:
+    """A ResourceQuota of the namespace: what it allows, what is counted against it, whom it counts."""
+
+    name: str
+    # Resource name (`requests.memory`, `pods`) to quantity, as written.
+    hard: tuple[tuple[str, str], ...] = ()
+    used: tuple[tuple[str, str], ...] = ()
+    # Its scopes and scope selector, as (scope name, operator, values): `spec.scopes` as Exists.
+    scopes: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
 
 class Missing(StrEnum):
@@ -307,6 +322,9 @@ class Observed:
     # The nodes, read only while one of the resource's pods cannot be scheduled and the operator may
     # read them; None otherwise.
     nodes: Nodes | None = None
+    # The namespace's ResourceQuotas, read only while the Job or the serving workload lacks pods and the
+    # operator may read them; None otherwise.
+    quotas: tuple[QuotaFacts, ...] | None = None
 
 
 @dataclass(frozen=True)

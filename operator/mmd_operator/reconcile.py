@@ -44,6 +44,7 @@ from mmd_operator.kube.events import EventRecorder
 from mmd_operator.kube.nodes import NodeDirectory
 from mmd_operator.kube.observe import observe, revision_template
 from mmd_operator.kube.prometheus import read_counts
+from mmd_operator.kube.quotas import QuotaDirectory
 from mmd_operator.kube.settling import REREAD_SECONDS, UNSETTLED, SpecSettling
 from mmd_operator.kube.writes import WriteCount, Writer
 from mmd_operator.plan_memory import PlanMemory, Use
@@ -84,6 +85,7 @@ class Reconciler:
         self.plans = PlanMemory(config)
         self.settling = SpecSettling(client, store)
         self.nodes = NodeDirectory(client, enabled=config.read_nodes)
+        self.quotas = QuotaDirectory(client)
         self.phases = metrics.PhaseTally()
         self.series = metrics.ResourceSeries()
 
@@ -185,7 +187,16 @@ class Reconciler:
         counted = metrics.ARTIFACT_METRICS[plan.runtime]
 
         def look() -> Observed:
-            return observe(self.store, self.client, resource, plan, claim=claim, now=now, nodes=self.nodes)
+            return observe(
+                self.store,
+                self.client,
+                resource,
+                plan,
+                claim=claim,
+                now=now,
+                nodes=self.nodes,
+                quotas=self.quotas,
+            )
 
         observed = look()
         if counted is not None and first_look and _new_key(previous, plan.cache_key):

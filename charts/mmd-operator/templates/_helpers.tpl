@@ -71,6 +71,10 @@ only the Ready condition of a serving pod whose node has gone silent (lostNodeSe
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]
+# While a Job or the serving workload lacks pods: which quota refuses them, and by how much.
+- apiGroups: [""]
+  resources: [resourcequotas]
+  verbs: [list]
 # The tail of a running build or download pod's log: the progress line its program prints.
 - apiGroups: [""]
   resources: [pods/log]

@@ -200,7 +200,6 @@ def server_container(
     resources: PodResources,
 ) -> Manifest:
     """The serving container: `command` with one pod's GPUs, probed on its (ready, live) `health` paths."""
-    gpus = owned.resource.spec.parallelism.gpus_per_pod
     ready_path, live_path = health
     return {
         "name": name,
@@ -208,7 +207,7 @@ def server_container(
         "command": list(command),
         "env": list(env),
         "ports": [{"name": port, "containerPort": number, "protocol": "TCP"} for port, number in ports],
-        "resources": resources.manifest(gpus),
+        "resources": resources.manifest(),
         **probes(owned.resource, ready_path=ready_path, live_path=live_path),
         "lifecycle": {"preStop": {"sleep": {"seconds": ENDPOINT_DRAIN_SECONDS}}},
         "volumeMounts": [*mounts, {"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
@@ -274,9 +273,7 @@ def deployment(
     if not parallelism.spans_pods:
         return manifest
     assert worker is not None, "a replica across pods has workers"
-    return groups.leader_worker_set(
-        manifest, parallelism, segments, worker.manifest(parallelism.gpus_per_pod)
-    )
+    return groups.leader_worker_set(manifest, parallelism, segments, worker.manifest())
 
 
 def service(owned: Owner, ports: Sequence[tuple[str, int, str]]) -> Manifest:

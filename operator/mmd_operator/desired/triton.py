@@ -75,7 +75,7 @@ def build_job(owned: Owner, plan: TritonPlan) -> Manifest:
             "name": BUILDER_CONTAINER,
             "image": plan.build.builder_image,
             "args": [*arguments, "--cache-dir", ENGINE_MOUNT],
-            "resources": plan.resources.job.manifest(spec.parallelism.gpus_per_pod),
+            "resources": plan.resources.job.manifest(),
         },
         mounts=mounts,
         tail=env,

@@ -21,6 +21,7 @@ from mmd_operator.facts import DeploymentFacts, Nodes, PodFacts, PodPhase
 from mmd_operator.judgement.artifact import JobWords
 from mmd_operator.judgement.groups import GroupState
 from mmd_operator.judgement.placement import GpuDemand, unschedulable
+from mmd_operator.judgement.quotas import QUOTA_EXCEEDED
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,7 @@ def serving_state(
     autoscaled_from: int | None = None,
     waiting_for_gpus: frozenset[str] = frozenset(),
     groups: Sequence[GroupState] = (),
+    refused: tuple[str, str] | None = None,
 ) -> ServingState:
     """The serving state.
 
@@ -154,6 +156,8 @@ def serving_state(
     rollout (see `_scaling`). `waiting_for_gpus` names the rollout's pods that wait for a GPU another of
     its pods will free (`judgement.rollout`): no trouble. `groups`: with a replica across pods, how each
     group is doing; the replicas counted are then groups, and the first group that does not serve is said.
+    `refused`: a ResourceQuota refuses a pod the workload lacks (`judgement.quotas`), in the condition's
+    words and Ready's.
     """
     if deployment is None:
         if not artifact_ready:
@@ -203,6 +207,8 @@ def serving_state(
     live = [pod for pod in pods if not pod.meta.deleting]
     problem = _pod_trouble(live, now, startup_budget, demand, nodes, waiting_for_gpus)
     name = deployment.meta.name
+    if problem is None and refused is not None:
+        problem = (QUOTA_EXCEEDED, *refused)
     if problem is None and deployment.progress_failure:
         failure = deployment.progress_failure
         describe = f"kubectl describe deployment {name}"

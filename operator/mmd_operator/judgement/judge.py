@@ -26,9 +26,10 @@ from mmd_operator.api.v1alpha1 import (
 )
 from mmd_operator.facts import Observed, Reading
 from mmd_operator.judgement import triton, trtllm_serve
-from mmd_operator.judgement.artifact import ArtifactState, JobWords
+from mmd_operator.judgement.artifact import ArtifactState, JobWords, not_ready
 from mmd_operator.judgement.canary import NEW_VERDICT_SECONDS, Canary, canary_state
 from mmd_operator.judgement.placement import build_demand
+from mmd_operator.judgement.quotas import QUOTA_EXCEEDED, job_refusal
 from mmd_operator.judgement.revisions import Undo, stable_revision, undo
 from mmd_operator.judgement.rollout import CONDITION as ROLLOUT
 from mmd_operator.judgement.rollout import Rollout, rollout_state
@@ -76,6 +77,11 @@ def judge(
     what Prometheus said of the serving pods over a canary's analysis (`canary.analysis_window`).
     """
     artifact = ARTIFACT_STATES[plan.runtime](plan, observed, previous, generation, build_demand(spec))
+    refused = job_refusal(plan.resources, spec, observed)
+    if refused is not None and not (artifact.ready or artifact.failed or artifact.retry) and observed.job:
+        # The Job's pod is never created: the quota, not the Job, is what to look at.
+        message = refused.message(f"Job {observed.job.meta.name}")
+        artifact = not_ready(QUOTA_EXCEEDED, message, f"{message}: {refused.fix()}.")
     blocked = bool(observed.missing) and not artifact.ready and observed.job is None
     shown = next((c.reason for c in previous.conditions if c.type == ROLLOUT), None) if previous else None
     rollout = rollout_state(

@@ -29,6 +29,7 @@ from mmd_operator.facts import (
     PodFacts,
     PodPhase,
     PodPlacement,
+    QuotaFacts,
     Taint,
     Toleration,
 )
@@ -300,6 +301,28 @@ def job(obj: Mapping[str, Any]) -> JobFacts:
     )
 
 
+def quota(obj: Mapping[str, Any]) -> QuotaFacts:
+    """A ResourceQuota: hard, used, and the scopes it counts."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    scopes: list[tuple[str, str, tuple[str, ...]]] = [
+        (str(scope), "Exists", ()) for scope in spec.get("scopes") or []
+    ]
+    scopes += [
+        (
+            str(term.get("scopeName", "")),
+            str(term.get("operator", "")),
+            tuple(map(str, term.get("values") or [])),
+        )
+        for term in (spec.get("scopeSelector") or {}).get("matchExpressions") or []
+    ]
+    return QuotaFacts(
+        name=str((obj.get("metadata") or {}).get("name", "")),
+        hard=tuple(sorted((str(k), str(v)) for k, v in (spec.get("hard") or {}).items())),
+        used=tuple(sorted((str(k), str(v)) for k, v in (status.get("used") or {}).items())),
+        scopes=tuple(scopes),
+    )
+
+
 def deployment(obj: Mapping[str, Any]) -> DeploymentFacts:
     """The serving Deployment."""
     status = obj.get("status") or {}
@@ -308,6 +331,12 @@ def deployment(obj: Mapping[str, Any]) -> DeploymentFacts:
     progress_failure = None
     if progressing is not None and progressing.get("reason") == "ProgressDeadlineExceeded":
         progress_failure = str(progressing.get("message") or "ProgressDeadlineExceeded")
+    failure = _condition(status, "ReplicaFailure")
+    replica_failure = (
+        str(failure.get("message") or failure.get("reason") or "ReplicaFailure")
+        if failure is not None and failure.get("status") == "True"
+        else None
+    )
     template = (spec.get("template") or {}).get("metadata") or {}
     return DeploymentFacts(
         meta=meta(obj),
@@ -319,6 +348,7 @@ def deployment(obj: Mapping[str, Any]) -> DeploymentFacts:
         ready_replicas=int(status.get("readyReplicas", 0)),
         available_replicas=int(status.get("availableReplicas", 0)),
         progress_failure=progress_failure,
+        replica_failure=replica_failure,
         configmap=(template.get("annotations") or {}).get(labels.REPOSITORY),
         replicas_managers=replicas_managers(obj),
         template_digest=((obj.get("metadata") or {}).get("annotations") or {}).get(labels.TEMPLATE_DIGEST),

@@ -2,13 +2,14 @@
 
 Children come from the watch-fed cache. The API server is asked directly only for what the operator does not
 watch and only while it matters: whether the Hugging Face token Secret (and its key) and the model source
-claims exist, before an artifact's Job is created; and the nodes, while a pod cannot be scheduled (from the
-node directory's shared listing); what the last Ready revision ran (its ReplicaSet, or its LeaderWorkerSet's
-ControllerRevision), to undo a revision that cannot start; and the tail of a running build or download
-pod's log, for the last progress line it printed (`engine_builder.progress_format`). Where the artifact is
-looked for (its Job, its index entry, its claim) is the runtime's, looked up once by the plan's runtime. A
-Secret's value is never read into memory beyond the API response, and never logged. Imports the cache, the
-client, the node directory, the plan and the facts.
+claims exist, before an artifact's Job is created; the nodes, while a pod cannot be scheduled (from the
+node directory's shared listing); the namespace's ResourceQuotas, while the Job or the serving workload
+lacks pods (from the quota directory's); what the last Ready revision ran (its ReplicaSet, or its
+LeaderWorkerSet's ControllerRevision), to undo a revision that cannot start; and the tail of a running
+build or download pod's log, for the last progress line it printed (`engine_builder.progress_format`).
+Where the artifact is looked for (its Job, its index entry, its claim) is the runtime's, looked up once by
+the plan's runtime. A Secret's value is never read into memory beyond the API response, and never logged.
+Imports the cache, the client, the node and quota directories, the plan and the facts.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.engine_index import EngineIndex
 from mmd_operator.kube.nodes import NodeDirectory, requested_by_node, scheduler_node_count
+from mmd_operator.kube.quotas import QuotaDirectory
 from mmd_operator.plan.resource_plan import AnyPlan
 from mmd_operator.plan.triton import TritonPlan
 from mmd_operator.plan.trtllm_serve import TrtllmServePlan
@@ -213,10 +215,12 @@ def observe(
     claim: str,
     now: datetime,
     nodes: NodeDirectory | None = None,
+    quotas: QuotaDirectory | None = None,
 ) -> Observed:
     """The facts of `resource`, whose current plan is `plan` and whose spec names `claim`.
 
-    The nodes come from `nodes` while one of the resource's pods cannot be scheduled.
+    The nodes come from `nodes` while one of the resource's pods cannot be scheduled, the namespace's
+    ResourceQuotas from `quotas` while the Job or the serving workload lacks pods.
     """
     instance = str(resource.metadata["name"])
     namespace = str(resource.metadata["namespace"])
@@ -266,6 +270,11 @@ def observe(
     (workload, workload_name), (retired, retired_name) = (
         (groups, one) if resource.spec.parallelism.spans_pods else (one, groups)
     )
+    serving = store.get(workload, namespace, workload_name)
+    lacking = (job is not None and not (job.succeeded or job.failed) and not job_pods) or (
+        serving is not None
+        and (serving.replica_failure is not None or len(serving_pods) < serving.replicas * serving.group_size)
+    )
     return Observed(
         now=now,
         claim=claim_facts,
@@ -276,7 +285,7 @@ def observe(
         job_progress=progress,
         missing=tuple(missing),
         configmaps=configmaps,
-        deployment=store.get(workload, namespace, workload_name),
+        deployment=serving,
         retired_workload=store.get(retired, namespace, retired_name),
         serving_pods=serving_pods,
         stale_jobs=stale_jobs,
@@ -286,6 +295,7 @@ def observe(
         disruption_budget=store.get(cached.DISRUPTION_BUDGETS, namespace, names.serving(instance)),
         canary=store.get(workload, namespace, names.canary(instance)),
         nodes=listed,
+        quotas=quotas.quotas(namespace) if lacking and quotas is not None else None,
     )
 
 

@@ -113,10 +113,12 @@ class PodResources:
     limits: Mapping[str, str]
     from_spec: tuple[str, ...]
     figures: Figures
+    # The GPUs it asks for (derived from the parallelism: never the spec's).
+    gpus: int = 0
 
-    def manifest(self, gpus: int = 0) -> dict[str, Any]:
-        """The container's `resources`, with `gpus` GPUs (requests equal limits for extended resources)."""
-        limits = {**self.limits, **({GPU_RESOURCE: str(gpus)} if gpus else {})}
+    def manifest(self) -> dict[str, Any]:
+        """The container's `resources`, with its GPUs (requests equal limits for extended resources)."""
+        limits = {**self.limits, **({GPU_RESOURCE: str(self.gpus)} if self.gpus else {})}
         return {"requests": dict(self.requests), "limits": limits}
 
     def status(self) -> PodResourcesStatus:
@@ -154,8 +156,10 @@ def _quantity(value: str | int) -> Fraction:
     return quantities.parse(value)
 
 
-def effective(figures: Figures, given: ResourceRequirements, pod: PodKind, container: str) -> PodResources:
-    """The resources of `container`: `given` (the spec's `pod.resources`) over the derived `figures`."""
+def effective(
+    figures: Figures, given: ResourceRequirements, pod: PodKind, container: str, gpus: int = 0
+) -> PodResources:
+    """The resources of `container` with `gpus` GPUs: the spec's `given` over the derived `figures`."""
     requests = {name: str(value) for name, value in given.requests.items()}
     limits = {name: str(value) for name, value in given.limits.items()}
     from_spec = tuple(
@@ -177,7 +181,7 @@ def effective(figures: Figures, given: ResourceRequirements, pod: PodKind, conta
         requests["memory"] = quantities.memory(min(Fraction(derived_memory), cap))
     if "memory" not in limits:
         limits["memory"] = quantities.memory(max(Fraction(derived_memory), _quantity(requests["memory"])))
-    return PodResources(pod, container, requests, limits, from_spec, figures)
+    return PodResources(pod, container, requests, limits, from_spec, figures, gpus)
 
 
 @dataclass(frozen=True)

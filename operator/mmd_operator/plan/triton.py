@@ -249,8 +249,8 @@ def pod_resources(settings: Settings, models: Mapping[str, ModelConfig]) -> Plan
         serving_figures(settings, models, range(per_pod, 2 * per_pod)) if parallelism.spans_pods else None
     )
     return PlannedResources(
-        job=effective(build_figures(settings), build, "Build", BUILDER_CONTAINER),
-        serving=effective(leader, serving, "Leader" if worker else "Serving", SERVER_CONTAINER),
-        worker=effective(worker, serving, "Worker", SERVER_CONTAINER) if worker else None,
+        job=effective(build_figures(settings), build, "Build", BUILDER_CONTAINER, per_pod),
+        serving=effective(leader, serving, "Leader" if worker else "Serving", SERVER_CONTAINER, per_pod),
+        worker=effective(worker, serving, "Worker", SERVER_CONTAINER, per_pod) if worker else None,
         helper=helper_resources(ASSEMBLY_CONTAINER),
     )

@@ -279,22 +279,19 @@ def pod_resources(
     modalities: tuple[Modality, ...],
     downloads: bool,
 ) -> PlannedResources:
-    """The download pod's (when there is one) and the serving pods' (a group's leader and workers)."""
+    """The download pod's (there is one for a Hub source; it asks for no GPU) and the serving pods'.
+
+    With a replica across pods, a group's leader and workers.
+    """
     weights = checkpoint(spec, knowledge)
     serving = spec.serving.pod.resources
-    spans = spec.parallelism.spans_pods
+    gpus, spans = spec.parallelism.gpus_per_pod, spec.parallelism.spans_pods
     leader = serving_figures(spec, weights, modalities, serves=True)
+    worker = serving_figures(spec, weights, modalities, serves=False) if spans else None
     download = fixed(DOWNLOAD_CPU, DOWNLOAD_MIB, "huggingface_hub download")
+    build = spec.build.pod.resources
     return PlannedResources(
-        job=effective(download, spec.build.pod.resources, "Download", DOWNLOAD_CONTAINER)
-        if downloads
-        else None,
-        serving=effective(leader, serving, "Leader" if spans else "Serving", SERVER_CONTAINER),
-        worker=(
-            effective(
-                serving_figures(spec, weights, modalities, serves=False), serving, "Worker", SERVER_CONTAINER
-            )
-            if spans
-            else None
-        ),
+        job=effective(download, build, "Download", DOWNLOAD_CONTAINER) if downloads else None,
+        serving=effective(leader, serving, "Leader" if spans else "Serving", SERVER_CONTAINER, gpus),
+        worker=effective(worker, serving, "Worker", SERVER_CONTAINER, gpus) if worker else None,
     )

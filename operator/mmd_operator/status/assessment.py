@@ -36,6 +36,7 @@ from mmd_operator.judgement.canary import split
 from mmd_operator.judgement.groups import group_states
 from mmd_operator.judgement.judge import ARTIFACT_WORDS
 from mmd_operator.judgement.placement import serving_demand
+from mmd_operator.judgement.quotas import serving_refusal
 from mmd_operator.judgement.revisions import ROLLED_BACK, revision_of, settled
 from mmd_operator.knowledge import Runtime
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
@@ -205,6 +206,7 @@ def assess(
         autoscaled_from=autoscaling_spec.min_replicas if autoscaling_spec is not None else None,
         waiting_for_gpus=judgement.rollout.waiting_for_gpus,
         groups=groups,
+        refused=_serving_refusal(resource, plan, observed),
     )
     own = RUNTIME_FINDINGS[plan.runtime](plan, observed, judgement, claim, instance, namespace)
     return Findings(
@@ -230,6 +232,20 @@ def assess(
         pods_per_replica=parallelism.pods_per_replica,
         groups=groups,
     )
+
+
+def _serving_refusal(
+    resource: MultimodalDeployment, plan: AnyPlan, observed: Observed
+) -> tuple[str, str] | None:
+    """What a quota that refuses a serving pod means, in the condition's words and Ready's, or None."""
+    refused = serving_refusal(plan.resources, resource.spec, observed)
+    if refused is None or observed.deployment is None:
+        return None
+    workload = observed.deployment
+    message = refused.message(f"{workload.kind} {workload.meta.name}")
+    if workload.replica_failure:
+        message += f" (the ReplicaSet controller: {workload.replica_failure})"
+    return message, f"{refused.message(f'{workload.kind} {workload.meta.name}')}: {refused.fix()}."
 
 
 def revisions(observed: Observed, judgement: Judgement) -> list[RevisionStatus]:

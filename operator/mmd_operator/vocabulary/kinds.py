@@ -47,6 +47,8 @@ CONTROLLER_REVISION = ApiKind("apps/v1", "ControllerRevision", "controllerrevisi
 NETWORK_POLICY = ApiKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies")
 HORIZONTAL_POD_AUTOSCALER = ApiKind("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers")
 POD_DISRUPTION_BUDGET = ApiKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
+# Listed only while a Job or the serving workload lacks pods, to name the quota that refuses them.
+RESOURCE_QUOTA = ApiKind("v1", "ResourceQuota", "resourcequotas")
 # The serving workload of a replica across pods: its CRD comes with the LeaderWorkerSet controller.
 LEADER_WORKER_SET = ApiKind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets")
 # The one Lease of leader election (`kube.lease`).
@@ -72,6 +74,7 @@ ALL = (
     NETWORK_POLICY,
     HORIZONTAL_POD_AUTOSCALER,
     POD_DISRUPTION_BUDGET,
+    RESOURCE_QUOTA,
     LEADER_WORKER_SET,
     LEASE,
     NODE,

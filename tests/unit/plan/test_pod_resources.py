@@ -279,7 +279,7 @@ def test_the_spec_s_values_win_and_the_others_follow_them() -> None:
         "memory": derived.requests["memory"],
     }
     assert capped.resources.serving.limits == {"cpu": "1500m", "memory": derived.limits["memory"]}
-    assert capped.resources.serving.manifest(1)["limits"]["nvidia.com/gpu"] == "1"
+    assert capped.resources.serving.manifest()["limits"]["nvidia.com/gpu"] == "1"
 
 
 def test_the_download_s_pod_takes_the_build_section_and_has_no_shared_memory_to_hold() -> None:

@@ -578,13 +578,16 @@ BUILD_SHARED_MEMORY = "8Gi"
 
 
 def _memory_limit_above(section: str, floor: str, floor_words: str, why: str) -> JsonDict:
-    """A rule: `<section>.pod.resources.limits[memory]`, when set, must be above the quantity `floor`."""
+    """A rule: `<section>.pod.resources.limits[memory]`, when set, must be above `floor`, a CEL string.
+
+    (The API server's cost estimate takes `string()` of a string literal as unbounded: write it bare.)
+    """
     resources = f"self.{section}.pod.resources"
     limit = f"string({resources}.limits['memory'])"
     return cel_rule(
         f"!has(self.{section}.pod) || !has({resources}) || !has({resources}.limits) || "
-        f"!('memory' in {resources}.limits) || !isQuantity({limit}) || !isQuantity(string({floor})) || "
-        f"quantity({limit}).isGreaterThan(quantity(string({floor})))",
+        f"!('memory' in {resources}.limits) || !isQuantity({limit}) || !isQuantity({floor}) || "
+        f"quantity({limit}).isGreaterThan(quantity({floor}))",
         f"{section}.pod.resources.limits[memory] ({{{resources}.limits['memory']}}) must be above "
         f"{floor_words}: {why}",
         field_path=f".{section}.pod.resources.limits",
@@ -596,7 +599,7 @@ def _resource_rules() -> list[JsonDict]:
     return [
         _memory_limit_above(
             "serving",
-            "self.serving.sharedMemorySize",
+            "string(self.serving.sharedMemorySize)",
             "serving.sharedMemorySize ({self.serving.sharedMemorySize})",
             "the memory-backed /dev/shm is charged to the serving container's memory, so a limit at or "
             "below it leaves tritonserver or trtllm-serve nothing once the Python models or MPI fill it",
