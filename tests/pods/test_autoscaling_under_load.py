@@ -22,6 +22,7 @@ import pytest
 from benchmarks.autoscale_proof import ProofSettings, resource_document, run_proof, weights_on_a_claim
 from mmd_operator.scaling_metrics import ScalingMetric
 from mmd_testbed.build_tools.trtllm_tools import write_model_repo
+from mmd_testbed.localcluster import images
 from mmd_testbed.localcluster.cluster import LocalCluster
 from tests.support.kube import Kube, Resources
 from tests.support.pods import service_ip
@@ -76,7 +77,7 @@ def test_load_scales_real_serving_pods_up_on_tritons_metric_and_back_down(
     source = weights_on_a_claim(
         kube.core, namespace, knobs, lambda path: write_model_repo(path, "pvc/llava-1.5-7b")
     )
-    resources.apply(resource_document("llava", namespace, source, SETTINGS))
+    resources.apply(images.for_stand_ins(resource_document("llava", namespace, source, SETTINGS)))
     resources.wait_phase("llava", "Ready", timeout=300)
     state = real_cluster.load_state()
     assert state is not None and state.network is not None

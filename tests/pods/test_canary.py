@@ -30,6 +30,7 @@ from mmd_operator.judgement.revisions import ROLLED_BACK
 from mmd_operator.knowledge import ModelType
 from mmd_operator.vocabulary import labels, names
 from mmd_testbed.build_tools.trtllm_tools import write_model_repo
+from mmd_testbed.localcluster import images
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.hub import synthetic_snapshot
 from tests.pods.conftest import OPERATOR_NAMESPACE
@@ -66,12 +67,14 @@ class Checkpointed:
             "model": {**self.spec["model"], **source},
             "serving": {**self.spec.get("serving", {}), "rollout": CANARY, **serving},
         }
-        return {
-            "apiVersion": "serving.multimodal.dev/v1alpha1",
-            "kind": "MultimodalDeployment",
-            "metadata": {"name": self.name, "namespace": namespace},
-            "spec": spec,
-        }
+        return images.for_stand_ins(
+            {
+                "apiVersion": "serving.multimodal.dev/v1alpha1",
+                "kind": "MultimodalDeployment",
+                "metadata": {"name": self.name, "namespace": namespace},
+                "spec": spec,
+            }
+        )
 
     def checkpoint(self, kube: Kube, namespace: str, path: str, **knobs: float) -> dict[str, Any]:
         return weights_on_a_claim(kube.core, namespace, knobs, self.write, path=path)

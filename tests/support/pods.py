@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from mmd_operator.desired import pods as pod_settings
+from mmd_testbed.localcluster import images
 from tests.support.kube import Kube, Tools
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -27,11 +28,12 @@ MMCTL = Path(sys.executable).parent / "mmctl"
 
 
 def example(name: str, **spec_changes: Any) -> dict[str, Any]:
-    """`examples/<name>.yaml` with top-level spec sections merged in (`serving={...}` updates serving)."""
+    """`examples/<name>.yaml` with top-level spec sections merged in (`serving={...}` updates serving),
+    asking for what the CPU stand-ins need of a real node (`images.for_stand_ins`) unless a change says."""
     document: dict[str, Any] = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
     for section, values in spec_changes.items():
         document["spec"][section] = {**document["spec"].get(section, {}), **values}
-    return document
+    return images.for_stand_ins(document)
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ The templates live in `templates/` beside this module and are our own; they foll
 contract of the pinned tensorrtllm_backend release (see `engine_builder.versions`). Rendering uses
 StrictUndefined, so a missing value is an error instead of a silent `${...}` left in the file, and the
 result is checked once more for leftover placeholders. Which directories exist, which inputs the
-ensemble accepts and every parameter value come from `Settings`; templates only lay them out. Where
-each model's Python code sits in the serving image is `model_code`. Pure.
+ensemble accepts and every parameter value come from `Settings`; templates only lay them out; where each
+model's Python code sits in the serving image, `model_code`. Pure.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 import jinja2
 
 from mmd_operator.knowledge import ImageInput, RepositoryLayout
 from mmd_operator.plan.launch import TRITONSERVER
+from mmd_operator.plan.model_code import model_code
 from mmd_operator.plan.settings import LAYOUT, Settings
 
 # Version directory every model needs; Triton loads `<model>/1/`.
@@ -61,33 +61,6 @@ _LAYOUT_TEMPLATES: Mapping[tuple[RepositoryLayout, str], str] = {
 _ENTRY_FILES: Mapping[str, tuple[str, ...]] = {
     "whisper_bls": (f"{LAYOUT.assets}/multilingual.tiktoken", f"{LAYOUT.assets}/mel_filters.npz"),
 }
-
-
-# Where each model's Python code sits in a tensorrtllm_backend `all_models` tree (the serving image's
-# model code directory); a model without an entry has none (the ensemble; tensorrt_llm runs in C++).
-_MODEL_CODE: Mapping[str, str] = MappingProxyType(
-    {
-        "preprocessing": "inflight_batcher_llm/preprocessing",
-        "postprocessing": "inflight_batcher_llm/postprocessing",
-        "tensorrt_llm_bls": "inflight_batcher_llm/tensorrt_llm_bls",
-        "multimodal_encoders": "multimodal/multimodal_encoders",
-        "whisper_bls": "whisper/whisper_bls",
-    }
-)
-# The InternLM-XComposer2 fork's preprocessing, which runs the ViT itself.
-_LAYOUT_MODEL_CODE: Mapping[tuple[RepositoryLayout, str], str] = MappingProxyType(
-    {(RepositoryLayout.XCOMPOSER2, "preprocessing"): "internlm_xcomposer2/preprocessing"}
-)
-
-
-def model_code(layout: RepositoryLayout, model: str) -> str | None:
-    """The directory (relative to the model code directory) whose `1/` holds `model`'s code, if any."""
-    return _LAYOUT_MODEL_CODE.get((layout, model), _MODEL_CODE.get(model))
-
-
-def model_code_directories() -> tuple[str, ...]:
-    """Every model-code directory a rendered repository may copy from the serving image's code dir."""
-    return tuple(sorted({*_MODEL_CODE.values(), *_LAYOUT_MODEL_CODE.values()}))
 
 
 @dataclass(frozen=True)

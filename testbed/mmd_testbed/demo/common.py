@@ -5,6 +5,7 @@ Imports the kubernetes client, the CRD generator and the local cluster.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import shlex
@@ -23,6 +24,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from mmd_operator.api import crdgen
+from mmd_testbed.localcluster import images
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.layout import find_repo_root
 from mmd_testbed.localcluster.processes import free_port
@@ -88,8 +90,12 @@ def example(name: str, *, build_seconds: int | None = None, **spec: dict[str, An
 class Demo:
     """The cluster, the operator process and the API handles of one demo run."""
 
-    def __init__(self, cluster: LocalCluster, api: k8s.ApiClient, kubectl: Path, out: Path) -> None:
+    def __init__(
+        self, cluster: LocalCluster, api: k8s.ApiClient, kubectl: Path, out: Path, *, stand_ins: bool = False
+    ) -> None:
         self.cluster = cluster
+        # Real nodes run the CPU stand-ins, which ask for far less than a GPU server (`images.for_stand_ins`).
+        self.stand_ins = stand_ins
         self.api = api
         # Untyped handles: the demo reads and writes plain dicts, which the client's models do not declare.
         self.custom: Any = k8s.CustomObjectsApi(api)
@@ -111,6 +117,8 @@ class Demo:
 
     def apply(self, document: dict[str, Any]) -> None:
         """Server-side apply, as `kubectl apply --server-side` does."""
+        if self.stand_ins:
+            document = images.for_stand_ins(copy.deepcopy(document))
         self.custom.patch_namespaced_custom_object(
             GROUP, VERSION, NAMESPACE, PLURAL, document["metadata"]["name"], document,
             field_manager="kubectl", force=True, _content_type="application/apply-patch+yaml",

@@ -177,7 +177,7 @@ def real_demo(keep_cluster: bool) -> int:
         hub.deploy(api, built["engine-builder-cpu"].name, say)
 
     with cluster.api_client() as api:
-        demo = Demo(cluster, api, bin_dir / "kubectl", ROOT / "out" / "demo")
+        demo = Demo(cluster, api, bin_dir / "kubectl", ROOT / "out" / "demo", stand_ins=True)
         demo.run_kubectl(
             "get", "nodes", "-o",
             "custom-columns=NODE:.metadata.name,IP:.status.addresses[0].address,"

@@ -12,6 +12,7 @@ package the stages install (from PyPI through pip's cache), so no stage reaches 
 images are the maintainers' (`tools.images`), whose wheelhouse and chart values this module reuses.
 
 Every build prints its steps, seconds and sizes; `images.json` beside the archives records them.
+`for_stand_ins` gives a MultimodalDeployment the CPU and memory its stand-in pods need on a real node.
 
 Imports: the standard library, `tools.images`, and `layout`, `ocilayout`, `processes`.
 """
@@ -26,11 +27,21 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mmd_testbed.localcluster.layout import Layout
 from mmd_testbed.localcluster.processes import exclusive_lock
 from tools.images import REPOSITORIES, ImageBuildError, Printer, fill_wheelhouse, run
 
+# What a stand-in pod asks of a real node. The operator derives a GPU server's figures (tens of GiB for
+# the engine, the Python models and the checkpoint), which the test bed's nodes cannot hold (two of them
+# share this machine, its cores and its memory) and the stand-ins do not need: a CPU tritonserver with the
+# model-code doubles, the trtllm-serve double, the builder's and the Hub's doubles. The memory limits stay
+# above the pods' memory-backed /dev/shm (serving 2Gi, build 8Gi), as the spec's rules require.
+STAND_IN_RESOURCES: dict[str, dict[str, dict[str, str]]] = {
+    "build": {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"memory": "9Gi"}},
+    "serving": {"requests": {"cpu": "100m", "memory": "1Gi"}, "limits": {"memory": "6Gi"}},
+}
 DEBIAN_SUITE = "bookworm"
 DEBIAN_SOURCES = (
     f"deb http://deb.debian.org/debian {DEBIAN_SUITE} main",
@@ -150,6 +161,15 @@ def ensure_base(layout: Layout, name: str, say: Printer) -> Path:
 
 
 # -- wheelhouse -----------------------------------------------------------------------------------------
+
+
+def for_stand_ins(document: dict[str, Any]) -> dict[str, Any]:
+    """`document` (a MultimodalDeployment) with `STAND_IN_RESOURCES` wherever its spec sets no resources."""
+    spec = document.setdefault("spec", {})
+    for section, resources in STAND_IN_RESOURCES.items():
+        pod = spec.setdefault(section, {}).setdefault("pod", {})
+        pod.setdefault("resources", {key: dict(values) for key, values in resources.items()})
+    return document
 
 
 def cpu_wheelhouse(layout: Layout, say: Printer) -> Path:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from mmd_operator.knowledge import ModelType, knowledge_of
-from mmd_operator.plan.model_repository import model_code_directories
+from mmd_operator.plan.model_code import model_code_directories
 from mmd_operator.plan.repository_check import check_repository
 from mmd_testbed.triton.doubles.repository import double_specs
 
