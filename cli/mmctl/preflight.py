@@ -13,6 +13,8 @@ that passed offline validation and the namespace it is meant for:
   tolerations with enough allocatable GPUs, memory and CPU for one pod (`judgement.placement.match`, the
   rule the operator explains its scheduling failures with), unless the engine is already built; too
   little room for every serving replica is a warning, since what other pods hold is not counted here;
+- the namespace's ResourceQuotas have room for the Job's pod and for every serving pod (a warning when
+  not, naming the quota, the figures and the field: what a quota's `used` counts changes);
 - for a resource that exists already (so the spec is a change): whether a node the serving pods may use
   has a GPU free now for the surge pod of the rollout the change starts; without one, a warning says
   that the rollout will go on in place and which pod is down for its load (`judgement.rollout`).
@@ -47,6 +49,7 @@ from mmd_operator.judgement.placement import (
     obstacle,
     serving_demand,
 )
+from mmd_operator.judgement.quotas import pod_ask, refusal, together
 from mmd_operator.kube import object_facts
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.engine_index import EngineIndex
@@ -364,4 +367,52 @@ def preflight(
             _storage(checks, resource, claim, config)
     with contextlib.suppress(_UnreadableError):
         _nodes(checks, resource, plan, config)
+    if not any(f.field == "metadata.namespace" and f.severity is Severity.ERROR for f in checks.findings):
+        with contextlib.suppress(_UnreadableError):
+            _quotas(checks, resource, plan)
     return checks.findings
+
+
+def _quotas(checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan) -> None:
+    """Whether the namespace's ResourceQuotas leave room for the Job's pod and for every serving pod.
+
+    A warning, not an error: what a quota's `used` counts changes as other pods come and go.
+    """
+    api, kind = kinds.RESOURCE_QUOTA.api_version, kinds.RESOURCE_QUOTA.kind
+    items = checks.read(
+        f"namespace {checks.namespace}",
+        "its ResourceQuotas",
+        lambda: checks.client.list(api, kind, checks.namespace),
+    )
+    found = tuple(object_facts.quota(item) for item in items)
+    if not found:
+        return
+    spec, resources = resource.spec, plan.resources
+    owner = f"MultimodalDeployment {resource.metadata.get('name')}"
+    asks = []
+    if resources.job is not None:
+        priority = spec.build.pod.priority_class_name
+        asks.append(pod_ask(resources.job, None, who=f"{resources.job.pod.lower()} pod", section="build",
+                            priority_class=priority))  # fmt: skip
+    demand, priority = serving_demand(spec), spec.serving.pod.priority_class_name
+    if demand.pods:
+        leader = pod_ask(
+            resources.serving, resources.helper, who="", section="serving", priority_class=priority
+        )
+        parts = [(leader, demand.replicas)]
+        if resources.worker is not None:
+            worker = pod_ask(
+                resources.worker, resources.helper, who="", section="serving", priority_class=priority
+            )
+            parts.append((worker, demand.pods - demand.replicas))
+        asks.append(together(parts, f"{demand.pods} serving pod{'s' if demand.pods != 1 else ''}"))
+    for ask in asks:
+        refused = refusal(found, ask)
+        if refused is not None:
+            field = f"spec.{ask.section}.pod.resources"
+            checks.add(Severity.WARNING, field, f"{refused.message(owner)}: {refused.fix()}")
+    checks.add(
+        Severity.INFO,
+        f"namespace {checks.namespace}",
+        f"ResourceQuota {', '.join(q.name for q in found)} counted against the pods' requests and limits",
+    )

@@ -62,6 +62,16 @@ def pod_ask(
     return PodAsk(who, section, amounts, priority_class)
 
 
+def together(parts: Sequence[tuple[PodAsk, int]], who: str) -> PodAsk:
+    """`count` pods of each ask, as one ask (what they count against a quota together), called `who`."""
+    amounts: dict[str, Fraction] = {}
+    for ask, count in parts:
+        for name, amount in ask.amounts.items():
+            amounts[name] = amounts.get(name, Fraction(0)) + amount * count
+    first = parts[0][0]
+    return PodAsk(who, first.section, amounts, first.priority_class)
+
+
 def _selects(term: tuple[str, str, tuple[str, ...]], ask: PodAsk) -> bool:
     scope, operator, values = term
     if scope == "PriorityClass":

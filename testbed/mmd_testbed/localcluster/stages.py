@@ -22,10 +22,11 @@ Job succeed; deleted pods disappear. On top of that:
 - Scripted outcomes (fault injection, mostly). A pod labelled `localcluster.mmd.dev/fault` is left
   alone by the normal stages (and by the engine-builder stage) and instead: `fail` - its containers exit
   (code from the annotation `localcluster.mmd.dev/fault-exit-code`, default 1; termination message from
-  `localcluster.mmd.dev/fault-message`) and the pod phase becomes Failed; `crashloop` - Running, never
-  Ready, containers in CrashLoopBackOff; `never-ready` - Running with running containers that never
-  become Ready; `succeed` - its containers exit 0 with the termination message from the same annotation
-  and the pod Succeeds (a build Job reporting its summary).
+  `localcluster.mmd.dev/fault-message`; how it ended, the kubelet's reason, from
+  `localcluster.mmd.dev/fault-reason`, default Error) and the pod phase becomes Failed; `crashloop` -
+  Running, never Ready, containers in CrashLoopBackOff (their last end as `fail` says it); `never-ready`
+  - Running with running containers that never become Ready; `succeed` - its containers exit 0 with the
+  termination message from the same annotation and the pod Succeeds (a build Job reporting its summary).
 - Volume provisioning. kwok plays the external provisioner of the `local` StorageClass: once the PV
   controller in kube-controller-manager has annotated a claim as waiting for this provisioner, kwok
   creates a hostPath PV pre-bound to the claim, and the PV controller binds the two (real binding, real
@@ -50,6 +51,8 @@ from mmd_operator.vocabulary import labels
 FAULT_LABEL = "localcluster.mmd.dev/fault"
 FAULT_MESSAGE_ANNOTATION = "localcluster.mmd.dev/fault-message"
 FAULT_EXIT_CODE_ANNOTATION = "localcluster.mmd.dev/fault-exit-code"
+# How the kubelet says a `fail` or `crashloop` container ended (default Error): OOMKilled, say.
+FAULT_REASON_ANNOTATION = "localcluster.mmd.dev/fault-reason"
 FAULTS = ("fail", "crashloop", "never-ready", "succeed")
 
 # How long the fake engine build runs after its pod is Running (a Go duration, e.g. "5s").
@@ -103,9 +106,11 @@ _FAULT_VALUES = f"""
 {{{{ $now := Now }}}}
 {{{{ $message := "" }}}}
 {{{{ $exitCode := "" }}}}
+{{{{ $reason := "" }}}}
 {{{{ with .metadata.annotations }}}}
 {{{{ $message = index . "{FAULT_MESSAGE_ANNOTATION}" }}}}
 {{{{ $exitCode = index . "{FAULT_EXIT_CODE_ANNOTATION}" }}}}
+{{{{ $reason = index . "{FAULT_REASON_ANNOTATION}" }}}}
 {{{{ end }}}}
 """
 
@@ -183,7 +188,7 @@ phase: {phase}
 _FAIL_TEMPLATE = _finished_template(
     phase="Failed",
     exit_code='or $exitCode "1"',
-    reason="Error",
+    reason='{{ or $reason "Error" }}',
     ready_reason="ContainersNotReady",
     message='or $message "injected failure"',
 )
@@ -206,7 +211,7 @@ containerStatuses:
   lastState:
     terminated:
       exitCode: {{ or $exitCode "1" }}
-      reason: Error
+      reason: {{ or $reason "Error" }}
       message: {{ or $message "injected crash" | Quote }}
       startedAt: {{ $now | Quote }}
       finishedAt: {{ $now | Quote }}
