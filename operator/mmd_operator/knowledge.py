@@ -151,6 +151,7 @@ class HostMemory:
     parameters_b: float  # the reference checkpoint's, vision included (billions, from its model card)
     preprocessing_mib: int = 1024  # a preprocessing or whisper_bls instance: tokenizer, processor, buffers
     encoder_mib: int = 2560  # rank 0's multimodal_encoders: torch, TensorRT-LLM, CUDA, the engine read whole
+    published_bytes: int = 2  # per parameter, as the type's checkpoints are published (BLIP-2's: 32 bits)
 
 
 # The largest worlds (ranks of one replica) offered: one node of 8 GPUs; two, which hold a 70-90 B model
@@ -357,7 +358,7 @@ _ENTRIES = (
         converter_args=("--model_type", "blip2"),
         build_plugin_args=_GEMM,
         build=BuildDefaults(dtype="float16", max_batch_size=8, max_input_len=924, max_seq_len=1024),
-        host=HostMemory(3.8, encoder_mib=4096),
+        host=HostMemory(3.8, encoder_mib=4096, published_bytes=4),
         vision_model_type="blip2",
         vision_engine_model_type="blip2-opt",
         features_per_image=32,

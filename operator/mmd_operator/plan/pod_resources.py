@@ -13,7 +13,7 @@ does not use goes to others anyway.
 without the request lowers the request to it, a request it sets above the derived limit raises the
 limit with it; other resources the spec names pass through. What a figure rests on (the checkpoint's
 size, and where that comes from) is said in `basis`, which the status, `mmctl validate` and `mmctl
-render` show. Pure: imports the api models, the quantities and the knowledge.
+render` show. Pure: imports the api models and the quantities.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -34,7 +34,8 @@ MIB = quantities.MIB
 MARGIN = Fraction(6, 5)
 # The init container that copies the model repository (sh and cp of a few files) and such helpers.
 HELPER_CPU_MILLIS, HELPER_MEMORY_MIB = 100, 256
-# Bytes one parameter takes at 16 bits, the dtype every checkpoint here is published in.
+# Bytes one parameter takes at 16 bits: how checkpoints are published (a type whose are not says so in
+# its `HostMemory`), and what engines and the PyTorch backend hold them at.
 BYTES_16_BITS = 2
 # A size stated in a checkpoint's name (`7b`, `2.7B`), unless it is a mixture of experts' active share
 # (`17B-16E`).
@@ -195,7 +196,7 @@ class PlannedResources:
     # A group's worker, when a replica spans pods.
     worker: PodResources | None = None
     # An init container of the serving pods (the model repository's assembly), if the runtime has one.
-    helper: PodResources | None = field(default=None)
+    helper: PodResources | None = None
 
     def status(self) -> list[PodResourcesStatus]:
         """Each kind of pod, as the status names it."""

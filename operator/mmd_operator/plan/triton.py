@@ -226,11 +226,12 @@ def build_figures(settings: Settings) -> Figures:
     weights = checkpoint(settings)
     bytes_per_parameter = _WEIGHT_BYTES[settings.spec.engine.weight_only_precision]
     ranks = settings.spec.parallelism.gpus_per_pod
+    published = settings.knowledge.host.published_bytes
     return Figures(
         cpu_millis=BUILD_CPU + BUILD_RANK_CPU * ranks,
         processes=(
             Share("builder", BUILDER_MIB),
-            Share("the checkpoint as loaded, 16 bits", weights.mib(BYTES_16_BITS)),
+            Share(f"the checkpoint as loaded, {8 * published} bits", weights.mib(published)),
             Share("the converted weights", weights.mib(bytes_per_parameter)),
         ),
         volumes=(Share("/dev/shm", shared_memory_mib(BUILD_SHARED_MEMORY)),),
