@@ -3,7 +3,7 @@
 The security settings let builder and serving pods pass the `restricted` Pod Security Standard. No
 container of these pods calls the API server, so none gets the ServiceAccount's token (`NO_API_TOKEN`).
 
-Pure; imports the api models and the kinds table.
+Pure; imports the api models.
 """
 
 from __future__ import annotations

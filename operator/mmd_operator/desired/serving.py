@@ -9,8 +9,9 @@ ones (a surge of one) unless the spec asks for in place or the judgement found n
 runs the new revision as one pod of a second Deployment (`canary_deployment`) behind the same Service.
 A pod leaving waits until its Service stops sending to it before the server is told to stop, then has
 the server's own drain time for the requests it holds.
-The Deployment and the Service share a name and belong to the resource alone. Pure: imports the api
-models, the pods' settings, the rollout's annotation and the vocabulary.
+The Deployment and the Service share a name and belong to the resource alone; the server container's
+CPU and memory are the plan's (`plan.pod_resources`). Pure: imports the api models, the pods' settings,
+the plan's launch segments and pod resources, the rollout's annotation and the vocabulary.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ node controller marked not ready because its node stopped reporting (NodeLost), 
 killed for going over its memory limit (OOMKilled, with the limit), CrashLoopBackOff with
 what the container last said, a pod that is still not ready when its startup budget is spent, or the
 Deployment controller's own progress deadline. Each state also says, in one sentence for the Ready
-condition, what to do or where to look. Pure: imports the facts and placement.
+condition, what to do or where to look. A ResourceQuota that refuses a missing pod (`quotas`) is trouble
+too. Pure: imports the facts, placement and the quotas' reason.
 """
 
 from __future__ import annotations

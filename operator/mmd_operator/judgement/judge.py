@@ -1,6 +1,7 @@
 """The judgement of one reconcile: the artifact, whether its Job waits, how a change replaces the pods.
 
-The artifact is the engine or the weights; its Job may wait on a missing reference; a change replaces
+The artifact is the engine or the weights; its Job may wait on a missing reference, or on a ResourceQuota
+without room for its pod (`quotas`: then that is what the artifact's state says); a change replaces
 the serving pods beside the old ones or in place (`rollout`); a new revision that cannot start is undone
 to the last one whose every pod was ready (`revisions`); with strategy Canary a new revision is judged
 on one pod first (`canary`).

@@ -2,8 +2,10 @@
 
 Only what decisions read is kept (a ConfigMap's data, a pod's spec and most of its status are dropped),
 so a thousand resources' worth of children stay cheap to hold: a pod keeps its selector and tolerations
-only while the scheduler cannot place it. Nodes become the little placement reads of them. Pure
-functions of plain dicts; imports the facts, the label keys and the GPU resource name.
+only while the scheduler cannot place it, and which container the kernel OOMKilled with its memory limit.
+Nodes become the little placement reads of them (GPUs, CPU, memory), ResourceQuotas what admission
+weighs. Pure functions of plain dicts; imports the facts, the quantities, the label keys and the GPU
+resource name.
 """
 
 from __future__ import annotations
