@@ -121,6 +121,18 @@ def test_llava_builds_on_a_real_volume_and_answers_through_its_service(
         "kubectl", "exec", "-n", namespace, pod.metadata.name, "-c", "tritonserver", "--", "id"
     )
     assert re.match(r"uid=1000\b.* gid=1000\b", identity.stdout), identity.stdout
+    # Neither pod holds an API token, and both ran within the CPU and memory they asked for (a memory
+    # limit is a real cgroup limit here: the stand-ins' figures, images.STAND_IN_RESOURCES).
+    for made in (build, pod):
+        assert made.spec.automount_service_account_token is False
+        assert not [v for v in made.spec.volumes if v.name.startswith("kube-api-access")], made.spec.volumes
+        (main,) = made.spec.containers
+        assert {"cpu", "memory"} <= set(main.resources.requests) and "memory" in main.resources.limits
+    token = tools.run(
+        "kubectl", "exec", "-n", namespace, pod.metadata.name, "-c", "tritonserver", "--",
+        "ls", "/var/run/secrets/kubernetes.io/serviceaccount", check=False,
+    )  # fmt: skip
+    assert token.returncode != 0, token.stdout
     processes = container_processes(pod.metadata.uid)
     assert any("/opt/pytriton/pytriton/tritonserver/bin/tritonserver" in p.argv[0] for p in processes)
 
