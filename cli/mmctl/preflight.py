@@ -380,8 +380,8 @@ def _quotas(checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan) -> N
     """
     api, kind = kinds.RESOURCE_QUOTA.api_version, kinds.RESOURCE_QUOTA.kind
     items = checks.read(
-        f"namespace {checks.namespace}",
-        "its ResourceQuotas",
+        "metadata.namespace",
+        f"the ResourceQuotas of namespace {checks.namespace}",
         lambda: checks.client.list(api, kind, checks.namespace),
     )
     found = tuple(object_facts.quota(item) for item in items)
