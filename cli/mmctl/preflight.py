@@ -18,17 +18,24 @@ that passed offline validation and the namespace it is meant for:
   that the rollout will go on in place and which pod is down for its load (`judgement.rollout`).
 
 A check that cannot be made (a 403, say) is a warning naming what could not be read, never an error.
+A cluster that cannot be asked at all is another matter: `ask_cluster` reads API discovery first, and an
+API server that cannot be reached, or that refuses the credentials (401) or even discovery to them
+(403), raises `ClusterUnavailableError` with one line saying which, as does a connection lost midway.
 `preflight` returns the findings; printing them is the CLI's. Imports the api, the config, the desired
-builders, the kube adapter, placement and the vocabulary.
+builders, the kube adapter, placement, the vocabulary and urllib3's exceptions (the kube client's
+transport).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
+
+import urllib3
 
 from mmd_operator.api.v1alpha1 import GPU_RESOURCE, MultimodalDeployment
 from mmd_operator.config import OperatorConfig
@@ -80,6 +87,52 @@ class Finding:
 
     def __str__(self) -> str:
         return f"{self.severity}: {self.field}: {self.message}"
+
+
+class ClusterUnavailableError(Exception):
+    """The cluster cannot be asked at all: unreachable, or it refuses the credentials."""
+
+
+# How long the first request may take; one retry of the connection pool on top.
+ASK_TIMEOUT_SECONDS = 10.0
+_CONNECTION_PREFIX = re.compile(r"^\w+\(host=[^)]*\):\s*")
+
+
+def unreachable(client: KubeClient, error: urllib3.exceptions.HTTPError) -> ClusterUnavailableError:
+    """The one line for a request to `client`'s API server that never got an answer."""
+    reason = getattr(error, "reason", None) or error
+    return ClusterUnavailableError(
+        f"cannot reach the API server {client.server}: {_CONNECTION_PREFIX.sub('', str(reason))}"
+    )
+
+
+def ask_cluster(client: KubeClient) -> None:
+    """Read API discovery (every authenticated user may), to know that the cluster can be asked.
+
+    Raises:
+        ClusterUnavailableError: naming the API server and why it cannot be asked.
+    """
+    try:
+        client.request("GET", "/api", timeout=ASK_TIMEOUT_SECONDS)
+    except urllib3.exceptions.HTTPError as error:
+        raise unreachable(client, error) from None
+    except ApiError as error:
+        server = f"the API server {client.server}"
+        if error.status == 0:  # TLS
+            why = f"cannot reach {server}: {error.reason}: {error.message}"
+        elif error.status == 401:
+            why = (
+                f"{server} refuses the kubeconfig's credentials (401 Unauthorized): they are wrong or "
+                "expired; log in again or pick another --context"
+            )
+        elif error.status == 403:
+            why = (
+                f"{server} forbids these credentials even API discovery (403 Forbidden): the request "
+                "was anonymous or its user has no role at all"
+            )
+        else:
+            why = f"{server} answered API discovery with {error.status} {error.reason}: {error.message}"
+        raise ClusterUnavailableError(why) from None
 
 
 class _UnreadableError(Exception):

@@ -214,6 +214,30 @@ def test_what_the_kubeconfig_may_not_read_is_a_warning_not_an_error(
     assert all("could not read" in f.message and "403" in f.message for f in found), found
 
 
+def test_mmctl_validate_cluster_with_credentials_the_api_server_refuses_is_one_line_and_exit_4(
+    local_cluster: LocalCluster, tools: Tools, tmp_path: Path
+) -> None:
+    """401: a token the API server does not know (expired, say); nothing is checked, nothing printed
+    as if it were a verdict on the resource."""
+    kubeconfig = local_cluster.token_kubeconfig("not-a-token", tmp_path / "stale.kubeconfig")
+    server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    command = [sys.executable, "-m", "mmctl.main", "validate", "--cluster", "--kubeconfig", str(kubeconfig)]
+    result = subprocess.run(
+        [*command, "-f", str(ROOT / "examples" / "llava.yaml")],
+        env=tools.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"mmctl validate --cluster: the API server {server} refuses the kubeconfig's credentials (401 "
+        "Unauthorized): they are wrong or expired; log in again or pick another --context"
+    ]
+
+
 def test_mmctl_validate_cluster_runs_the_preflight_over_a_directory(
     kube: Kube, tools: Tools, namespace: str, tmp_path: Path
 ) -> None:

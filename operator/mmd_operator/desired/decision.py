@@ -391,13 +391,24 @@ def manifests(resource: MultimodalDeployment, plan: AnyPlan, *, config: Operator
     return [hashing.stamped(manifest) for manifest in objects]
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, without anchors and aliases (`&id001`, `*id001`).
+
+    A value a manifest holds twice (a probe, a volume) is written out each time: people and linters read
+    aliases badly.
+    """
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def manifest_files(
     resource: MultimodalDeployment, plan: AnyPlan, *, config: OperatorConfig
 ) -> dict[str, str]:
     """`manifests(...)` as YAML files named `<kind>-<name>.yaml`, for `mmctl render`."""
     return {
-        f"{manifest['kind'].lower()}-{manifest['metadata']['name']}.yaml": yaml.safe_dump(
-            manifest, sort_keys=False, width=110
+        f"{manifest['kind'].lower()}-{manifest['metadata']['name']}.yaml": yaml.dump(
+            manifest, Dumper=_PlainDumper, sort_keys=False, width=110
         )
         for manifest in manifests(resource, plan, config=config)
     }

@@ -141,9 +141,16 @@ class KubeClient:
 
     @classmethod
     def from_kubeconfig(
-        cls, path: str | None = None, *, context: str | None = None, field_manager: str
+        cls,
+        path: str | None = None,
+        *,
+        context: str | None = None,
+        field_manager: str,
+        retries: int | None = None,
     ) -> KubeClient:
         """A client for a kubeconfig (`path`, else $KUBECONFIG or ~/.kube/config) and its `context`.
+
+        `retries` as in `from_environment`.
 
         Raises:
             KubeconfigError: when the kubeconfig cannot be read or names no such context.
@@ -155,7 +162,14 @@ class KubeClient:
             )
         except (OSError, ConfigException) as error:
             raise KubeconfigError(str(error)) from error
+        if retries is not None:
+            configuration.retries = retries
         return cls(k8s.ApiClient(configuration), field_manager=field_manager)
+
+    @property
+    def server(self) -> str:
+        """The API server's URL."""
+        return str(self._api.configuration.host)
 
     @staticmethod
     def kubeconfig_namespace(path: str | None = None, *, context: str | None = None) -> str:

@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from mmctl import main
+from mmd_operator.knowledge import KNOWLEDGE, SERVE_KNOWLEDGE
 
 SUBCOMMANDS = {"render", "validate", "infer", "eval-asr", "chat"}
 
@@ -57,3 +58,20 @@ def test_a_missing_extra_is_named_in_one_line(
     assert capsys.readouterr().err.strip() == (
         "mmctl infer needs the triton extra (missing tritonclient): pip install 'mmctl[triton]'"
     )
+
+
+SERVE_ONLY = sorted(t.value for t in SERVE_KNOWLEDGE if t not in KNOWLEDGE)
+
+
+@pytest.mark.parametrize("model_type", SERVE_ONLY)
+def test_infer_with_a_type_only_trtllm_serve_serves_points_at_chat(
+    capsys: pytest.CaptureFixture[str], model_type: str
+) -> None:
+    # Nothing listens on port 1: the answer comes before anything is sent.
+    assert main.main(["infer", "--url", "http://127.0.0.1:1", "--model-type", model_type]) == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"mmctl infer: {model_type} is served by the trtllm-serve runtime, whose OpenAI API `mmctl infer` "
+        "does not speak: use mmctl chat --url http://<host>:8000 instead (docs/clients.md)"
+    ]
+    assert "Traceback" not in err and "KeyError" not in err
