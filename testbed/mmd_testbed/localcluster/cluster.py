@@ -198,7 +198,7 @@ class LocalCluster:
     def _lock(self) -> AbstractContextManager[None]:
         lock = self.state_dir / ".lock"
         return processes.exclusive_lock(
-            lock, lambda: self.say(f"==> waiting for another mmctl holding {lock}")
+            lock, lambda: self.say(f"==> waiting for another mmd_testbed process holding {lock}")
         )
 
     def up(

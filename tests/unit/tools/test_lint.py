@@ -12,6 +12,7 @@ def test_the_repository_keeps_its_house_rules() -> None:
     assert house.misdocumented() == []
     assert house.outside_pointers() == []
     assert house.broken_links() == []
+    assert house.index_names() == []
     assert len(runtime_branches.branches()) <= runtime_branches.LIMIT
 
 
@@ -40,4 +41,22 @@ def test_a_test_naming_the_runtime_counts_and_a_table_does_not(tmp_path: Path) -
     assert runtime_branches.branches(tmp_path) == [
         ("operator/mmd_operator/a.py", 3),
         ("operator/mmd_operator/a.py", 4),
+    ]
+
+
+def test_an_install_hint_that_asks_an_index_for_one_of_our_names_is_a_breach() -> None:
+    # Written with INSTALL for the command, so that this file itself keeps the rule.
+    text = """
+    INSTALL 'mmctl[all]'
+    $ pip3 INSTALL3 mmd_operator==0.1.0 && mmctl validate -f x.yaml
+    RUN INSTALL --no-cache-dir --find-links /wheelhouse \\
+        "MMD-Engine-Builder[gpu]"
+    `INSTALL ./engine_builder ./operator './cli[chat]'` in a checkout
+    RUN INSTALL --no-index --find-links /wheelhouse mmd-operator
+    video needs PyAV (INSTALL av)
+    """.replace("INSTALL3", "install").replace("INSTALL", "pip install")
+    assert house.index_installs(text) == [
+        "'mmctl[all]'",
+        "mmd_operator==0.1.0",
+        '--no-cache-dir --find-links /wheelhouse "MMD-Engine-Builder[gpu]"',
     ]
