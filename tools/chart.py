@@ -33,7 +33,13 @@ from pydantic.alias_generators import to_camel
 from engine_builder import versions
 from mmd_operator import main as operator_main
 from mmd_operator.api import crdgen, warning_rules
-from mmd_operator.config import DEFAULT_CLAIM, OperatorConfig
+from mmd_operator.config import (
+    CLAIM_SIZE_PATTERN,
+    DEFAULT_CLAIM,
+    ENDPOINT_PATTERN,
+    MIN_LOST_NODE_SECONDS,
+    OperatorConfig,
+)
 
 CHART_DIR = "charts/mmd-operator"
 _DEFAULTS = OperatorConfig()
@@ -49,7 +55,7 @@ class _Values(BaseModel):
 class Image(_Values):
     """The operator's container image."""
 
-    repository: str = "ghcr.io/mmd-operator/operator"
+    repository: str = Field("ghcr.io/mmd-operator/operator", min_length=1)
     """Repository of the operator's image."""
     tag: str = ""
     """Tag of the operator's image; empty means the chart's appVersion."""
@@ -106,8 +112,9 @@ class EngineCache(_Values):
 
     claim_name: str = DEFAULT_CLAIM
     """Name of the engine-cache claim the operator creates in a resource's namespace."""
-    size: str = _DEFAULTS.engine_cache_size
-    """Size of an engine-cache claim the operator creates."""
+    size: str = Field(_DEFAULTS.engine_cache_size, pattern=CLAIM_SIZE_PATTERN)
+    """Size of an engine-cache claim the operator creates: a Kubernetes quantity such as 200Gi (Ki, Mi, Gi,
+    Ti, Pi, Ei or k, M, G, T, P, E; not GB)."""
     storage_class_name: str = ""
     """StorageClass of an engine-cache claim the operator creates; empty means the cluster's default."""
     access_mode: Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"] = "ReadWriteMany"
@@ -118,11 +125,11 @@ class EngineCache(_Values):
 class Images(_Values):
     """Images of the pods the operator creates, where a resource names none (e.g. a registry mirror)."""
 
-    engine_builder: str = versions.BUILDER_IMAGE
+    engine_builder: str = Field(versions.BUILDER_IMAGE, min_length=1)
     """The build Jobs' image. It is a build input: another image means another engine."""
-    serving: str = versions.SERVING_IMAGE
+    serving: str = Field(versions.SERVING_IMAGE, min_length=1)
     """The tritonserver image of the serving pods."""
-    trtllm_serve: str = versions.TRTLLM_SERVE_IMAGE
+    trtllm_serve: str = Field(versions.TRTLLM_SERVE_IMAGE, min_length=1)
     """The trtllm-serve image of the serving pods of runtime trtllm-serve (TensorRT-LLM 1.2.1)."""
 
 
@@ -270,18 +277,24 @@ class Values(_Values):
     """Engine cache defaults."""
     images: Images = Field(default_factory=Images)
     """Default images of build and serving pods."""
-    hf_endpoint: str = _DEFAULTS.hf_endpoint
+    hf_endpoint: str = Field(_DEFAULTS.hf_endpoint, pattern=ENDPOINT_PATTERN)
     """The Hugging Face Hub the trtllm-serve runtime's weights download Jobs talk to (their
-    `HF_ENDPOINT`): a mirror, or the local cluster's Hub double. Empty: the public Hub."""
-    prometheus_url: str = _DEFAULTS.prometheus_url
-    """The Prometheus a Canary rollout's analysis asks for the serving pods' request figures
-    (http://prometheus-operated.monitoring:9090, say). Empty: a canary is judged on readiness alone."""
-    lost_node_seconds: int = Field(int(_DEFAULTS.lost_node_seconds), ge=0)
-    """Mark a node's serving pods not ready once its kubelet has not renewed its Lease for this long (at
-    least 15; a kubelet renews every 10 s), so that their Service stops sending requests to a dead node
-    long before the node controller marks them (`--node-monitor-grace-period`, 40 to 50 s by default).
-    The cost: a Role that lists the Leases in `kube-node-lease`, and `patch` on pods/status. 0 turns
-    it off."""
+    `HF_ENDPOINT`), an http:// or https:// URL: a mirror, or the local cluster's Hub double. Empty: the
+    public Hub."""
+    prometheus_url: str = Field(_DEFAULTS.prometheus_url, pattern=ENDPOINT_PATTERN)
+    """The Prometheus a Canary rollout's analysis asks for the serving pods' request figures, an http://
+    or https:// URL (http://prometheus-operated.monitoring:9090, say). Empty: a canary is judged on
+    readiness alone."""
+    lost_node_seconds: int = Field(
+        int(_DEFAULTS.lost_node_seconds),
+        ge=0,
+        json_schema_extra={"anyOf": [{"const": 0}, {"minimum": MIN_LOST_NODE_SECONDS}]},
+    )
+    """Mark a node's serving pods not ready once its kubelet has not renewed its Lease for this long (0,
+    or at least 15: a kubelet renews every 10 s), so that their Service stops sending requests to a dead
+    node long before the node controller marks them (`--node-monitor-grace-period`, 40 to 50 s by
+    default). The cost: a Role that lists the Leases in `kube-node-lease`, and `patch` on pods/status.
+    0 turns it off."""
     logging: Logging = Field(default_factory=Logging)
     """Logging."""
     metrics: Metrics = Field(default_factory=Metrics)
@@ -325,10 +338,19 @@ def _inline(node: Any, defs: dict[str, Any]) -> Any:
     return {key: _inline(value, defs) for key, value in node.items() if key not in ("title", "$defs")}
 
 
+# Values an umbrella chart shares with all its subcharts (Helm's own convention): this chart reads none
+# of them, but as a subchart it is given them, so its schema must let them pass.
+GLOBAL_VALUES = {
+    "type": "object",
+    "description": "Values an umbrella chart shares with its subcharts; this chart reads none of them.",
+}
+
+
 def values_schema() -> dict[str, Any]:
     """The JSON schema helm checks values against (draft 7)."""
     raw = Values.model_json_schema(by_alias=True)
     schema: dict[str, Any] = _inline(raw, raw.get("$defs", {}))
+    schema["properties"]["global"] = GLOBAL_VALUES
     return {"$schema": "http://json-schema.org/draft-07/schema#", **schema}
 
 
@@ -603,7 +625,8 @@ means new engines for the resources that use it.
 ## The chart's other values
 
 They shape the operator's pod and what the chart installs around it. `values.yaml` carries the same
-descriptions and `values.schema.json` refuses a misspelt or mistyped value at `helm install`.
+descriptions and `values.schema.json` refuses at `helm install` a misspelt or mistyped value, and one the
+operator could not use (the same rules as its own start-up checks).
 
 """
     return intro + "\n".join(settings) + "\n" + rest + "\n".join(others) + "\n"
