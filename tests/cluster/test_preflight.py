@@ -252,7 +252,13 @@ def test_mmctl_validate_cluster_runs_the_preflight_over_a_directory(
     text = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert text.returncode == 1, text.stdout + text.stderr
     lines = text.stdout.splitlines()
-    assert f"{tmp_path}/apps/mllama.yaml:1 mllama 1 error, 1 warning" in lines
+    # file:N, the line the document starts on (after the example's comments).
+    start = next(
+        n
+        for n, line in enumerate((ROOT / "examples" / "mllama.yaml").read_text().splitlines(), 1)
+        if line.startswith("apiVersion:")
+    )
+    assert f"{tmp_path}/apps/mllama.yaml:{start} mllama 1 error, 1 warning" in lines
     assert lines[-1] == "2 resources: 0 ok, 1 with warnings, 1 invalid; 0 other documents skipped"
     assert (
         "  spec.model.source.huggingface.tokenSecretRef: Secret huggingface has no key token: add the key "
