@@ -112,18 +112,16 @@ def test_every_example_writes_what_mmctl_render_shows_and_then_nothing(
     document["metadata"]["namespace"] = NS
     name = document["metadata"]["name"]
     prerequisites(cluster, document)
-    live = cluster.create(document)
+    resource, plan = plan_resource(cluster.create(document))
     cluster.feed()
     start = len(cluster.server.requests)
 
     reconcile(cluster, reconciler, name)
     for job in cluster.server.all(kinds.JOB, NS):
-        resource, plan = plan_resource(live)
         cluster.finish_job(NS, job["metadata"]["name"], REPORTS[plan.runtime](plan))
     cluster.feed()
     reconcile(cluster, reconciler, name)
 
-    resource, plan = plan_resource(live)
     rendered = {
         (m["kind"], m["metadata"]["name"]): hashing.applied_hash(m)
         for m in manifests(resource, plan, config=CONFIG)
