@@ -7,8 +7,9 @@ of `tests.support.api_contract`, which the cluster tier runs against the real AP
 
 - objects by apiVersion, kind, namespace and name; lists narrowed by equality label selectors; discovery;
 - one resourceVersion counter, a write that changes nothing makes no version (nor watch event);
-  `metadata.generation` where the operator reads it: a MultimodalDeployment's (or LeaderWorkerSet's)
-  grows with anything but its metadata and status, a Deployment's with its spec or annotations;
+  `metadata.generation` where the operator reads it: a custom resource's (a MultimodalDeployment, a
+  LeaderWorkerSet) grows with anything but its metadata and status, a Deployment's with its spec or
+  annotations;
 - server-side apply per field manager, with force: a field the manager applied before and no longer
   applies is removed unless another manager holds it; a field applied moves to its applier; owner
   references are kept per uid, every other list as a whole; the status subresource apart from the rest,
@@ -26,6 +27,7 @@ A request the operator does not make (another patch type, a set-based selector, 
 fails the test loudly (NotImplementedError) rather than being answered by a guess. The pod log a kubelet
 would serve is whatever a test put in `pod_logs`. Test hooks: `before` runs an action before a matching
 request (another writer's change between a read and a write), `refuse` answers one with an error.
+Imports the operator's client and kinds table, and the field paths of `field_paths`.
 """
 
 from __future__ import annotations
@@ -47,8 +49,18 @@ from kubernetes import client as k8s
 from mmd_operator.kube.client import USER_AGENT, KubeClient
 from mmd_operator.vocabulary import kinds
 from mmd_operator.vocabulary.kinds import ApiKind
+from tests.support.field_paths import (
+    SYSTEM,
+    Path,
+    equality_selector,
+    fields_v1,
+    leaves,
+    merge_patched,
+    overlaps,
+    remove_field,
+    set_field,
+)
 
-Path = tuple[Any, ...]  # keys into the object; an owner reference is the element ("uid", <uid>)
 Entry = tuple[str, str, str]  # field manager, operation (Apply or Update), subresource
 ObjectId = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" when cluster-scoped), name
 
@@ -64,9 +76,6 @@ _WITHOUT_STATUS = {
 }
 # Custom resources: the generation counts every change outside metadata and status.
 _CUSTOM = {kinds.MULTIMODAL_DEPLOYMENT, kinds.LEADER_WORKER_SET}
-# What the server sets and no write changes.
-_SYSTEM = {"name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "managedFields"}
-_OWNERS = ("metadata", "ownerReferences")
 _GARBAGE_COLLECTOR = "generic-garbage-collector"
 
 
@@ -298,7 +307,7 @@ class InMemoryApiServer:
         return self._out(oid)
 
     def _list(self, kind: ApiKind, namespace: str, selector: str) -> dict[str, Any]:
-        wanted = _selector(selector)
+        wanted = equality_selector(selector)
         items = [
             self._out(oid)
             for oid in sorted(self._objects)
@@ -343,17 +352,17 @@ class InMemoryApiServer:
         if before is None and subresource:
             raise RefusalError(404, "NotFound", f'{kind.plural} "{oid[3]}" not found')
         after = copy.deepcopy(before) if before is not None else _skeleton(kind, oid)
-        applied = _leaves(_within(kind, body, subresource))
+        applied = leaves(_within(kind, body, subresource))
         fields = {entry: set(paths) for entry, paths in self._fields.get(oid, {}).items()}
         previous = fields.pop((manager, "Apply", subresource), set())
         held = set().union(*fields.values())
         for path in sorted(previous - applied.keys(), key=len, reverse=True):
-            if not any(_overlaps(path, other) for other in held):
-                _remove(after, path)
+            if not any(overlaps(path, other) for other in held):
+                remove_field(after, path)
         for path, value in applied.items():
-            _set(after, path, value)
+            set_field(after, path, value)
             for paths in fields.values():
-                paths.difference_update({owned for owned in paths if _overlaps(owned, path)})
+                paths.difference_update({owned for owned in paths if overlaps(owned, path)})
         fields[(manager, "Apply", subresource)] = set(applied)
         return self._commit(kind, oid, before, after, fields)
 
@@ -370,7 +379,7 @@ class InMemoryApiServer:
                 f'Operation cannot be fulfilled on {kind.plural} "{oid[3]}": the object has been modified; '
                 "please apply your changes to the latest version and try again",
             )
-        after = _merged(copy.deepcopy(before), _without_system(patch))
+        after = merge_patched(copy.deepcopy(before), _without_system(patch))
         return self._update(kind, oid, manager, before, after)
 
     def _json_patch(
@@ -407,14 +416,14 @@ class InMemoryApiServer:
             after["status"] = copy.deepcopy(before.get("status"))  # only the status subresource changes it
             if after["status"] is None:
                 del after["status"]
-        old = _leaves(_within(kind, before, "")) if before is not None else {}
-        new = _leaves(_within(kind, after, ""))
+        old = leaves(_within(kind, before, "")) if before is not None else {}
+        new = leaves(_within(kind, after, ""))
         touched = {path for path, value in new.items() if old.get(path, _MISSING) != value} | (
             old.keys() - new.keys()
         )
         fields = {entry: set(paths) for entry, paths in self._fields.get(oid, {}).items()}
         for paths in fields.values():
-            paths.difference_update({owned for owned in paths if any(_overlaps(owned, t) for t in touched)})
+            paths.difference_update({owned for owned in paths if any(overlaps(owned, t) for t in touched)})
         entry = (manager, "Update", "")
         fields[entry] = fields.get(entry, set()) | (touched & new.keys())
         return self._commit(kind, oid, before, after, fields)
@@ -504,7 +513,7 @@ class InMemoryApiServer:
                 "operation": operation,
                 "apiVersion": oid[0],
                 "fieldsType": "FieldsV1",
-                "fieldsV1": _fields_v1(paths),
+                "fieldsV1": fields_v1(paths),
                 **({"subresource": subresource} if subresource else {}),
             }
             for (manager, operation, subresource), paths in sorted(self._fields.get(oid, {}).items())
@@ -532,22 +541,11 @@ def _skeleton(kind: ApiKind, oid: ObjectId) -> dict[str, Any]:
     return {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": metadata}
 
 
-def _selector(selector: str) -> dict[str, str]:
-    """An equality label selector (`a=b,c==d`), the only kind the operator sends."""
-    wanted: dict[str, str] = {}
-    for term in filter(None, selector.split(",")):
-        key, sep, value = term.partition("==") if "==" in term else term.partition("=")
-        if not sep or "!" in key:
-            raise NotImplementedError(f"label selector {selector!r}")
-        wanted[key.strip()] = value.strip()
-    return wanted
-
-
 def _without_system(obj: Mapping[str, Any]) -> dict[str, Any]:
     """`obj` without what the server sets (a write's own values of them are not taken)."""
     out = copy.deepcopy(dict(obj))
     metadata = {
-        k: v for k, v in (out.get("metadata") or {}).items() if k not in _SYSTEM - {"name", "namespace"}
+        k: v for k, v in (out.get("metadata") or {}).items() if k not in SYSTEM - {"name", "namespace"}
     }
     out["metadata"] = metadata
     return out
@@ -562,80 +560,6 @@ def _within(kind: ApiKind, obj: Mapping[str, Any] | None, subresource: str) -> d
     if subresource:
         raise NotImplementedError(f"subresource {subresource}")
     return {k: copy.deepcopy(v) for k, v in obj.items() if k != "status" or kind in _WITHOUT_STATUS}
-
-
-def _leaves(obj: Mapping[str, Any], prefix: Path = ()) -> dict[Path, Any]:
-    """The fields of `obj` a manager can own: maps followed down, owner references by uid, lists whole."""
-    leaves: dict[Path, Any] = {}
-    for key, value in obj.items():
-        path = (*prefix, key)
-        if path in {("apiVersion",), ("kind",)} or (prefix == ("metadata",) and key in _SYSTEM):
-            continue
-        if path == _OWNERS and isinstance(value, list):
-            leaves |= {(*path, ("uid", ref.get("uid"))): ref for ref in value}
-        elif isinstance(value, dict) and value:
-            leaves |= _leaves(value, path)
-        else:
-            leaves[path] = value
-    return leaves
-
-
-def _overlaps(one: Path, other: Path) -> bool:
-    shorter = min(len(one), len(other))
-    return one[:shorter] == other[:shorter]
-
-
-def _set(obj: dict[str, Any], path: Path, value: Any) -> None:
-    if path[:2] == _OWNERS and len(path) == 3:
-        uid, references = path[2][1], obj["metadata"].get("ownerReferences") or []
-        if any(ref.get("uid") == uid for ref in references):
-            references = [copy.deepcopy(value) if ref.get("uid") == uid else ref for ref in references]
-        else:
-            references = [*references, copy.deepcopy(value)]
-        obj["metadata"]["ownerReferences"] = references
-        return
-    node = obj
-    for key in path[:-1]:
-        if not isinstance(node.get(key), dict):
-            node[key] = {}
-        node = node[key]
-    node[path[-1]] = copy.deepcopy(value)
-
-
-def _remove(obj: dict[str, Any], path: Path) -> None:
-    if path[:2] == _OWNERS and len(path) == 3:
-        references = [
-            ref for ref in obj["metadata"].get("ownerReferences") or [] if ref.get("uid") != path[2][1]
-        ]
-        if references:
-            obj["metadata"]["ownerReferences"] = references
-        else:
-            obj["metadata"].pop("ownerReferences", None)
-        return
-    trail = [obj]
-    for key in path[:-1]:
-        child = trail[-1].get(key)
-        if not isinstance(child, dict):
-            return
-        trail.append(child)
-    trail[-1].pop(path[-1], None)
-    for depth in range(len(path) - 1, 0, -1):  # maps left empty go too
-        if trail[depth]:
-            break
-        trail[depth - 1].pop(path[depth - 1], None)
-
-
-def _merged(target: Any, patch: Any) -> Any:
-    """RFC 7386: `patch` merged into `target` (null removes)."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merged(out.get(key), value)
-    return out
 
 
 def _spec_changed(kind: ApiKind, before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
@@ -660,18 +584,3 @@ def _invalid_change(kind: ApiKind, before: Mapping[str, Any], after: Mapping[str
             f'Job.batch "{before["metadata"]["name"]}" is invalid: spec.template: Invalid value: '
             "field is immutable",
         )
-
-
-def _fields_v1(paths: set[Path]) -> dict[str, Any]:
-    """Field paths in the API's FieldsV1 notation."""
-    tree: dict[str, Any] = {}
-    for path in paths:
-        node = tree
-        for key in path:
-            name = (
-                f"k:{json.dumps({key[0]: key[1]}, separators=(',', ':'))}"
-                if isinstance(key, tuple)
-                else f"f:{key}"
-            )
-            node = node.setdefault(name, {})
-    return tree
