@@ -12,15 +12,12 @@ fixtures that cost minutes (the real-node cluster, the tritonserver repositories
 worker, and the groups start longest first so that the run's wall time is the longest group's rather than
 an accident of the order. Every session also unmounts what dead sessions left mounted (see
 tests/support/leftovers.py), before it starts and again before pytest's own clean-up of old directories.
-A session that runs unit tests fails when they take more than `UNIT_CPU_BUDGET_SECONDS` of CPU in all.
 """
 
 from __future__ import annotations
 
 import getpass
 import tempfile
-import time
-from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +37,6 @@ GATED_TIERS = {
     "--with-pods": ("tests/pods", "testbed/tests/pods"),
 }
 _ROOT = Path(__file__).resolve().parent
-# `make unit` keeps the unit tier fast (issue 43: the I/O half included, well under two minutes). Its CPU
-# seconds are counted, summed over xdist's workers, rather than its wall time, which the shared machine's
-# load and the number of workers change; on an idle machine one worker's wall time is about the same.
-UNIT_CPU_BUDGET_SECONDS = 120.0
-_UNIT = "tests/unit/"
-_CPU_STARTED = pytest.StashKey[float]()
-_unit_cpu_seconds = 0.0
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -132,44 +122,3 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     # pytest deletes old numbered directories after this hook, through the config's clean-up stack.
     unmount_dead_sessions(_pytest_root())
 
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(
-    item: pytest.Item, nextitem: pytest.Item | None
-) -> Generator[None, object, object]:
-    item.stash[_CPU_STARTED] = time.process_time()
-    return (yield)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
-    if call.when == "teardown" and item.nodeid.startswith(_UNIT):
-        report.user_properties.append(("cpu_seconds", time.process_time() - item.stash[_CPU_STARTED]))
-    return report
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Sum the CPU seconds of each unit test (on xdist's controller, from every worker's reports)."""
-    global _unit_cpu_seconds
-    if report.when == "teardown" and report.nodeid.startswith(_UNIT):
-        _unit_cpu_seconds += sum(
-            v for k, v in report.user_properties if k == "cpu_seconds" and isinstance(v, float)
-        )
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if _unit_cpu_seconds and not hasattr(config, "workerinput"):
-        over = _unit_cpu_seconds > UNIT_CPU_BUDGET_SECONDS
-        terminalreporter.write_line(
-            f"unit tier: {_unit_cpu_seconds:.0f} CPU seconds of its budget of {UNIT_CPU_BUDGET_SECONDS:.0f}"
-            + (": over it, which fails the run; --durations names the slowest tests" if over else ""),
-            red=over,
-        )
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if _unit_cpu_seconds > UNIT_CPU_BUDGET_SECONDS and not hasattr(session.config, "workerinput"):
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
