@@ -124,4 +124,3 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     # pytest deletes old numbered directories after this hook, through the config's clean-up stack.
     unmount_dead_sessions(_pytest_root())
-
