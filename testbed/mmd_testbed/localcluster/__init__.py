@@ -12,7 +12,8 @@ The control plane:
 - `pki`: credentials (a CA, serving certificates, service-account keys, a token, a kubeconfig);
 - `objects`: the fake GPU nodes and the local StorageClass;
 - `audit`: the API server's audit log of writes, and reading it;
-- `state`: what a cluster records of itself in its directory, and the status it reports;
+- `state`: where a cluster keeps its files, what it records of itself there, and the status it reports;
+- `components`: the command line of each control-plane component, and its health check;
 - `cluster`: `LocalCluster`, which brings it all up, reports its status and tears it down.
 
 Real nodes and what runs on them:
