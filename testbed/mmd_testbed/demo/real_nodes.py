@@ -40,11 +40,11 @@ from mmd_testbed.demo.common import (
 )
 from mmd_testbed.localcluster import hub, images
 from mmd_testbed.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.image_build import chart_values
 from mmd_testbed.localcluster.layout import Layout, default_state_dir
 from mmd_testbed.localcluster.objects import NodePool
 from mmd_testbed.localcluster.state import REAL_NODE_PREFIX
 from mmd_testbed.triton import media
-from tools.images import chart_values
 
 OPERATOR_NAMESPACE = "mmd-system"
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}

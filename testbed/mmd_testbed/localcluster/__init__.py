@@ -24,6 +24,7 @@ Real nodes and what runs on them:
 - `addons`: DNS, volumes and RBAC, with images of their own;
 - `ocilayout`: container images as OCI archives, loaded into a node's containerd;
 - `images`: the CPU stand-ins of the project's images, built from the Dockerfile;
+- `image_build`: what building any of the images needs: names, the wheelhouse, the chart values;
 - `hub`: the Hugging Face Hub's double in a pod;
 - `metricsbinaries`, `monitoring`: Prometheus and prometheus-adapter, built and run as pods;
 - `lwsbinaries`, `leaderworkerset`: the LeaderWorkerSet controller, built and run as a pod;

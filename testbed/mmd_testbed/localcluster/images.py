@@ -9,11 +9,11 @@ libpython, Open MPI, openssh's client and server and Debian's mpi4py: what a wor
 the Dockerfile; both CPU serving stand-ins build on it). Before any build, `wheelhouse/` receives the
 wheels of the operator, the builder and the test bed (whose doubles the stand-ins run) and every Python
 package the stages install (from PyPI through pip's cache), so no stage reaches a package index. The real
-images are the maintainers' (`tools.images`), whose wheelhouse and chart values this module reuses.
+images are the maintainers' (`make images`); both fill the wheelhouse with `image_build`.
 
 Every build prints its steps, seconds and sizes; `images.json` beside the archives records them.
 
-Imports: the standard library, `tools.images`, and `layout`, `ocilayout`, `processes`.
+Imports: the standard library, and `image_build`, `layout`, `ocilayout`, `processes`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mmd_testbed.localcluster.image_build import REPOSITORIES, ImageBuildError, Printer, fill_wheelhouse, run
 from mmd_testbed.localcluster.layout import Layout
 from mmd_testbed.localcluster.processes import exclusive_lock
-from tools.images import REPOSITORIES, ImageBuildError, Printer, fill_wheelhouse, run
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_SOURCES = (
