@@ -42,6 +42,8 @@ lint: venv ## ruff, mypy --strict, import-linter, the house rules, vulture
 	$(BIN)/python -m tools.lint.house
 	@echo "==> the runtime is asked once (tools/lint/runtime_branches.py)"
 	$(BIN)/python -m tools.lint.runtime_branches
+	@echo "==> a replica's shape is asked once (tools/lint/shape_branches.py)"
+	$(BIN)/python -m tools.lint.shape_branches
 	@echo "==> vulture (dead code; tools/lint/dead_code_allowlist.py says what only looks unused)"
 	$(BIN)/vulture operator/mmd_operator engine_builder/engine_builder cli/mmctl testbed benchmarks tests \
 		scripts tools \

@@ -41,6 +41,7 @@ from mmd_operator.api.v1alpha1 import GPU_RESOURCE, MultimodalDeployment
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import cache
 from mmd_operator.desired.decision import manifests
+from mmd_operator.desired.serving import WORKLOADS
 from mmd_operator.facts import Nodes
 from mmd_operator.judgement.placement import (
     GpuDemand,
@@ -293,13 +294,11 @@ def _pod_spec(objects: list[dict[str, Any]], kind: str) -> dict[str, Any] | None
     return found["spec"]["template"]["spec"] if found is not None else None
 
 
-def _serving_pod_spec(objects: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _serving_pod_spec(objects: list[dict[str, Any]], plan: AnyPlan) -> dict[str, Any] | None:
     """The serving pods' spec: the Deployment's, or a LeaderWorkerSet leader's (workers: as many GPUs)."""
-    group = next((o for o in objects if o["kind"] == kinds.LEADER_WORKER_SET.kind), None)
-    if group is not None:
-        spec: dict[str, Any] = group["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
-        return spec
-    return _pod_spec(objects, kinds.DEPLOYMENT.kind)
+    workload = WORKLOADS[plan.parallelism.shape]
+    found = next((o for o in objects if o["kind"] == workload.kind.kind), None)
+    return workload.serving_pod(found) if found is not None else None
 
 
 def _nodes(checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan, config: OperatorConfig) -> None:
@@ -309,7 +308,7 @@ def _nodes(checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan, confi
     )
     nodes = nodes_of(items)
     objects = manifests(resource, plan, config=config)
-    job, serving = _pod_spec(objects, "Job"), _serving_pod_spec(objects)
+    job, serving = _pod_spec(objects, "Job"), _serving_pod_spec(objects, plan)
     # A Job that asks for no GPU (the weights download) fits wherever the serving pods do.
     if job is None or not object_facts.pod_placement(job).gpus:
         pass

@@ -50,7 +50,7 @@ from engine_builder.result_format import BuildSucceeded
 from engine_builder.weights_format import DownloadSucceeded
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import cache, groups, scaling, serving, triton, trtllm_serve
+from mmd_operator.desired import cache, scaling, serving, triton, trtllm_serve
 from mmd_operator.desired.children import Children, Manifest, Owner
 from mmd_operator.facts import DeploymentFacts, Meta, Observed
 from mmd_operator.judgement import Judgement, Rendered
@@ -181,9 +181,10 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
     trial = False
     if artifact.ready and not too_large and not held and not blocked:
         wanted = children.deployment(artifact.location)
-        if wanted["kind"] == kinds.LEADER_WORKER_SET.kind:
-            owned = case.owned
-            writes.generated_secrets.append(groups.ssh_secret(owned.instance, owned.namespace, owned.owner))
+        owned = case.owned
+        writes.generated_secrets += serving.workload_of(wanted["kind"]).secrets(
+            owned.instance, owned.namespace, owned.owner
+        )
         trial = _on_trial(case, serving.template_digest(wanted))
         if trial:
             writes.apply.append(hashing.stamped(serving.canary_deployment(wanted)))
@@ -224,7 +225,7 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
 
 
 def _kind_of(workload: DeploymentFacts) -> kinds.ApiKind:
-    return kinds.LEADER_WORKER_SET if workload.kind == kinds.LEADER_WORKER_SET.kind else kinds.DEPLOYMENT
+    return serving.workload_of(workload.kind).kind
 
 
 def _on_trial(case: _Case, revision: str) -> bool:

@@ -6,7 +6,8 @@ claims exist, before an artifact's Job is created; and the nodes, while a pod ca
 node directory's shared listing); what the last Ready revision ran (its ReplicaSet, or its LeaderWorkerSet's
 ControllerRevision), to undo a revision that cannot start; and the tail of a running build or download
 pod's log, for the last progress line it printed (`engine_builder.progress_format`). Where the artifact is
-looked for (its Job, its index entry, its claim) is the runtime's, looked up once by the plan's runtime. A
+looked for (its Job, its index entry, its claim) is the runtime's, looked up once by the plan's runtime;
+the serving workload (a Deployment, or a LeaderWorkerSet of groups) is the replica shape's (`_WORKLOADS`). A
 Secret's value is never read into memory beyond the API response, and never logged. Imports the cache, the
 client, the node directory, the plan and the facts.
 """
@@ -24,7 +25,7 @@ from typing import Any
 from engine_builder.progress_format import BuildProgress, DownloadProgress, last_progress
 from engine_builder.result_format import BuildSucceeded
 from engine_builder.weights_format import DownloadSucceeded, is_commit, weights_key
-from mmd_operator.api.v1alpha1 import MultimodalDeployment
+from mmd_operator.api.v1alpha1 import MultimodalDeployment, ReplicaShape
 from mmd_operator.facts import (
     ClaimFacts,
     DeploymentFacts,
@@ -108,11 +109,11 @@ def missing_references(
 
 
 def workload_api_missing(client: KubeClient, resource: MultimodalDeployment) -> list[MissingReference]:
-    """The LeaderWorkerSet API, when a replica spans pods and the cluster does not serve it."""
+    """The serving workload's API (a LeaderWorkerSet's), when the cluster does not serve it."""
     parallelism = resource.spec.parallelism
-    if not parallelism.spans_pods or client.serves(kinds.LEADER_WORKER_SET):
+    kind = _WORKLOADS[parallelism.shape].cached
+    if not kind.optional or client.serves(kind.api):
         return []
-    kind = kinds.LEADER_WORKER_SET
     return [
         MissingReference(
             Missing.WORKLOAD_API,
@@ -130,18 +131,20 @@ def unshared_claims(
 ) -> list[MissingReference]:
     """Claims a replica across pods mounts on several nodes that are not ReadWriteMany, by spec field."""
     parallelism = resource.spec.parallelism
-    if not parallelism.spans_pods:
-        return []
+    needed = _WORKLOADS[parallelism.shape].claim_access
     return [
         MissingReference(
             Missing.SHARED_CLAIM,
             field,
             f"PersistentVolumeClaim {claim.meta.name} is {', '.join(claim.access_modes)}, and every pod "
             f"of a replica of {parallelism.describe()} mounts it, each from its own node",
-            "use a ReadWriteMany claim (its StorageClass must offer it)",
+            f"use a {needed} claim (its StorageClass must offer it)",
         )
         for field, claim in claims.items()
-        if claim is not None and claim.access_modes and "ReadWriteMany" not in claim.access_modes
+        if needed is not None
+        and claim is not None
+        and claim.access_modes
+        and needed not in claim.access_modes
     ]
 
 
@@ -262,9 +265,10 @@ def observe(
             ),
         },
     )
-    groups, one = (cached.LEADER_WORKER_SETS, names.group_set(instance)), (cached.DEPLOYMENTS, instance)
-    (workload, workload_name), (retired, retired_name) = (
-        (groups, one) if resource.spec.parallelism.spans_pods else (one, groups)
+    workload = _WORKLOADS[plan.parallelism.shape]
+    # The workload of another shape: the spec changed how many pods a replica takes.
+    retired = (
+        store.get(w.cached, namespace, w.name(instance)) for w in _WORKLOADS.values() if w is not workload
     )
     return Observed(
         now=now,
@@ -276,15 +280,15 @@ def observe(
         job_progress=progress,
         missing=tuple(missing),
         configmaps=configmaps,
-        deployment=store.get(workload, namespace, workload_name),
-        retired_workload=store.get(retired, namespace, retired_name),
+        deployment=store.get(workload.cached, namespace, workload.name(instance)),
+        retired_workload=next((found for found in retired if found is not None), None),
         serving_pods=serving_pods,
         stale_jobs=stale_jobs,
         stale_claims=stale_claims,
         network_policy=store.get(cached.NETWORK_POLICIES, namespace, names.serving(instance)),
         autoscaler=store.get(cached.AUTOSCALERS, namespace, names.serving(instance)),
         disruption_budget=store.get(cached.DISRUPTION_BUDGETS, namespace, names.serving(instance)),
-        canary=store.get(workload, namespace, names.canary(instance)),
+        canary=store.get(workload.cached, namespace, names.canary(instance)),
         nodes=listed,
     )
 
@@ -300,24 +304,34 @@ def revision_template(
     `leaderWorkerTemplate` its controller recorded in the ControllerRevision of that revision (listed by
     label): both pod templates, the group's size and its restart policy.
     """
-    if workload.kind == kinds.LEADER_WORKER_SET.kind:
-        kind = kinds.CONTROLLER_REVISION
-        selector = f"{labels.GROUP_SET}={workload.meta.name},{labels.GROUP_REVISION}={revision}"
-        # Its StatefulSets' revisions carry the same labels (their pods' template has them): the set's own
-        # is the one it owns.
-        recorded = [
-            found
-            for found in client.list(kind.api_version, kind.kind, namespace, label_selector=selector)
-            if any(
-                owner.get("kind") == kinds.LEADER_WORKER_SET.kind and owner.get("name") == workload.meta.name
-                for owner in (found.get("metadata") or {}).get("ownerReferences") or []
-            )
-        ]
-        if not recorded:
-            return None
-        group = dict(((recorded[0].get("data") or {}).get("spec") or {}).get("leaderWorkerTemplate") or {})
-        group.pop("$patch", None)  # the controller's strategic-merge directive, not part of the template
-        return group or None
+    return _BY_KIND[workload.kind].template(client, namespace, workload, revision)
+
+
+def _group_template(
+    client: KubeClient, namespace: str, workload: DeploymentFacts, revision: str
+) -> dict[str, Any] | None:
+    kind = kinds.CONTROLLER_REVISION
+    selector = f"{labels.GROUP_SET}={workload.meta.name},{labels.GROUP_REVISION}={revision}"
+    # Its StatefulSets' revisions carry the same labels (their pods' template has them): the set's own
+    # is the one it owns.
+    recorded = [
+        found
+        for found in client.list(kind.api_version, kind.kind, namespace, label_selector=selector)
+        if any(
+            owner.get("kind") == workload.kind and owner.get("name") == workload.meta.name
+            for owner in (found.get("metadata") or {}).get("ownerReferences") or []
+        )
+    ]
+    if not recorded:
+        return None
+    group = dict(((recorded[0].get("data") or {}).get("spec") or {}).get("leaderWorkerTemplate") or {})
+    group.pop("$patch", None)  # the controller's strategic-merge directive, not part of the template
+    return group or None
+
+
+def _replica_set_template(
+    client: KubeClient, namespace: str, workload: DeploymentFacts, revision: str
+) -> dict[str, Any] | None:
     kind = kinds.REPLICA_SET
     found = client.get(kind.api_version, kind.kind, namespace, f"{workload.meta.name}-{revision}")
     if found is None:
@@ -330,3 +344,29 @@ def revision_template(
         if key != labels.DEPLOYMENT_REVISION
     }
     return {**template, "metadata": metadata}
+
+
+@dataclass(frozen=True)
+class _Workload:
+    """One replica shape's serving workload, as the adapter finds it and reads its revisions back."""
+
+    # Its kind in the cache (optional: a kind the cluster may not serve).
+    cached: cached.CachedKind
+    # Its name, from the instance's.
+    name: Callable[[str], str]
+    # The access mode every claim a replica mounts needs (a group's pods mount them from several nodes).
+    claim_access: str | None
+    # What it ran at a revision (`revision_template`).
+    template: Callable[[KubeClient, str, DeploymentFacts, str], dict[str, Any] | None]
+
+
+# Each replica shape's serving workload.
+_WORKLOADS: Mapping[ReplicaShape, _Workload] = MappingProxyType(
+    {
+        ReplicaShape.ONE_POD: _Workload(cached.DEPLOYMENTS, names.serving, None, _replica_set_template),
+        ReplicaShape.GROUP: _Workload(
+            cached.LEADER_WORKER_SETS, names.group_set, "ReadWriteMany", _group_template
+        ),
+    }
+)
+_BY_KIND = MappingProxyType({workload.cached.kind: workload for workload in _WORKLOADS.values()})

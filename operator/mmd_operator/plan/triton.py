@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from engine_builder import versions
 from engine_builder.plan_format import BuildPlan
-from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeploymentSpec
+from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeploymentSpec, Parallelism
 from mmd_operator.knowledge import Runtime
 from mmd_operator.plan.build_plan import build_plan
 from mmd_operator.plan.cache_key import cache_key, cache_key_inputs
@@ -40,6 +40,11 @@ class TritonPlan:
     def spec(self) -> MultimodalDeploymentSpec:
         """The spec planned."""
         return self.settings.spec
+
+    @property
+    def parallelism(self) -> Parallelism:
+        """The world of one replica and its shape."""
+        return self.settings.parallelism
 
     @property
     def limits(self) -> DerivedLimits:

@@ -70,7 +70,7 @@ def test_every_manifest_parses_into_the_kubernetes_clients_model_and_back_unchan
     resource, plan = plan_example(path)
     built = manifests(resource, plan, config=CONFIG)
     scaled = ["HorizontalPodAutoscaler", "PodDisruptionBudget"] if resource.spec.serving.autoscaling else []
-    workload = "LeaderWorkerSet" if resource.spec.parallelism.spans_pods else "Deployment"
+    workload = "LeaderWorkerSet" if resource.spec.parallelism.pods_per_replica > 1 else "Deployment"
     assert [m["kind"] for m in built] == [
         "PersistentVolumeClaim",
         "Job",

@@ -9,6 +9,7 @@ spec they use; the rest is imported from its module. Each module imports only mo
 and of the rest only pydantic, `mmd_operator.knowledge` and `mmd_operator.scaling_metrics`. Pure, no I/O.
 
 - `cel`: `cel_rule` and `cel_list`, CEL rule entries whose messages name the values they compared;
+- `parallelism`: the world of one replica, its default GPUs per pod (in Python and CEL), its shape;
 - `schema`: the base model, the name and quantity patterns, the `Quantity` and `StringMap` field types;
 - `pods`: the Kubernetes shapes the spec borrows (references, tolerations, resources, `PodSettings`);
 - `serving`: `spec.serving` and its parts (queue, instances, LoRA cache, NetworkPolicy, autoscaling);
@@ -21,6 +22,8 @@ and of the rest only pydantic, `mmd_operator.knowledge` and `mmd_operator.scalin
 from mmd_operator.api.v1alpha1.cel import FORBIDDEN as FORBIDDEN
 from mmd_operator.api.v1alpha1.cel import REQUIRED as REQUIRED
 from mmd_operator.api.v1alpha1.cel import cel_rule as cel_rule
+from mmd_operator.api.v1alpha1.parallelism import Parallelism as Parallelism
+from mmd_operator.api.v1alpha1.parallelism import ReplicaShape as ReplicaShape
 from mmd_operator.api.v1alpha1.pods import GPU_RESOURCE as GPU_RESOURCE
 from mmd_operator.api.v1alpha1.pods import PodSettings as PodSettings
 from mmd_operator.api.v1alpha1.resource import API_VERSION as API_VERSION
@@ -43,7 +46,6 @@ from mmd_operator.api.v1alpha1.serving import NetworkPolicySpec as NetworkPolicy
 from mmd_operator.api.v1alpha1.serving import NetworkPort as NetworkPort
 from mmd_operator.api.v1alpha1.spec import ModelSource as ModelSource
 from mmd_operator.api.v1alpha1.spec import MultimodalDeploymentSpec as MultimodalDeploymentSpec
-from mmd_operator.api.v1alpha1.spec import Parallelism as Parallelism
 from mmd_operator.api.v1alpha1.spec import VolumeSource as VolumeSource
 from mmd_operator.api.v1alpha1.status import MAX_WARNINGS as MAX_WARNINGS
 from mmd_operator.api.v1alpha1.status import WARNING_MAX_LENGTH as WARNING_MAX_LENGTH
