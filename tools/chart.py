@@ -5,14 +5,16 @@
 - `templates/crd.yaml`, the generated CRD behind `crds.enabled`, with `helm.sh/resource-policy: keep`
   behind `crds.keep` (a CRD under `templates/`, unlike one under `crds/`, is upgraded by `helm upgrade`);
 - `templates/admission-warnings.yaml`, the ValidatingAdmissionPolicy of `api.warning_rules` and its
-  binding behind `admissionWarnings.enabled`, confined to `watchNamespaces` when they are set.
+  binding behind `admissionWarnings.enabled`, confined to `watchNamespaces` when they are set;
+- `templates/privilege-check.yaml`, the refusing policy of `tools.privilege_check` behind
+  `privilegeCheck.enabled`.
 
 The chart's templates turn each value into the operator's `MMD_*` variable (`config.OperatorConfig`).
 `configuration_doc` writes `docs/configuration.md` from the same sources: every operator setting with the
 chart value that sets it (read from the deployment template) and its command-line flag, then every other
 chart value. `make generate` writes these files; a test fails when they drift. Imports pydantic, PyYAML,
-the CRD generator and warning rules, the settings, the operator's command line and the pinned versions;
-`plain_manifests` runs helm.
+the CRD generator and warning rules, the privilege check, the settings, the operator's command line and
+the pinned versions; `plain_manifests` runs helm.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from mmd_operator.config import (
     MIN_LOST_NODE_SECONDS,
     OperatorConfig,
 )
+from tools import privilege_check
 
 CHART_DIR = "charts/mmd-operator"
 _DEFAULTS = OperatorConfig()
@@ -96,7 +99,7 @@ class ServiceAccount(_Values):
 
 
 class Rbac(_Values):
-    """Roles of the operator: exactly the verbs it uses, on the kinds it manages."""
+    """Roles of the operator: exactly the verbs it uses, on the kinds it manages (docs/operations.md)."""
 
     create: bool = True
     """Create the roles and their bindings (cluster-wide, or one Role per watched namespace)."""
@@ -105,6 +108,33 @@ class Rbac(_Values):
     of the nodes it may use. The cost: a ClusterRole and binding even with `watchNamespaces`, and the
     operator sees every node's name, labels, taints, capacity and status. Off: those messages give the
     spec's side of the sum only."""
+    user_roles: bool = True
+    """Add MultimodalDeployments to Kubernetes' own user roles by ClusterRole aggregation: whoever is
+    bound to `view` may get, list and watch them (their status and scale too), whoever is bound to `edit`
+    or `admin` may also create, update, patch and delete them and scale them. Off: grant them in roles
+    of your own."""
+    write_guard: bool = True
+    """Hold the operator's own ServiceAccount to what it manages, whatever its roles allow, with a
+    ValidatingAdmissionPolicy that refuses (admissionregistration.k8s.io/v1, Kubernetes 1.30 or later):
+    every create, update, patch and delete it sends must be of an object labelled
+    `app.kubernetes.io/managed-by: mmd-operator`, before and after; a pod status write may only set a
+    serving pod's Ready condition False; a Secret it creates must be a MultimodalDeployment's SSH Secret;
+    a Lease it writes must be its leader-election Lease. Events and the status of MultimodalDeployments
+    are not covered. Turn it off before Kubernetes 1.30."""
+
+
+class PrivilegeCheck(_Values):
+    """Refusal of a MultimodalDeployment whose pods would get what its author may not give a pod."""
+
+    enabled: bool = True
+    """Install a ValidatingAdmissionPolicy and its binding (validationActions Deny;
+    admissionregistration.k8s.io/v1, Kubernetes 1.30 or later) that refuses to create a
+    MultimodalDeployment, or to change one, when it sets or changes a field whose choice Kubernetes
+    leaves to whoever may create pods (the pods' ServiceAccount, image pull Secrets, labels and
+    annotations, the claims they mount, the token Secret they read, unless its author may read it) and
+    its author may not create pods in the namespace, or sets `serving.networkPolicy` and may not create
+    NetworkPolicies there. The message names the field, the rule, the user and the permission missing.
+    With `watchNamespaces` it covers those namespaces only. Turn it off before Kubernetes 1.30."""
 
 
 class EngineCache(_Values):
@@ -257,11 +287,14 @@ class Values(_Values):
     """Secrets for pulling the operator's image, as `- name: my-secret`."""
     watch_namespaces: list[str] = Field(default_factory=list)
     """Namespaces whose MultimodalDeployments the operator manages. Empty: every namespace, with
-    cluster-wide roles. Otherwise one Role per namespace and no cluster-wide permission at all."""
+    cluster-wide roles. Otherwise one Role per namespace; cluster-wide, only `list` on nodes
+    (`rbac.readNodes`) is left."""
     crds: Crds = Field(default_factory=Crds)
     """The CRD."""
     admission_warnings: AdmissionWarnings = Field(default_factory=AdmissionWarnings)
     """The admission policy that warns at `kubectl apply`."""
+    privilege_check: PrivilegeCheck = Field(default_factory=PrivilegeCheck)
+    """The admission policy that refuses what a MultimodalDeployment's author may not give a pod."""
     service_account: ServiceAccount = Field(default_factory=ServiceAccount)
     """The ServiceAccount."""
     rbac: Rbac = Field(default_factory=Rbac)
@@ -448,6 +481,7 @@ def admission_warnings_template() -> str:
 
 
 ADMISSION_WARNINGS_TEMPLATE = f"{CHART_DIR}/templates/admission-warnings.yaml"
+PRIVILEGE_CHECK_TEMPLATE = f"{CHART_DIR}/templates/privilege-check.yaml"
 
 
 def generated_files() -> dict[str, str]:
@@ -457,6 +491,7 @@ def generated_files() -> dict[str, str]:
         f"{CHART_DIR}/values.schema.json": json.dumps(values_schema(), indent=2) + "\n",
         f"{CHART_DIR}/templates/crd.yaml": crd_template(),
         ADMISSION_WARNINGS_TEMPLATE: admission_warnings_template(),
+        PRIVILEGE_CHECK_TEMPLATE: privilege_check.template(),
     }
 
 

@@ -5,8 +5,9 @@ that passed offline validation and the namespace it is meant for:
 
 - the namespace exists, and its Pod Security labels admit the pods: the operator's build and serving
   pods meet `restricted`, the strictest level, so any valid level admits them; the level found is reported;
-- the Hugging Face token Secret and its key exist, and every claim a `pvc` source names (the operator's
-  own check, `kube.observe.missing_references`); no Secret value reaches a finding;
+- the Hugging Face token Secret and its key exist (`kube.observe.token_secret_missing`: the operator reads
+  no Secret and learns it from the kubelet, in the same words), and every claim a `pvc` source names
+  (the operator's own check, `kube.observe.missing_references`); no Secret value reaches a finding;
 - the engine-cache claim exists, or the StorageClass it would be created with does: the one named, or
   the cluster's default when none is;
 - some node matches the build pod's and the serving pods' selector, required node affinity and
@@ -57,7 +58,7 @@ from mmd_operator.kube import object_facts
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.engine_index import EngineIndex
 from mmd_operator.kube.nodes import nodes_of, requested_by_node
-from mmd_operator.kube.observe import missing_references
+from mmd_operator.kube.observe import missing_references, token_secret_missing
 from mmd_operator.plan.resource_plan import AnyPlan
 from mmd_operator.vocabulary import kinds, names
 
@@ -198,7 +199,10 @@ def _references(checks: _Checks, resource: MultimodalDeployment) -> None:
     missing = checks.read(
         "spec.model.source",
         "the Secret or claims the spec names",
-        lambda: missing_references(checks.client, resource, checks.namespace),
+        lambda: (
+            token_secret_missing(checks.client, resource, checks.namespace)
+            + missing_references(checks.client, resource, checks.namespace)
+        ),
     )
     for reference in missing:
         checks.add(Severity.ERROR, reference.field, f"{reference.message}: {reference.fix}")

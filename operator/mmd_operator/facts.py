@@ -139,6 +139,9 @@ class PodFacts:
     unschedulable: str | None = None
     # A container waiting in CrashLoopBackOff (or failing to start), with what it last said.
     crash_loop: str | None = None
+    # Each waiting container's reason and the kubelet's message, while it waits (ContainerCreating;
+    # CreateContainerConfigError, `secret "hf" not found`), init containers first.
+    waiting: tuple[tuple[str, str], ...] = ()
     restarts: int = 0
     started: datetime | None = None
     # The termination message of a finished container, and its exit code.
@@ -275,6 +278,9 @@ class Observed:
     job_pods: tuple[PodFacts, ...] = ()
     # The last progress line the Job's running pod printed (read from its log while it runs).
     job_progress: DownloadProgress | BuildProgress | None = None
+    # A Job pod waits in ContainerCreating while the spec names a token Secret, and the kubelet has said
+    # nothing of it yet: its FailedMount events are read again at the next look.
+    job_pod_mounting: bool = False
     missing: tuple[MissingReference, ...] = ()
     # The resource's content ConfigMaps: its model repositories, or trtllm-serve's `--config`.
     configmaps: tuple[Meta, ...] = ()

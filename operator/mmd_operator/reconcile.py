@@ -387,7 +387,7 @@ class Reconciler:
     ) -> Outcome:
         """The phase, the writes, and when to look again without an event."""
         requeue = result.recheck_after
-        if observed.missing or judged.artifact.retry:
+        if observed.missing or judged.artifact.retry or observed.job_pod_mounting:
             requeue = min(requeue or self.config.retry_seconds, self.config.retry_seconds)
         if count.total:
             _log.debug(

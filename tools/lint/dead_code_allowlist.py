@@ -20,6 +20,8 @@ watch_namespaces
 crds
 service_account
 admission_warnings
+user_roles
+write_guard
 dashboards
 label_value
 pod_annotations

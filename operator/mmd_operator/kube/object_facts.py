@@ -93,6 +93,13 @@ def _container_trouble(statuses: list[Mapping[str, Any]]) -> str | None:
     return None
 
 
+def _waiting(statuses: list[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+    waiting = [(container.get("state") or {}).get("waiting") for container in statuses]
+    return tuple(
+        (str(state.get("reason") or ""), str(state.get("message") or "")) for state in waiting if state
+    )
+
+
 def _count(quantity: Any) -> int:
     """An extended resource's quantity (always a whole number); 0 when it is not one."""
     try:
@@ -207,6 +214,7 @@ def pod(obj: Mapping[str, Any]) -> PodFacts:
         unschedulable=unschedulable,
         # An init container (the repository's assembly) fails first, and the server never starts.
         crash_loop=_container_trouble([*(status.get("initContainerStatuses") or []), *containers]),
+        waiting=_waiting([*(status.get("initContainerStatuses") or []), *containers]),
         restarts=sum(int(c.get("restartCount", 0)) for c in containers),
         started=timestamp(status.get("startTime")),
         termination_message=terminated.get("message") if terminated else None,

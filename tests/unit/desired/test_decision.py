@@ -346,19 +346,19 @@ def test_a_job_that_reports_another_cache_key_is_a_failure_not_an_engine() -> No
     assert "reported cacheKey 00000000000000000000" in condition(status_of(decision), "EngineReady").message
 
 
-def test_a_missing_secret_creates_nothing_and_names_what_is_missing() -> None:
+def test_a_missing_source_claim_creates_nothing_and_names_what_is_missing() -> None:
     resource, plan = example("mllama")
     missing = MissingReference(
-        Missing.SECRET,
-        "spec.model.source.huggingface.tokenSecretRef",
-        "Secret hf-token not found in namespace ml",
+        Missing.SOURCE_CLAIM,
+        "spec.model.source.pvc.claimName",
+        "PersistentVolumeClaim weights not found in namespace ml",
     )
     decision = decide(resource, plan, claim=None, missing=(missing,))
     assert decision.apply == () and decision.join == ()
     status = status_of(decision)
     assert status.phase is Phase.FAILED
-    assert condition(status, "Ready").reason == "SecretNotFound"
-    assert "Secret hf-token not found" in condition(status, "Ready").message
+    assert condition(status, "Ready").reason == "SourceClaimNotFound"
+    assert "PersistentVolumeClaim weights not found" in condition(status, "Ready").message
 
 
 def test_each_user_of_a_shared_job_joins_it_and_leaves_the_one_it_no_longer_uses() -> None:
