@@ -200,21 +200,35 @@ POWERS: tuple[PodPower, ...] = (
 )
 
 
+# The pod settings that give nothing a namespace's own admission does not hold a pod to, whoever creates
+# it (ResourceQuota's scopes, LimitRange, the PodNodeSelector and PodTolerationRestriction plugins,
+# taints): not checked.
+NOT_CHECKED = ("priorityClassName", "nodeSelector", "affinity", "tolerations", "resources")
+
+
 def _has(variable: str, path: str) -> str:
     steps = path.split(".")
     return " && ".join(f"has({variable}.{'.'.join(steps[: i + 1])})" for i in range(len(steps)))
 
 
+def present(power: PodPower) -> str:
+    """CEL over `object`: the field is set (a list or map: not empty), to a value that gives something."""
+    found = _has("object", power.path)
+    if power.collection:
+        found += f" && size(object.{power.path}) > 0"
+    if power.unless:
+        found += f" && !({power.unless})"
+    return found
+
+
+def kept(power: PodPower) -> str:
+    """CEL over `object` and a stored `oldObject`: the stored resource had the field with the same value."""
+    return f"{_has('oldObject', power.path)} && oldObject.{power.path} == object.{power.path}"
+
+
 def gained(power: PodPower) -> str:
     """CEL over `object` and `oldObject`: true when the request sets the field, or changes it."""
-    present = _has("object", power.path)
-    if power.collection:
-        present += f" && size(object.{power.path}) > 0"
-    if power.unless:
-        present += f" && !({power.unless})"
-    same = f"oldObject.{power.path} == object.{power.path}"
-    kept = f"oldObject != null && {_has('oldObject', power.path)} && {same}"
-    return f"{present} && !({kept})"
+    return f"{present(power)} && !(oldObject != null && {kept(power)})"
 
 
 def _literal(text: str) -> str:

@@ -206,11 +206,27 @@ def test_a_missing_token_secret_or_key_is_what_the_kubelet_says_of_the_build_pod
         f"secret generic huggingface -n {namespace} --from-literal=token=<your Hugging Face token>."
     )
     assert resources.get("mllama")["status"]["phase"] == "Failed"
+    # The Job waits with its pod; nothing serves yet.
+    assert [j.metadata.name for j in kube.batch.list_namespaced_job(namespace).items] == [
+        pod["metadata"]["labels"]["batch.kubernetes.io/job-name"]
+    ]
+    assert kube.apps.list_namespaced_deployment(namespace).items == []
     kubelet_says(kubelet.env_key_not_found("token", namespace, "huggingface"))
     ready = _ready_condition(resources, "mllama", "SecretKeyNotFound")
     assert ready["message"].startswith(f"{FIELD}: Secret huggingface has no key token; pod ")
     _release(kube, namespace, pod)
     resources.wait_phase("mllama", "Ready")
+    job = kube.batch.list_namespaced_job(namespace).items[0]
+    env = job.spec.template.spec.containers[0].env
+    assert [(e.name, e.value_from.secret_key_ref.name, e.value_from.secret_key_ref.key) for e in env] == [
+        ("HF_TOKEN", "huggingface", "token")
+    ]
+    # What an admin tailing the log sees: one WARNING per failure reason, one INFO when it recovered.
+    lines = [line for line in operator.log.read_text().splitlines() if f"{namespace}/mllama " in line]
+    warnings = [line for line in lines if " WARNING " in line]
+    assert [line.split(": ")[2] for line in warnings] == ["SecretNotFound", "SecretKeyNotFound"], lines
+    assert f"{namespace}/mllama is Failed: SecretNotFound: {FIELD}: Secret huggingface" in warnings[0]
+    assert [line for line in lines if " INFO " in line and "recovered" in line], lines
 
 
 def test_a_missing_token_secret_or_key_is_what_the_kubelet_says_of_the_download_pods_volume(
