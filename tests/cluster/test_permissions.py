@@ -197,10 +197,8 @@ def test_the_operators_permissions_are_the_table_in_operations_md(
     _install(tools, release, release_namespace, *values)
     try:
         live = live_table(tools, who, workload=namespace, lease_namespace=release_namespace)
-        print(
-            f"\n== {mode}: docs/operations.md\n{printed(documented)}\n== {mode}: kubectl auth can-i --list\n"
-        )
-        print(printed(live))
+        print(f"\n== {mode}: docs/operations.md\n{printed(documented)}")
+        print(f"== {mode}: kubectl auth can-i --list\n{printed(live)}")
         assert live == documented, (
             f"granted, not in the table: {sorted(live - documented)}; "
             f"in the table, not granted: {sorted(documented - live)}"
