@@ -152,6 +152,7 @@ class Reconciler:
         self.settling.forget(key)
         self.phases.publish(key, None)
         self.series.publish(key, None)
+        self.writer.forget(namespace, name)
 
     def forget_all_but(self, live: Iterable[Key]) -> None:
         """Forget every resource not in `live` (the resources the cache holds).

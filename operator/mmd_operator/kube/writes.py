@@ -202,6 +202,12 @@ class Writer:
             count.applied.append(f"Secret/{name}")
         self._secrets_made.add(made)
 
+    def forget(self, namespace: str, instance: str) -> None:
+        """`instance` was deleted: forget the Secrets made for it (a new resource's are asked for anew)."""
+        secret = names.ssh_secret(instance)
+        for made in [made for made in self._secrets_made if made[:2] == (namespace, secret)]:
+            self._secrets_made.discard(made)
+
     def join(self, namespace: str, key: ObjectKey, owner: OwnerRef, count: WriteCount) -> None:
         """Add `owner` to the owners of a shared child.
 
