@@ -75,12 +75,15 @@ def the_operators_writes(cluster: InMemoryCluster, since: int = 0) -> list[Reque
 
 
 def applied(writes: list[Request]) -> dict[tuple[str, str], str | None]:
-    """The digests of the manifests the operator applied (not its status nor the hand-over), by kind, name."""
+    """The digests of what the operator applied or created (not its status nor the hand-over), by kind, name.
+
+    A create (POST) is a group's SSH Secret, made once and never applied again.
+    """
     return {
         (request.body["kind"], request.body["metadata"]["name"]): hashing.applied_hash(request.body)
         for request in writes
-        if request.content_type == APPLY
-        and request.query["fieldManager"] == CONFIG.field_manager
+        if (request.content_type == APPLY or request.method == "POST")
+        and request.query.get("fieldManager") == CONFIG.field_manager
         and not request.path.endswith("/status")
     }
 
@@ -140,7 +143,7 @@ def test_every_example_writes_what_mmctl_render_shows_and_then_nothing(
     others = {
         (r.method, r.path.rsplit("/", 1)[-1])
         for r in written
-        if r.content_type != APPLY or "/status" in r.path
+        if (r.content_type != APPLY and r.method != "POST") or "/status" in r.path
     }
     index = f"{CONFIG.engine_cache_claim}-index"
     assert others <= {("PATCH", "status"), ("PATCH", index), ("POST", "configmaps")}

@@ -26,6 +26,7 @@ from mmd_operator.api.v1alpha1.parallelism import Parallelism as Parallelism
 from mmd_operator.api.v1alpha1.parallelism import ReplicaShape as ReplicaShape
 from mmd_operator.api.v1alpha1.pods import GPU_RESOURCE as GPU_RESOURCE
 from mmd_operator.api.v1alpha1.pods import PodSettings as PodSettings
+from mmd_operator.api.v1alpha1.pods import SecretKeyRef as SecretKeyRef
 from mmd_operator.api.v1alpha1.resource import API_VERSION as API_VERSION
 from mmd_operator.api.v1alpha1.resource import GROUP as GROUP
 from mmd_operator.api.v1alpha1.resource import KIND as KIND
