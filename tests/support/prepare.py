@@ -27,22 +27,28 @@ TIERS = ("cluster", "pods")
 
 
 def prepare(tiers: Sequence[str]) -> int:
-    """Build what `tiers` need; returns the exit code."""
+    """Build what `tiers` need; returns the exit code.
+
+    For the pods tier the images are built beside the Go binaries (`images.build_beside`): they mostly
+    wait on the network and the disk while the Go builds keep the cores busy.
+    """
     layout = Layout.discover()
+    pending_images = None
+    if "pods" in tiers:
+        problems = realnodes.preflight()
+        if problems:
+            print("the real-pod tier cannot run here: " + "; ".join(problems), file=sys.stderr)
+            return 1
+        pending_images = images.build_beside(layout, print)
     ensure_binaries(layout, say=print)
     ensure_gitops_check(layout, say=print)
     # promtool for tests/observability, and the metrics path the real-pod tier starts.
     ensure_metrics_binaries(layout, say=print)
-    if "pods" not in tiers:
-        return 0
-    problems = realnodes.preflight()
-    if problems:
-        print("the real-pod tier cannot run here: " + "; ".join(problems), file=sys.stderr)
-        return 1
-    ensure_node_binaries(layout, say=print)
-    # The LeaderWorkerSet controller the real-pod tier starts (tests/pods/test_leaderworkerset_controller.py).
-    ensure_lws_binaries(layout, say=print)
-    images.build_local(layout, print)
+    if pending_images is not None:
+        ensure_node_binaries(layout, say=print)
+        # The LeaderWorkerSet controller of the pods tier (tests/pods/test_leaderworkerset_controller.py).
+        ensure_lws_binaries(layout, say=print)
+        pending_images.result()
     return 0
 
 

@@ -159,8 +159,10 @@ def real_demo(keep_cluster: bool) -> int:
     )
     say("  and huggingface.co (a double of its API in a pod, serving small synthetic snapshots)")
 
-    step("Local cluster with two real nodes (the first run builds it from the Go module proxy, ~20 minutes)")
+    step("Local cluster with two real nodes (built from the Go module proxy on the first run, images beside)")
     layout = Layout.discover()
+    # Built beside the cluster's Go binaries: the images wait on the network, the Go builds on the cores.
+    pending_images = images.build_beside(layout, say)
     cluster = LocalCluster(default_state_dir(ROOT), layout, say=say)
     was_running = cluster.load_state() is not None
     state = cluster.up(
@@ -169,7 +171,7 @@ def real_demo(keep_cluster: bool) -> int:
     bin_dir = Path(state.binaries) / "bin"
 
     step("Images from the project's Dockerfile (buildah, Debian bases by mmdebstrap), loaded into both nodes")
-    built = images.build_local(layout, say)
+    built = pending_images.result()
     started = time.monotonic()
     cluster.load_images([image.archive for image in built.values()])
     say(f"  imported into both nodes' containerd in {time.monotonic() - started:.0f} s")
