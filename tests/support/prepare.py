@@ -15,13 +15,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from mmd_testbed.localcluster import images, realnodes
-from mmd_testbed.localcluster.binaries import ensure_binaries
-from mmd_testbed.localcluster.gitops_check import ensure_gitops_check
+from mmd_testbed.localcluster import builds, realnodes
 from mmd_testbed.localcluster.layout import Layout
-from mmd_testbed.localcluster.lwsbinaries import ensure_lws_binaries
-from mmd_testbed.localcluster.metricsbinaries import ensure_metrics_binaries
-from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
 
 TIERS = ("cluster", "pods")
 
@@ -29,26 +24,18 @@ TIERS = ("cluster", "pods")
 def prepare(tiers: Sequence[str]) -> int:
     """Build what `tiers` need; returns the exit code.
 
-    For the pods tier the images are built beside the Go binaries (`images.build_beside`): they mostly
-    wait on the network and the disk while the Go builds keep the cores busy.
+    The cluster tier needs the control plane, the GitOps checker and promtool (the metrics cache); the pods
+    tier also the nodes' components, LeaderWorkerSet and the images. `builds.ensure_all` builds two Go
+    caches at a time and the images beside them.
     """
-    layout = Layout.discover()
-    pending_images = None
+    caches = ["control plane", "GitOps checker", "metrics"]
     if "pods" in tiers:
         problems = realnodes.preflight()
         if problems:
             print("the real-pod tier cannot run here: " + "; ".join(problems), file=sys.stderr)
             return 1
-        pending_images = images.build_beside(layout, print)
-    ensure_binaries(layout, say=print)
-    ensure_gitops_check(layout, say=print)
-    # promtool for tests/observability, and the metrics path the real-pod tier starts.
-    ensure_metrics_binaries(layout, say=print)
-    if pending_images is not None:
-        ensure_node_binaries(layout, say=print)
-        # The LeaderWorkerSet controller of the pods tier (tests/pods/test_leaderworkerset_controller.py).
-        ensure_lws_binaries(layout, say=print)
-        pending_images.result()
+        caches += ["nodes", "LeaderWorkerSet"]
+    builds.ensure_all(Layout.discover(), print, caches, with_images="pods" in tiers)
     return 0
 
 

@@ -38,7 +38,7 @@ from mmd_testbed.demo.common import (
     say,
     step,
 )
-from mmd_testbed.localcluster import hub, images
+from mmd_testbed.localcluster import builds, hub
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.image_build import chart_values
 from mmd_testbed.localcluster.layout import Layout, default_state_dir
@@ -161,8 +161,8 @@ def real_demo(keep_cluster: bool) -> int:
 
     step("Local cluster with two real nodes (built from the Go module proxy on the first run, images beside)")
     layout = Layout.discover()
-    # Built beside the cluster's Go binaries: the images wait on the network, the Go builds on the cores.
-    pending_images = images.build_beside(layout, say)
+    # Two Go caches at a time, the images beside them (`builds`): a first run is mostly these builds.
+    built = builds.ensure_all(layout, say, ["control plane", "nodes", "LeaderWorkerSet"], with_images=True)
     cluster = LocalCluster(default_state_dir(ROOT), layout, say=say)
     was_running = cluster.load_state() is not None
     state = cluster.up(
@@ -171,7 +171,6 @@ def real_demo(keep_cluster: bool) -> int:
     bin_dir = Path(state.binaries) / "bin"
 
     step("Images from the project's Dockerfile (buildah, Debian bases by mmdebstrap), loaded into both nodes")
-    built = pending_images.result()
     started = time.monotonic()
     cluster.load_images([image.archive for image in built.values()])
     say(f"  imported into both nodes' containerd in {time.monotonic() - started:.0f} s")

@@ -28,7 +28,8 @@ Real nodes and what runs on them:
 - `hub`: the Hugging Face Hub's double in a pod;
 - `metricsbinaries`, `monitoring`: Prometheus and prometheus-adapter, built and run as pods;
 - `lwsbinaries`, `leaderworkerset`: the LeaderWorkerSet controller, built and run as a pod;
-- `gitops_check`: the GitOps health checker (kstatus and an Argo CD Lua check) of `testbed/go/gitops`.
+- `gitops_check`: the GitOps health checker (kstatus and an Argo CD Lua check) of `testbed/go/gitops`;
+- `builds`: what a command needs built, two Go caches at a time and the images beside them.
 
 Imports the standard library, PyYAML, cryptography and the kubernetes client; the operator imports
 nothing of it.
