@@ -146,11 +146,12 @@ RUN git clone https://github.com/Efficient-Large-Model/VILA.git /opt/VILA \
 ARG XCOMPOSER2_FORK_COMMIT=3d5cd357f458e242a34fae9df565bbcdcd6b5ba9
 ADD https://raw.githubusercontent.com/Njuapp/TensorRT-LLM/${XCOMPOSER2_FORK_COMMIT}/examples/multimodal/build_visual_engine.py \
     /opt/internlm-xcomposer2/build_visual_engine.py
-# Our wheel from the wheelhouse; the gpu extra's packages (huggingface_hub, openai-whisper) from the index
-# where the base image lacks them (tensorrt_llm and torch are the base image's own). No kopf, no kubernetes
+# Our wheel from the wheelhouse, named by its file: the index is asked only for the gpu extra's packages
+# (huggingface_hub, openai-whisper) where the base image lacks them (tensorrt_llm and torch are the base
+# image's own), never for our name, which this project has not registered there. No kopf, no kubernetes
 # client: the builder imports nothing of the operator.
 RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
-    pip install --no-cache-dir --find-links /wheelhouse "mmd-engine-builder[gpu]"
+    pip install --no-cache-dir --find-links /wheelhouse "$(ls /wheelhouse/mmd_engine_builder-*.whl)[gpu]"
 ENV HOME=/tmp
 USER 1000:1000
 ENTRYPOINT ["python3", "-m", "engine_builder"]

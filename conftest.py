@@ -25,6 +25,9 @@ import pytest
 
 from tests.support.leftovers import unmount_dead_sessions
 
+# `--record-times PATH`: per-tier and per-test times for docs/development/times.md (make test).
+pytest_plugins = ("tests.support.timing",)
+
 # The tiers that run only when asked, by the option that asks, and their folders.
 GATED_TIERS = {
     "--with-triton": ("tests/triton",),

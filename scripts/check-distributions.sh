@@ -3,13 +3,17 @@
 #
 #   .venv-dist-operator  mmd-engine-builder + mmd-operator (what the operator image installs), then mmctl
 #                        without extras (a user's base install);
-#   .venv-dist-builder   mmd-engine-builder[download] (the builder image's, less its GPU packages).
+#   .venv-dist-builder   mmd-engine-builder[download] (the builder image's, less its GPU packages);
+#   a fresh venv         the README's `pip install` lines exactly as written, run from the repository root
+#                        with impostors of our three names on a find-links index beside PyPI: none of
+#                        them may be installed (this project registers no name on an index).
 #
 # Checks: the wheels hold only their own packages (no test-bed file in the operator's); the operator plans
 # every example without mmctl's or the test bed's libraries; mmctl's base install runs `validate` and
 # `render` and names the extra a command needs when it is missing; the builder's closure has no kopf, no
-# kubernetes client and none of the operator, and its program starts. Each venv is reused while the
-# pyproject files are unchanged.
+# kubernetes client and none of the operator, and its program starts; the README's install lines give a
+# `mmctl` whose `--version` and `validate` run. Each .venv-dist-* is reused while the pyproject files are
+# unchanged; the README's venv is made anew every time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -83,7 +87,8 @@ for command in "infer triton" "eval-asr asr" "chat chat"; do
     if "$VENV/bin/mmctl" "$1" --help > "$WHEELS/out" 2>&1; then
         echo "mmctl $1 ran without its extra" >&2; exit 1
     fi
-    grep -q "mmctl $1 needs the $2 extra (missing .*): pip install 'mmctl\[$2\]'" "$WHEELS/out" || {
+    grep -qF "mmctl $1 needs the $2 extra (missing " "$WHEELS/out" \
+        && grep -qF "from the root of a checkout: pip install ./engine_builder ./operator './cli[$2]'" "$WHEELS/out" || {
         cat "$WHEELS/out" >&2; exit 1; }
 done
 echo "    mmctl validate and render ran; infer, eval-asr and chat named their extras"
@@ -113,3 +118,48 @@ print(f"    imported its {len(modules)} modules without the operator")
 PY
 "$VENV/bin/python" -m engine_builder --help > /dev/null
 echo "    python -m engine_builder starts"
+
+echo "==> the README's install lines, as written, in a fresh venv from the repository root"
+mapfile -t INSTALL < <(grep -E '^pip install ' README.md)
+if [ "${#INSTALL[@]}" -eq 0 ]; then echo "README.md has no line starting with 'pip install '" >&2; exit 1; fi
+# Impostors of our names, at our version and above, on a find-links index pip reads beside PyPI: the
+# README's lines name the checkout's paths, so pip must take none of them.
+"$PYTHON" - "$WHEELS/impostors" <<'PY'
+import sys
+import zipfile
+from pathlib import Path
+
+target = Path(sys.argv[1])
+target.mkdir()
+for name in ("mmctl", "mmd_operator", "mmd_engine_builder"):
+    for version in ("0.1.0", "99.0"):
+        info = f"{name}-{version}.dist-info"
+        files = {
+            "impostor_was_installed.py": "",
+            f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n",
+            f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: impostor\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        }
+        files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"])
+        with zipfile.ZipFile(target / f"{name}-{version}-py3-none-any.whl", "w") as wheel:
+            for path, text in files.items():
+                wheel.writestr(path, text)
+PY
+README_VENV="$WHEELS/readme-venv"
+"$PYTHON" -m venv "$README_VENV"
+for line in "${INSTALL[@]}"; do
+    echo "    \$ $line"
+    PATH="$README_VENV/bin:$PATH" VIRTUAL_ENV="$README_VENV" PIP_FIND_LINKS="$WHEELS/impostors" \
+        PIP_QUIET=1 PIP_DISABLE_PIP_VERSION_CHECK=1 bash -euo pipefail -c "$line"
+done
+if [ -n "$(find "$README_VENV" -name impostor_was_installed.py)" ]; then
+    echo "an impostor of one of our names was installed by the README's lines" >&2; exit 1
+fi
+echo "    \$ mmctl --version: $("$README_VENV/bin/mmctl" --version)"
+"$README_VENV/bin/mmctl" validate -f examples/llava.yaml > /dev/null
+echo "    mmctl validate -f examples/llava.yaml: exit 0"
+for extra in $(printf '%s\n' "${INSTALL[@]}" | grep -oE "cli\[[a-z,]+\]" | sed -E 's/^cli\[|\]$//g' | tr , ' '); do
+    [ "$extra" = all ] && continue
+    command=$extra; [ "$extra" = triton ] && command=infer; [ "$extra" = asr ] && command=eval-asr
+    "$README_VENV/bin/mmctl" "$command" --help > /dev/null
+    echo "    mmctl $command --help (the $extra extra): exit 0"
+done

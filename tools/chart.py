@@ -5,24 +5,21 @@
 - `templates/crd.yaml`, the generated CRD behind `crds.enabled`, with `helm.sh/resource-policy: keep`
   behind `crds.keep` (a CRD under `templates/`, unlike one under `crds/`, is upgraded by `helm upgrade`);
 - `templates/admission-warnings.yaml`, the ValidatingAdmissionPolicy of `api.warning_rules` and its
-  binding behind `admissionWarnings.enabled`, confined to `watchNamespaces` when they are set.
+  binding behind `admissionWarnings.enabled`, confined to `watchNamespaces` when they are set;
+- `templates/privilege-check.yaml`, the refusing policy of `tools.privilege_check` behind
+  `privilegeCheck.enabled`.
 
-The chart's templates turn each value into the operator's `MMD_*` variable (`config.OperatorConfig`).
-`configuration_doc` writes `docs/configuration.md` from the same sources: every operator setting with the
-chart value that sets it (read from the deployment template) and its command-line flag, then every other
-chart value. `make generate` writes these files; a test fails when they drift. Imports pydantic, PyYAML,
-the CRD generator and warning rules, the settings, the operator's command line and the pinned versions;
-`plain_manifests` runs helm.
+The chart's templates turn each value into the operator's `MMD_*` variable (`config.OperatorConfig`);
+`tools.configuration_doc` documents both. `make generate` writes these files; a test fails when they drift.
+Imports pydantic, PyYAML, the CRD generator and warning rules, the privilege check, the settings and the
+pinned versions; `plain_manifests` runs helm.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import re
 import subprocess
 import textwrap
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,9 +28,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from engine_builder import versions
-from mmd_operator import main as operator_main
 from mmd_operator.api import crdgen, warning_rules
-from mmd_operator.config import DEFAULT_CLAIM, OperatorConfig
+from mmd_operator.config import (
+    CLAIM_SIZE_PATTERN,
+    DEFAULT_CLAIM,
+    ENDPOINT_PATTERN,
+    MIN_LOST_NODE_SECONDS,
+    OperatorConfig,
+)
+from tools import privilege_check
 
 CHART_DIR = "charts/mmd-operator"
 _DEFAULTS = OperatorConfig()
@@ -49,7 +52,7 @@ class _Values(BaseModel):
 class Image(_Values):
     """The operator's container image."""
 
-    repository: str = "ghcr.io/mmd-operator/operator"
+    repository: str = Field("ghcr.io/mmd-operator/operator", min_length=1)
     """Repository of the operator's image."""
     tag: str = ""
     """Tag of the operator's image; empty means the chart's appVersion."""
@@ -90,7 +93,7 @@ class ServiceAccount(_Values):
 
 
 class Rbac(_Values):
-    """Roles of the operator: exactly the verbs it uses, on the kinds it manages."""
+    """Roles of the operator: exactly the verbs it uses, on the kinds it manages (docs/operations.md)."""
 
     create: bool = True
     """Create the roles and their bindings (cluster-wide, or one Role per watched namespace)."""
@@ -99,6 +102,33 @@ class Rbac(_Values):
     of the nodes it may use. The cost: a ClusterRole and binding even with `watchNamespaces`, and the
     operator sees every node's name, labels, taints, capacity and status. Off: those messages give the
     spec's side of the sum only."""
+    user_roles: bool = True
+    """Add MultimodalDeployments to Kubernetes' own user roles by ClusterRole aggregation: whoever is
+    bound to `view` may get, list and watch them (their status and scale too), whoever is bound to `edit`
+    or `admin` may also create, update, patch and delete them and scale them. Off: grant them in roles
+    of your own."""
+    write_guard: bool = True
+    """Hold the operator's own ServiceAccount to what it manages, whatever its roles allow, with a
+    ValidatingAdmissionPolicy that refuses (admissionregistration.k8s.io/v1, Kubernetes 1.30 or later):
+    every create, update, patch and delete it sends must be of an object labelled
+    `app.kubernetes.io/managed-by: mmd-operator`, before and after; a pod status write may only set a
+    serving pod's Ready condition False; a Secret it creates must be a MultimodalDeployment's SSH Secret;
+    a Lease it writes must be its leader-election Lease. Events and the status of MultimodalDeployments
+    are not covered. Turn it off before Kubernetes 1.30."""
+
+
+class PrivilegeCheck(_Values):
+    """Refusal of a MultimodalDeployment whose pods would get what its author may not give a pod."""
+
+    enabled: bool = True
+    """Install a ValidatingAdmissionPolicy and its binding (validationActions Deny;
+    admissionregistration.k8s.io/v1, Kubernetes 1.30 or later) that refuses to create a
+    MultimodalDeployment, or to change one, when it sets or changes a field whose choice Kubernetes
+    leaves to whoever may create pods (the pods' ServiceAccount, image pull Secrets, labels and
+    annotations, the claims they mount, the token Secret they read, unless its author may read it) and
+    its author may not create pods in the namespace, or sets `serving.networkPolicy` and may not create
+    NetworkPolicies there. The message names the field, the rule, the user and the permission missing.
+    With `watchNamespaces` it covers those namespaces only. Turn it off before Kubernetes 1.30."""
 
 
 class EngineCache(_Values):
@@ -106,8 +136,9 @@ class EngineCache(_Values):
 
     claim_name: str = DEFAULT_CLAIM
     """Name of the engine-cache claim the operator creates in a resource's namespace."""
-    size: str = _DEFAULTS.engine_cache_size
-    """Size of an engine-cache claim the operator creates."""
+    size: str = Field(_DEFAULTS.engine_cache_size, pattern=CLAIM_SIZE_PATTERN)
+    """Size of an engine-cache claim the operator creates: a Kubernetes quantity such as 200Gi (Ki, Mi, Gi,
+    Ti, Pi, Ei or k, M, G, T, P, E; not GB)."""
     storage_class_name: str = ""
     """StorageClass of an engine-cache claim the operator creates; empty means the cluster's default."""
     access_mode: Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"] = "ReadWriteMany"
@@ -118,11 +149,11 @@ class EngineCache(_Values):
 class Images(_Values):
     """Images of the pods the operator creates, where a resource names none (e.g. a registry mirror)."""
 
-    engine_builder: str = versions.BUILDER_IMAGE
+    engine_builder: str = Field(versions.BUILDER_IMAGE, min_length=1)
     """The build Jobs' image. It is a build input: another image means another engine."""
-    serving: str = versions.SERVING_IMAGE
+    serving: str = Field(versions.SERVING_IMAGE, min_length=1)
     """The tritonserver image of the serving pods."""
-    trtllm_serve: str = versions.TRTLLM_SERVE_IMAGE
+    trtllm_serve: str = Field(versions.TRTLLM_SERVE_IMAGE, min_length=1)
     """The trtllm-serve image of the serving pods of runtime trtllm-serve (TensorRT-LLM 1.2.1)."""
 
 
@@ -250,11 +281,14 @@ class Values(_Values):
     """Secrets for pulling the operator's image, as `- name: my-secret`."""
     watch_namespaces: list[str] = Field(default_factory=list)
     """Namespaces whose MultimodalDeployments the operator manages. Empty: every namespace, with
-    cluster-wide roles. Otherwise one Role per namespace and no cluster-wide permission at all."""
+    cluster-wide roles. Otherwise one Role per namespace; cluster-wide, only `list` on nodes
+    (`rbac.readNodes`) is left."""
     crds: Crds = Field(default_factory=Crds)
     """The CRD."""
     admission_warnings: AdmissionWarnings = Field(default_factory=AdmissionWarnings)
     """The admission policy that warns at `kubectl apply`."""
+    privilege_check: PrivilegeCheck = Field(default_factory=PrivilegeCheck)
+    """The admission policy that refuses what a MultimodalDeployment's author may not give a pod."""
     service_account: ServiceAccount = Field(default_factory=ServiceAccount)
     """The ServiceAccount."""
     rbac: Rbac = Field(default_factory=Rbac)
@@ -270,18 +304,24 @@ class Values(_Values):
     """Engine cache defaults."""
     images: Images = Field(default_factory=Images)
     """Default images of build and serving pods."""
-    hf_endpoint: str = _DEFAULTS.hf_endpoint
+    hf_endpoint: str = Field(_DEFAULTS.hf_endpoint, pattern=ENDPOINT_PATTERN)
     """The Hugging Face Hub the trtllm-serve runtime's weights download Jobs talk to (their
-    `HF_ENDPOINT`): a mirror, or the local cluster's Hub double. Empty: the public Hub."""
-    prometheus_url: str = _DEFAULTS.prometheus_url
-    """The Prometheus a Canary rollout's analysis asks for the serving pods' request figures
-    (http://prometheus-operated.monitoring:9090, say). Empty: a canary is judged on readiness alone."""
-    lost_node_seconds: int = Field(int(_DEFAULTS.lost_node_seconds), ge=0)
-    """Mark a node's serving pods not ready once its kubelet has not renewed its Lease for this long (at
-    least 15; a kubelet renews every 10 s), so that their Service stops sending requests to a dead node
-    long before the node controller marks them (`--node-monitor-grace-period`, 40 to 50 s by default).
-    The cost: a Role that lists the Leases in `kube-node-lease`, and `patch` on pods/status. 0 turns
-    it off."""
+    `HF_ENDPOINT`), an http:// or https:// URL: a mirror, or the local cluster's Hub double. Empty: the
+    public Hub."""
+    prometheus_url: str = Field(_DEFAULTS.prometheus_url, pattern=ENDPOINT_PATTERN)
+    """The Prometheus a Canary rollout's analysis asks for the serving pods' request figures, an http://
+    or https:// URL (http://prometheus-operated.monitoring:9090, say). Empty: a canary is judged on
+    readiness alone."""
+    lost_node_seconds: int = Field(
+        int(_DEFAULTS.lost_node_seconds),
+        ge=0,
+        json_schema_extra={"anyOf": [{"const": 0}, {"minimum": MIN_LOST_NODE_SECONDS}]},
+    )
+    """Mark a node's serving pods not ready once its kubelet has not renewed its Lease for this long (0,
+    or at least 15: a kubelet renews every 10 s), so that their Service stops sending requests to a dead
+    node long before the node controller marks them (`--node-monitor-grace-period`, 40 to 50 s by
+    default). The cost: a Role that lists the Leases in `kube-node-lease`, and `patch` on pods/status.
+    0 turns it off."""
     logging: Logging = Field(default_factory=Logging)
     """Logging."""
     metrics: Metrics = Field(default_factory=Metrics)
@@ -325,10 +365,19 @@ def _inline(node: Any, defs: dict[str, Any]) -> Any:
     return {key: _inline(value, defs) for key, value in node.items() if key not in ("title", "$defs")}
 
 
+# Values an umbrella chart shares with all its subcharts (Helm's own convention): this chart reads none
+# of them, but as a subchart it is given them, so its schema must let them pass.
+GLOBAL_VALUES = {
+    "type": "object",
+    "description": "Values an umbrella chart shares with its subcharts; this chart reads none of them.",
+}
+
+
 def values_schema() -> dict[str, Any]:
     """The JSON schema helm checks values against (draft 7)."""
     raw = Values.model_json_schema(by_alias=True)
     schema: dict[str, Any] = _inline(raw, raw.get("$defs", {}))
+    schema["properties"]["global"] = GLOBAL_VALUES
     return {"$schema": "http://json-schema.org/draft-07/schema#", **schema}
 
 
@@ -426,6 +475,7 @@ def admission_warnings_template() -> str:
 
 
 ADMISSION_WARNINGS_TEMPLATE = f"{CHART_DIR}/templates/admission-warnings.yaml"
+PRIVILEGE_CHECK_TEMPLATE = f"{CHART_DIR}/templates/privilege-check.yaml"
 
 
 def generated_files() -> dict[str, str]:
@@ -435,178 +485,8 @@ def generated_files() -> dict[str, str]:
         f"{CHART_DIR}/values.schema.json": json.dumps(values_schema(), indent=2) + "\n",
         f"{CHART_DIR}/templates/crd.yaml": crd_template(),
         ADMISSION_WARNINGS_TEMPLATE: admission_warnings_template(),
+        PRIVILEGE_CHECK_TEMPLATE: privilege_check.template(),
     }
-
-
-CONFIGURATION_DOC = "docs/configuration.md"
-DEPLOYMENT_TEMPLATE = f"{CHART_DIR}/templates/deployment.yaml"
-
-# What the settings the chart leaves at their defaults are for; the others say it in their chart value.
-_UNCHARTED_SETTINGS = {
-    "field_manager": "Server-side apply field manager, and the user agent of every request the operator "
-    "makes.",
-    "model_code_path": "Where the serving image keeps the Triton Python model code (a tensorrtllm_backend "
-    "`all_models` tree), which the serving pods' init container copies into the model repository.",
-    "pod_name": "The operator's pod, the stem of its identity in the leader election (a random suffix "
-    "follows, so a restarted container is a new candidate), which is also in the user agent of the "
-    "operator's own requests, so the audit log tells the replicas apart. Empty: the host name.",
-}
-# Command-line options not named like the setting they change (`main.config_from`).
-_OPTION_SETTINGS = {"namespace": "namespaces"}
-_TEMPLATE_ENV = re.compile(r"- name: (MMD_[A-Z_]+)\s+value: \{\{[^}]*?\.Values\.([A-Za-z0-9_.]+)")
-_POD_FIELD_ENV = re.compile(r"- name: (MMD_[A-Z_]+)\s+valueFrom:\s+fieldRef:\s+fieldPath: ([A-Za-z.]+)")
-
-
-def pod_field_settings(deployment_template: str) -> dict[str, str]:
-    """The operator settings the deployment template sets from the pod's own fields (the downward API)."""
-    return {
-        variable.removeprefix("MMD_").lower(): field
-        for variable, field in _POD_FIELD_ENV.findall(deployment_template)
-    }
-
-
-def chart_settings(deployment_template: str) -> dict[str, str]:
-    """The chart value behind each operator setting the deployment template sets, by setting name.
-
-    Raises:
-        ValueError: when the template sets a variable that is no operator setting.
-    """
-    names = {spec.name for spec in fields(OperatorConfig)}
-    settings: dict[str, str] = {}
-    for variable, value in _TEMPLATE_ENV.findall(deployment_template):
-        setting = variable.removeprefix("MMD_").lower()
-        if setting not in names:
-            raise ValueError(f"{DEPLOYMENT_TEMPLATE} sets {variable}, which is no operator setting")
-        settings[setting] = value
-    return settings
-
-
-def _options() -> dict[str, str]:
-    """The command-line option of each setting that has one (`python -m mmd_operator`)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    operator_main.add_arguments(parser)
-    names = {spec.name for spec in fields(OperatorConfig)}
-    options: dict[str, str] = {}
-    for action in parser._actions:
-        setting = _OPTION_SETTINGS.get(action.dest, action.dest)
-        if setting not in names:
-            raise ValueError(f"the operator's option {action.option_strings} changes no setting")
-        options[setting] = ", ".join(f"`{option}`" for option in action.option_strings)
-    return options
-
-
-def _chart_values(model: BaseModel, prefix: str = "") -> dict[str, tuple[Any, str]]:
-    """Every leaf of the chart's values by dotted key: (default, description)."""
-    values: dict[str, tuple[Any, str]] = {}
-    for name, field in type(model).model_fields.items():
-        key = f"{prefix}{field.alias or name}"
-        value = getattr(model, name)
-        if isinstance(value, BaseModel):
-            values.update(_chart_values(value, f"{key}."))
-        else:
-            values[key] = (value, " ".join((field.description or "").split()))
-    return values
-
-
-def _setting_default(value: object) -> str:
-    if value is None or value == () or value == "":
-        return "empty"
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return f"`{value}`"
-
-
-def _setting_type(value: object) -> str:
-    if isinstance(value, bool):
-        return "boolean (true or false)"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, tuple):
-        return "list, comma-separated"
-    return "string"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def configuration_doc(deployment_template: str) -> str:
-    """`docs/configuration.md`: every operator setting, where the chart and the command line set it.
-
-    Raises:
-        ValueError: when a setting is described nowhere, or the template or an option names no setting.
-    """
-    charted = chart_settings(deployment_template)
-    from_pod = pod_field_settings(deployment_template)
-    options = _options()
-    values = _chart_values(Values())
-    defaults = OperatorConfig()
-    undescribed = [
-        spec.name for spec in fields(OperatorConfig) if spec.name not in charted | _UNCHARTED_SETTINGS
-    ]
-    if undescribed or set(_UNCHARTED_SETTINGS) & set(charted):
-        raise ValueError(
-            f"describe each operator setting once, by a chart value or in _UNCHARTED_SETTINGS: {undescribed}"
-        )
-    unknown = sorted(value for value in charted.values() if value not in values)
-    if unknown:
-        raise ValueError(f"{DEPLOYMENT_TEMPLATE} reads values the chart does not have: {unknown}")
-    settings = [
-        "| variable | chart value | option | type | default | what it does |",
-        "|---|---|---|---|---|---|",
-    ]
-    for spec in fields(OperatorConfig):
-        default = getattr(defaults, spec.name)
-        value = charted.get(spec.name)
-        about = values[value][1] if value is not None else _UNCHARTED_SETTINGS[spec.name]
-        where = f"`{value}`" if value else "not set"
-        if spec.name in from_pod:
-            where = f"the pod's `{from_pod[spec.name]}`"
-        settings.append(
-            f"| `MMD_{spec.name.upper()}` | {where} "
-            f"| {options.get(spec.name, '')} | {_setting_type(default)} | {_setting_default(default)} "
-            f"| {_cell(about)} |"
-        )
-    others = ["| chart value | default | what it does |", "|---|---|---|"]
-    for key, (default, about) in values.items():
-        if key not in charted.values():
-            others.append(f"| `{key}` | `{json.dumps(default)}` | {_cell(about)} |")
-    intro = f"""\
-# Configuration
-
-<!-- Generated by `make generate` from the settings (operator/mmd_operator/config.py), the chart's
-values model (tools/chart.py), {DEPLOYMENT_TEMPLATE} and the operator's
-command line (operator/mmd_operator/main.py); do not edit. -->
-
-The operator reads its settings once, at start-up, from `MMD_*` environment variables: one per field of
-`OperatorConfig` in `operator/mmd_operator/config.py`, named `MMD_<FIELD NAME>`. A list is
-comma-separated (`MMD_NAMESPACES=ml,vision`); an unset or empty variable keeps the default. A value the
-operator cannot use stops it at start-up with a message naming the variable (exit code 2).
-
-The Helm chart sets each variable from the chart value beside it; a setting the chart does not set keeps
-its default in the chart's pod too. `python -m mmd_operator` also takes the
-command-line options beside it, which win over the environment.
-
-The images, the model code path and the engine-cache settings are defaults for resources that say
-nothing: a resource's own `spec.engine.builderImage`, `spec.serving.image`, `spec.serving.modelCodePath`
-and `spec.engineCache` win. The builder image is part of the cacheKey, so another default builder image
-means new engines for the resources that use it.
-
-## Operator settings
-
-"""
-    rest = """
-## The chart's other values
-
-They shape the operator's pod and what the chart installs around it. `values.yaml` carries the same
-descriptions and `values.schema.json` refuses a misspelt or mistyped value at `helm install`.
-
-"""
-    return intro + "\n".join(settings) + "\n" + rest + "\n".join(others) + "\n"
 
 
 PLAIN_NAMESPACE = "mmd-system"

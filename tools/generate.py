@@ -25,7 +25,7 @@ from mmd_operator.api import crdgen
 from mmd_operator.plan import repository_check
 from mmd_testbed.localcluster.binaries import ensure_binaries
 from mmd_testbed.localcluster.layout import Layout
-from tools import chart, dashboard
+from tools import chart, configuration_doc, dashboard
 
 _PLAN_PACKAGE = Path("operator", "mmd_operator", "plan")
 
@@ -40,7 +40,9 @@ def generated_files(root: Path) -> dict[str, str | bytes]:
         **chart.generated_files(),
         **dashboard.generated_files(),
         chart.ARGOCD_CONFIG: chart.argocd_config((root / chart.ARGOCD_HEALTH).read_text()),
-        chart.CONFIGURATION_DOC: chart.configuration_doc((root / chart.DEPLOYMENT_TEMPLATE).read_text()),
+        configuration_doc.CONFIGURATION_DOC: configuration_doc.configuration_doc(
+            (root / configuration_doc.DEPLOYMENT_TEMPLATE).read_text()
+        ),
     }
 
 

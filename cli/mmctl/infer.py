@@ -28,13 +28,22 @@ from mmctl.triton.requests import (
     load_audio,
     text_request,
 )
-from mmd_operator.knowledge import ImageInput, ModelType, RepositoryLayout, knowledge_of
+from mmd_operator.knowledge import KNOWLEDGE, ImageInput, ModelType, RepositoryLayout, knowledge_of
 
 EXIT_FAILED = 1
 
 
 def run_infer(args: argparse.Namespace) -> int:
     """Handle `mmctl infer`."""
+    if args.model_type and ModelType(args.model_type) not in KNOWLEDGE:
+        # A type only trtllm-serve serves: no Triton server serves it, so nothing is sent.
+        print(
+            f"mmctl infer: {args.model_type} is served by the trtllm-serve runtime, whose OpenAI API "
+            f"`mmctl infer` does not speak: use mmctl chat --url http://<host>:8000 instead "
+            "(docs/clients.md)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     try:
         return reconnect.with_reconnects(
             lambda: _infer(args),
@@ -155,7 +164,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model-type",
         choices=[t.value for t in ModelType],
-        help="the served model type (default: read from the server's configs where they tell it)",
+        help="the served model type (default: read from the server's configs where they tell it); "
+        "the types only trtllm-serve serves take mmctl chat",
     )
     parser.add_argument(
         "--text", default="Describe the image.", help="the prompt (the type's template is applied)"

@@ -1,9 +1,11 @@
 """Entry point of `mmctl`: one argparse parser whose sub-commands are imported only when they run.
 
 `mmctl --help` lists every command from the table below without importing any of them, so a base install
-(`pip install mmctl`) runs `render` and `validate`, which need nothing beyond the operator's own
-dependencies. A command whose optional libraries are missing names its extra in one line
-(`pip install 'mmctl[triton]'`) instead of a traceback.
+(`pip install ./engine_builder ./operator ./cli` from a checkout) runs `render` and `validate`, which need
+nothing beyond the operator's own dependencies. A command whose optional libraries are missing names its
+extra in one line, with the command that installs it from a checkout (never a name on a package index:
+this project registers none), instead of a traceback. `mmctl --version` names mmctl's version and the
+operator's whose rules it checks.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 
 EXIT_MISSING_EXTRA = 2
 _OURS = ("mmctl", "mmd_operator", "engine_builder")
+# The one install command of docs/clients.md#install, run from the root of a checkout.
+INSTALL = "pip install ./engine_builder ./operator {cli}"
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,11 @@ class MissingExtraError(Exception):
     """The command's module needs a library of an extra that is not installed."""
 
 
+def _version() -> str:
+    """Mmctl's version and the operator's, whose rules `validate` checks."""
+    return f"mmctl {metadata.version('mmctl')} (mmd-operator {metadata.version('mmd-operator')})"
+
+
 def _chosen(argv: Sequence[str]) -> str | None:
     """The sub-command named in `argv`: its first argument that is not an option."""
     return next((argument for argument in argv if not argument.startswith("-")), None)
@@ -69,6 +79,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         prog="mmctl",
         description="Render, validate and try MultimodalDeployment resources.",
     )
+    parser.add_argument("--version", action="version", version=_version())
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = _chosen(argv)
     for name, command in COMMANDS.items():
@@ -81,8 +92,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
             if (missing.name or "").split(".")[0] in _OURS:
                 raise  # our own module: a bug, not a missing extra
             raise MissingExtraError(
-                f"mmctl {name} needs the {command.extra} extra (missing {missing.name}): "
-                f"pip install 'mmctl[{command.extra}]'"
+                f"mmctl {name} needs the {command.extra} extra (missing {missing.name}); from the root "
+                f"of a checkout: {INSTALL.format(cli=repr(f'./cli[{command.extra}]'))}"
             ) from None
         module.configure(sub)
     return parser

@@ -5,8 +5,9 @@ that passed offline validation and the namespace it is meant for:
 
 - the namespace exists, and its Pod Security labels admit the pods: the operator's build and serving
   pods meet `restricted`, the strictest level, so any valid level admits them; the level found is reported;
-- the Hugging Face token Secret and its key exist, and every claim a `pvc` source names (the operator's
-  own check, `kube.observe.missing_references`); no Secret value reaches a finding;
+- the Hugging Face token Secret and its key exist (`kube.observe.token_secret_missing`: the operator reads
+  no Secret and learns it from the kubelet, in the same words), and every claim a `pvc` source names
+  (the operator's own check, `kube.observe.missing_references`); no Secret value reaches a finding;
 - the engine-cache claim exists, or the StorageClass it would be created with does: the one named, or
   the cluster's default when none is;
 - some node matches the build pod's and the serving pods' selector, required node affinity and
@@ -20,24 +21,32 @@ that passed offline validation and the namespace it is meant for:
   that the rollout will go on in place and which pod is down for its load (`judgement.rollout`).
 
 A check that cannot be made (a 403, say) is a warning naming what could not be read, never an error.
+A cluster that cannot be asked at all is another matter: `ask_cluster` reads API discovery first, and an
+API server that cannot be reached, or that refuses the credentials (401) or even discovery to them
+(403), raises `ClusterUnavailableError` with one line saying which, as does a connection lost midway.
 `preflight` returns the findings; printing them is the CLI's. Imports the api, the config, the desired
-builders, the kube adapter, placement and the vocabulary.
+builders, the kube adapter, placement, the vocabulary and urllib3's exceptions (the kube client's
+transport).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
 from typing import Any, TypeVar
 
+import urllib3
+
 from mmd_operator.api import quantities
 from mmd_operator.api.v1alpha1 import GPU_RESOURCE, MultimodalDeployment
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import cache
 from mmd_operator.desired.decision import manifests
+from mmd_operator.desired.serving import WORKLOADS
 from mmd_operator.facts import Nodes
 from mmd_operator.judgement.placement import (
     GpuDemand,
@@ -54,7 +63,7 @@ from mmd_operator.kube import object_facts
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.engine_index import EngineIndex
 from mmd_operator.kube.nodes import nodes_of, requested_by_node
-from mmd_operator.kube.observe import missing_references
+from mmd_operator.kube.observe import missing_references, token_secret_missing
 from mmd_operator.plan.resource_plan import AnyPlan
 from mmd_operator.vocabulary import kinds, names
 
@@ -85,6 +94,52 @@ class Finding:
 
     def __str__(self) -> str:
         return f"{self.severity}: {self.field}: {self.message}"
+
+
+class ClusterUnavailableError(Exception):
+    """The cluster cannot be asked at all: unreachable, or it refuses the credentials."""
+
+
+# How long the first request may take; one retry of the connection pool on top.
+ASK_TIMEOUT_SECONDS = 10.0
+_CONNECTION_PREFIX = re.compile(r"^\w+\(host=[^)]*\):\s*")
+
+
+def unreachable(client: KubeClient, error: urllib3.exceptions.HTTPError) -> ClusterUnavailableError:
+    """The one line for a request to `client`'s API server that never got an answer."""
+    reason = getattr(error, "reason", None) or error
+    return ClusterUnavailableError(
+        f"cannot reach the API server {client.server}: {_CONNECTION_PREFIX.sub('', str(reason))}"
+    )
+
+
+def ask_cluster(client: KubeClient) -> None:
+    """Read API discovery (every authenticated user may), to know that the cluster can be asked.
+
+    Raises:
+        ClusterUnavailableError: naming the API server and why it cannot be asked.
+    """
+    try:
+        client.request("GET", "/api", timeout=ASK_TIMEOUT_SECONDS)
+    except urllib3.exceptions.HTTPError as error:
+        raise unreachable(client, error) from None
+    except ApiError as error:
+        server = f"the API server {client.server}"
+        if error.status == 0:  # TLS
+            why = f"cannot reach {server}: {error.reason}: {error.message}"
+        elif error.status == 401:
+            why = (
+                f"{server} refuses the kubeconfig's credentials (401 Unauthorized): they are wrong or "
+                "expired; log in again or pick another --context"
+            )
+        elif error.status == 403:
+            why = (
+                f"{server} forbids these credentials even API discovery (403 Forbidden): the request "
+                "was anonymous or its user has no role at all"
+            )
+        else:
+            why = f"{server} answered API discovery with {error.status} {error.reason}: {error.message}"
+        raise ClusterUnavailableError(why) from None
 
 
 class _UnreadableError(Exception):
@@ -149,7 +204,10 @@ def _references(checks: _Checks, resource: MultimodalDeployment) -> None:
     missing = checks.read(
         "spec.model.source",
         "the Secret or claims the spec names",
-        lambda: missing_references(checks.client, resource, checks.namespace),
+        lambda: (
+            token_secret_missing(checks.client, resource, checks.namespace)
+            + missing_references(checks.client, resource, checks.namespace)
+        ),
     )
     for reference in missing:
         checks.add(Severity.ERROR, reference.field, f"{reference.message}: {reference.fix}")
@@ -252,13 +310,11 @@ def _pod_spec(objects: list[dict[str, Any]], kind: str) -> dict[str, Any] | None
     return found["spec"]["template"]["spec"] if found is not None else None
 
 
-def _serving_pod_spec(objects: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _serving_pod_spec(objects: list[dict[str, Any]], plan: AnyPlan) -> dict[str, Any] | None:
     """The serving pods' spec: the Deployment's, or a LeaderWorkerSet leader's (workers: as many GPUs)."""
-    group = next((o for o in objects if o["kind"] == kinds.LEADER_WORKER_SET.kind), None)
-    if group is not None:
-        spec: dict[str, Any] = group["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
-        return spec
-    return _pod_spec(objects, kinds.DEPLOYMENT.kind)
+    workload = WORKLOADS[plan.parallelism.shape]
+    found = next((o for o in objects if o["kind"] == workload.kind.kind), None)
+    return workload.serving_pod(found) if found is not None else None
 
 
 def _nodes(checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan, config: OperatorConfig) -> None:
@@ -268,7 +324,7 @@ def _nodes(checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan, confi
     )
     nodes = nodes_of(items)
     objects = manifests(resource, plan, config=config)
-    job, serving = _pod_spec(objects, "Job"), _serving_pod_spec(objects)
+    job, serving = _pod_spec(objects, "Job"), _serving_pod_spec(objects, plan)
     # A Job that asks for no GPU (the weights download) fits wherever the serving pods do.
     if job is None or not object_facts.pod_placement(job).gpus:
         pass

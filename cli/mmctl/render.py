@@ -4,13 +4,14 @@ It writes the model repository, the derived limits and pod resources (`derived.j
 of pod on the terminal), the build plan, the launch command and, under
 `manifests/`, every object the operator applies for the resource (computed by the same code). Invalid
 input prints one line per problem (field path and rule), exits non-zero and writes nothing; `validate`
-checks many resources at once.
+checks many resources at once. The output directory keeps the list of what was written (`RENDERED`), so
+that a later render removes what it no longer writes (a trtllm-serve render after a Triton one leaves
+no `model_repository/` behind) and never a file the user put there.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from mmd_operator.plan.resource_plan import AnyPlan, plan_resource
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
+# The list of the files a render wrote, in the output directory.
+RENDERED = ".mmctl-rendered"
 
 
 def load_document(path: Path) -> dict[str, Any]:
@@ -61,14 +64,40 @@ def rendered_files(resource: MultimodalDeployment, plan: AnyPlan) -> dict[str, s
     return {**plan.files(), **{f"manifests/{name}": text for name, text in objects.items()}}
 
 
+def _written_before(out_dir: Path) -> list[str]:
+    """What an earlier render wrote into `out_dir`, as its list says (only paths inside it)."""
+    listed = out_dir / RENDERED
+    if not listed.is_file():
+        return []
+    inside = out_dir.resolve()
+    return [
+        relative
+        for relative in listed.read_text().splitlines()
+        if relative and (out_dir / relative).resolve().is_relative_to(inside)
+    ]
+
+
+def _remove_stale(out_dir: Path, stale: list[str]) -> None:
+    """Remove the files of `stale`, then each directory that held one and is empty now."""
+    directories: set[Path] = set()
+    for relative in stale:
+        target = out_dir / relative
+        if target.is_file() or target.is_symlink():
+            target.unlink()
+        directories.update(parent for parent in target.parents if out_dir in parent.parents)
+    for directory in sorted(directories, key=lambda d: len(d.parts), reverse=True):
+        if directory.is_dir() and not any(directory.iterdir()):
+            directory.rmdir()
+
+
 def write_files(out_dir: Path, files: dict[str, str]) -> None:
-    """Write `files` under `out_dir`, replacing an earlier rendering."""
-    for directory in ("model_repository", "manifests"):
-        shutil.rmtree(out_dir / directory, ignore_errors=True)
+    """Write `files` under `out_dir`, removing what an earlier render wrote and this one does not."""
+    _remove_stale(out_dir, sorted(set(_written_before(out_dir)) - set(files)))
     for relative, content in files.items():
         target = out_dir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
+    (out_dir / RENDERED).write_text("".join(f"{relative}\n" for relative in sorted(files)))
 
 
 def _load_or_report(path: Path) -> tuple[MultimodalDeployment, AnyPlan] | int:
@@ -110,8 +139,6 @@ def run_render(args: argparse.Namespace) -> int:
         print(f"  resources    {line}")
     for written in sorted(files):
         print(f"  {written}")
-    for name in sorted(path for path in files if path.startswith("manifests/")):
-        print(f"  {name}")
     return 0
 
 

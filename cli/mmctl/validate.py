@@ -3,27 +3,33 @@
 Each resource gets the checks the API server and the operator make (schema, CEL rules, derived limits,
 with the words of `api.validation`) and the warning rules of `api.warning_rules` (the words the chart's
 admission policy makes `kubectl apply` print). Documents of other kinds are skipped and counted, so the
-command runs over a whole GitOps repository. One line per resource, `file:doc namespace/name verdict`, its
-problems indented below, then a summary line; `-o json` gives the same as one JSON document (its shape is
-in docs/resource.md). Exit status: 2 when an input cannot be read, else 1 when a resource is invalid (or
-has warnings, with `--strict`), else 0. `--cluster` adds the read-only preflight of `cli.preflight`
-against the current kubeconfig. A valid resource's lines name the CPU and memory each kind of its pods asks
-for (`resources:`). Imports the api, the planner, the CLI's document reader, the preflight
-and the kube client.
+command runs over a whole GitOps repository; a kind that is a near miss of MultimodalDeployment
+(`MultiModalDeployment`), or another kind of its API group, is an error, not skipped. It never passes on
+nothing: inputs without a single MultimodalDeployment are an input error. One line per resource,
+`file:line namespace/name verdict` (the line the document starts on), its problems indented below, then
+a summary line; `-o json` gives the same as one JSON document, each problem with its field's line (its
+shape is in docs/resource.md). A valid resource's lines name the CPU and memory each kind of its pods
+asks for (`resources:`). The exit codes are `EXIT_CODES`. `--cluster` adds the read-only preflight of
+`cli.preflight` against the current kubeconfig. Imports the api, the planner, the CLI's document reader,
+the preflight and the kube client.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import urllib3
+
 from mmctl.documents import STDIN, Document, InputError, input_files, read_documents
-from mmctl.preflight import Severity, preflight
-from mmd_operator.api.v1alpha1 import KIND, MultimodalDeployment
+from mmctl.preflight import ClusterUnavailableError, Severity, ask_cluster, preflight, unreachable
+from mmd_operator.api.v1alpha1 import GROUP, KIND, MultimodalDeployment
 from mmd_operator.api.validation import InvalidSpecError, Problem, check_resource
 from mmd_operator.api.warning_rules import SpecWarning, spec_warnings
 from mmd_operator.kube.client import KubeClient, KubeconfigError
@@ -35,6 +41,20 @@ EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_UNREADABLE = 2
 EXIT_INTERNAL = 3
+EXIT_CLUSTER = 4
+# What each exit status means (`mmctl validate --help` and docs/resource.md say the same).
+EXIT_CODES = {
+    EXIT_OK: "every resource is valid (warnings allowed without --strict)",
+    EXIT_INVALID: "a resource is invalid, or has a warning with --strict",
+    EXIT_UNREADABLE: "an input cannot be read or holds nothing to check (a missing path, an empty file "
+    "or directory, not YAML, a key twice, no MultimodalDeployment at all), or the command line is wrong",
+    EXIT_INTERNAL: "an internal error of mmctl (a bug: please report it)",
+    EXIT_CLUSTER: "--cluster could not ask the cluster: the kubeconfig cannot be read, the API server "
+    "cannot be reached, or it refuses the credentials",
+}
+HELP_WIDTH = 78
+# How alike (difflib's ratio, case folded) a kind must be to MultimodalDeployment to be taken for a typo.
+NEAR_MISS_RATIO = 0.85
 
 OK, WARNINGS, INVALID = "ok", "warnings", "invalid"
 
@@ -90,8 +110,8 @@ class Report:
     unreadable: list[InputError] = field(default_factory=list)
 
     def exit_code(self) -> int:
-        """2 when an input cannot be read, else 1 when a resource is invalid, else 0."""
-        if self.unreadable:
+        """2 when an input cannot be read or nothing is checked, else 1 when one is invalid, else 0."""
+        if self.unreadable or not self.resources:
             return EXIT_UNREADABLE
         return EXIT_INVALID if any(v.verdict == INVALID for v in self.resources) else EXIT_OK
 
@@ -108,6 +128,29 @@ def _metadata(document: Document) -> dict[str, Any]:
 def is_resource(document: Document) -> bool:
     """Whether `document` is meant as a MultimodalDeployment (whatever its apiVersion says)."""
     return isinstance(document.content, dict) and document.content.get("kind") == KIND
+
+
+def kind_near_miss(document: Document) -> Problem | None:
+    """The problem of a document meant as a MultimodalDeployment but of another kind, else None.
+
+    Meant as one: a kind that is a near miss of the name (`MultiModalDeployment`), or any other kind of
+    its API group.
+    """
+    content = document.content
+    kind = content.get("kind") if isinstance(content, dict) else None
+    if not isinstance(kind, str) or kind == KIND:
+        return None
+    folded = difflib.SequenceMatcher(None, kind.casefold(), KIND.casefold()).ratio()
+    if folded >= NEAR_MISS_RATIO:
+        return Problem(
+            "kind",
+            f'is "{kind}"; did you mean {KIND}? (kinds are case-sensitive: as written, the API server '
+            "knows no such kind and this document would not be checked)",
+        )
+    api_version = content.get("apiVersion")
+    if isinstance(api_version, str) and api_version.split("/")[0] == GROUP:
+        return Problem("kind", f'is "{kind}", but {GROUP} has only the kind {KIND}')
+    return None
 
 
 def _warnings_of(resource: MultimodalDeployment | None) -> list[SpecWarning]:
@@ -159,16 +202,25 @@ def validate(inputs: Iterable[str], *, strict: bool = False, checks: Sequence[Re
         RepositoryError: when the rendered repository of a resource is inconsistent (a bug of ours).
     """
     report = Report()
-    for name in input_files(list(inputs)):
+    names, report.unreadable = input_files(list(inputs))
+    for name in names:
         documents, error = read_documents(name)
         if error is not None:
             report.unreadable.append(error)
         for document in documents:
+            near_miss = kind_near_miss(document)
+            if near_miss is not None:
+                report.resources.append(Verdict(document, (near_miss,), ()))
+                continue
             if not is_resource(document):
                 report.skipped.append(document)
                 continue
             verdict = check_document(document, checks)
             report.resources.append(_strict(verdict) if strict else verdict)
+    if not report.resources and not report.unreadable:
+        read = _plural(len(report.skipped), "document")
+        nothing = f"nothing to check: no MultimodalDeployment among the {read} read"
+        report.unreadable.append(InputError(nothing))
     return report
 
 
@@ -185,7 +237,7 @@ def _verdict_text(verdict: Verdict) -> str:
 
 
 def _where(document: Document) -> str:
-    return f"{document.source}:{document.index}"
+    return f"{document.source}:{document.line}"
 
 
 def text_report(report: Report) -> list[str]:
@@ -205,7 +257,7 @@ def text_report(report: Report) -> list[str]:
         f"{_plural(len(report.skipped), 'other document')} skipped"
     )
     if report.unreadable:
-        summary += f"; {_plural(len(report.unreadable), 'input')} unreadable"
+        summary += f"; {_plural(len(report.unreadable), 'input error')}"
     return [*lines, summary]
 
 
@@ -213,9 +265,14 @@ def json_report(report: Report, *, strict: bool) -> dict[str, Any]:
     """The report as the JSON document `-o json` prints (documented in docs/resource.md)."""
 
     def error(verdict: Verdict, problem: Problem) -> dict[str, Any]:
-        entry = {"path": problem.path, "message": problem.message}
+        line = verdict.document.line_of(problem.path)
+        entry = {"path": problem.path, "line": line, "message": problem.message}
         rule = verdict.strict_rules.get(problem)
         return {**entry, "rule": rule} if rule is not None else entry
+
+    def warning(verdict: Verdict, warning: SpecWarning) -> dict[str, Any]:
+        line = verdict.document.line_of(warning.path)
+        return {"rule": warning.rule, "path": warning.path, "line": line, "message": warning.message}
 
     return {
         "resources": [
@@ -227,7 +284,7 @@ def json_report(report: Report, *, strict: bool) -> dict[str, Any]:
                 "name": v.name,
                 "verdict": v.verdict,
                 "errors": [error(v, problem) for problem in v.errors],
-                "warnings": [{"rule": w.rule, "path": w.path, "message": w.message} for w in v.warnings],
+                "warnings": [warning(v, w) for w in v.warnings],
                 "notes": list(v.notes),
                 "cacheKey": v.cache_key,
                 "podResources": [
@@ -270,7 +327,10 @@ def cluster_check(client: KubeClient, default_namespace: str) -> ResourceCheck:
         resource: MultimodalDeployment, plan: AnyPlan
     ) -> tuple[list[Problem], list[SpecWarning], list[str]]:
         namespace = str(resource.metadata.get("namespace") or default_namespace)
-        findings = preflight(resource, plan, namespace, client)
+        try:
+            findings = preflight(resource, plan, namespace, client)
+        except urllib3.exceptions.HTTPError as error:  # the connection lost midway
+            raise unreachable(client, error) from None
         return (
             [Problem(f.field, f.message) for f in findings if f.severity is Severity.ERROR],
             [
@@ -285,9 +345,22 @@ def cluster_check(client: KubeClient, default_namespace: str) -> ResourceCheck:
 
 
 def _cluster_checks(args: argparse.Namespace) -> tuple[list[ResourceCheck], KubeClient | None]:
+    """The cluster preflight of `--cluster`, once the cluster has answered.
+
+    Raises:
+        KubeconfigError: when the kubeconfig cannot be read.
+        ClusterUnavailableError: when the cluster cannot be asked.
+    """
     if not args.cluster:
         return [], None
-    client = KubeClient.from_kubeconfig(args.kubeconfig, context=args.context, field_manager="mmctl")
+    client = KubeClient.from_kubeconfig(
+        args.kubeconfig, context=args.context, field_manager="mmctl", retries=1
+    )
+    try:
+        ask_cluster(client)
+    except ClusterUnavailableError:
+        client.close()
+        raise
     namespace = args.namespace or KubeClient.kubeconfig_namespace(args.kubeconfig, context=args.context)
     return [cluster_check(client, namespace)], client
 
@@ -297,14 +370,21 @@ def run(args: argparse.Namespace) -> int:
     try:
         checks, client = _cluster_checks(args)
     except KubeconfigError as error:
-        print(f"mmctl validate --cluster: cannot read the kubeconfig: {error}", file=sys.stderr)
-        return EXIT_UNREADABLE
+        where = args.kubeconfig or "$KUBECONFIG or ~/.kube/config"
+        print(f"mmctl validate --cluster: cannot read the kubeconfig ({where}): {error}", file=sys.stderr)
+        return EXIT_CLUSTER
+    except ClusterUnavailableError as error:
+        print(f"mmctl validate --cluster: {error}", file=sys.stderr)
+        return EXIT_CLUSTER
     try:
         report = validate(args.file, strict=args.strict, checks=checks)
     except RepositoryError as inconsistent:
         # The same check Triton does at load time; a failure here is our bug, not the user's.
         print(f"internal error: the rendered repository is inconsistent: {inconsistent}", file=sys.stderr)
         return EXIT_INTERNAL
+    except ClusterUnavailableError as error:
+        print(f"mmctl validate --cluster: {error}", file=sys.stderr)
+        return EXIT_CLUSTER
     finally:
         if client is not None:
             client.close()
@@ -319,11 +399,17 @@ def run(args: argparse.Namespace) -> int:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add `validate`'s arguments to its parser."""
-    parser.description = (
+    parser.description = textwrap.fill(
         "Check every MultimodalDeployment in the inputs offline: schema, CEL rules, derived "
         "limits, and the warnings the chart's admission policy prints at kubectl apply. Documents of "
-        "other kinds are skipped. Exit status: 0 valid, 1 invalid (or warnings with --strict), "
-        "2 an input cannot be read."
+        "other kinds are skipped. Each resource's line starts with file:line, the line its document "
+        "starts on.",
+        width=HELP_WIDTH,
+    )
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = "exit status:\n" + "\n".join(
+        textwrap.fill(meaning, HELP_WIDTH, initial_indent=f"  {code}  ", subsequent_indent="     ")
+        for code, meaning in EXIT_CODES.items()
     )
     parser.add_argument(
         "-f",

@@ -2,20 +2,31 @@
 
 One frozen value, read once at start-up from the environment (`MMD_*` variables, which the Helm chart
 and the operator image set) and passed down explicitly; nothing reads it as a global. Pure: imports
-only the pinned versions and the runtime names.
+only the pinned versions, the runtime names and the API's quantity hint.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 from engine_builder import versions
+from mmd_operator.api.v1alpha1 import QUANTITY_HINT
 from mmd_operator.api.validation import spec_runtime
 from mmd_operator.knowledge import Runtime
 
 DEFAULT_CLAIM = "mmd-engine-cache"
+# What the settings below accept, checked here at start-up and by the chart's values schema at `helm
+# install` (tools/chart.py), so that a value the operator cannot use is refused before it runs.
+# A kubelet renews its node's Lease every 10 s: below 15 s a live node would be taken for a lost one.
+MIN_LOST_NODE_SECONDS = 15
+# The size of a claim the operator creates: a positive Kubernetes quantity of bytes (`200Gi`, `1.5T`);
+# `500GB` is none (Kubernetes writes G or Gi).
+CLAIM_SIZE_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+# An endpoint the operator or its Jobs talk to: an http(s) URL with a host, or empty (none).
+ENDPOINT_PATTERN = r"^(https?://[^\s/?#]+([/?#]\S*)?)?$"
 
 
 class ConfigError(ValueError):
@@ -144,11 +155,21 @@ class OperatorConfig:
             raise ConfigError(
                 f"engine_cache_access_mode {config.engine_cache_access_mode!r} is not an access mode"
             )
-        if config.lost_node_seconds and config.lost_node_seconds < 15:
+        if config.lost_node_seconds and config.lost_node_seconds < MIN_LOST_NODE_SECONDS:
             raise ConfigError(
-                "lost_node_seconds must be 0 (off) or at least 15: a kubelet renews its Lease every 10 s; "
-                f"got {config.lost_node_seconds:g}"
+                f"lost_node_seconds must be 0 (off) or at least {MIN_LOST_NODE_SECONDS}: a kubelet renews "
+                f"its Lease every 10 s; got {config.lost_node_seconds:g}"
             )
+        if not re.fullmatch(CLAIM_SIZE_PATTERN, config.engine_cache_size):
+            raise ConfigError(
+                f"engine_cache_size {config.engine_cache_size!r} is not a Kubernetes quantity of bytes; "
+                f"{QUANTITY_HINT}"
+            )
+        for name in ("hf_endpoint", "prometheus_url"):
+            if not re.fullmatch(ENDPOINT_PATTERN, getattr(config, name)):
+                raise ConfigError(
+                    f"{name} {getattr(config, name)!r} is not an http:// or https:// URL with a host"
+                )
         if config.log_format not in ("text", "json"):
             raise ConfigError("log_format must be text or json")
         if not (

@@ -151,6 +151,9 @@ class PodFacts:
     # A container the kernel killed for going over its memory limit (OOMKilled), now or at its last end:
     # which, and the limit (`container tritonserver, over its memory limit of 28Gi`).
     oom_killed: str | None = None
+    # Each waiting container's reason and the kubelet's message, while it waits (ContainerCreating;
+    # CreateContainerConfigError, `secret "hf" not found`), init containers first.
+    waiting: tuple[tuple[str, str], ...] = ()
     restarts: int = 0
     started: datetime | None = None
     # The termination message of a finished container, and its exit code.
@@ -302,6 +305,9 @@ class Observed:
     job_pods: tuple[PodFacts, ...] = ()
     # The last progress line the Job's running pod printed (read from its log while it runs).
     job_progress: DownloadProgress | BuildProgress | None = None
+    # A Job pod waits in ContainerCreating while the spec names a token Secret, and the kubelet has said
+    # nothing of it yet: its FailedMount events are read again at the next look.
+    job_pod_mounting: bool = False
     missing: tuple[MissingReference, ...] = ()
     # The resource's content ConfigMaps: its model repositories, or trtllm-serve's `--config`.
     configmaps: tuple[Meta, ...] = ()

@@ -23,6 +23,7 @@ from mmd_operator import metrics
 from mmd_operator.api.v1alpha1 import (
     API_VERSION,
     KIND,
+    MultimodalDeployment,
     MultimodalDeploymentSpec,
     MultimodalDeploymentStatus,
     Phase,
@@ -30,7 +31,7 @@ from mmd_operator.api.v1alpha1 import (
 from mmd_operator.api.validation import InvalidSpecError, spec_runtime
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import cache, scaling
-from mmd_operator.desired.decision import desired_state
+from mmd_operator.desired.decision import Desired, desired_state
 from mmd_operator.facts import Observed, Reading
 from mmd_operator.judgement import Judgement, judge
 from mmd_operator.judgement.artifact import JobWords
@@ -47,7 +48,8 @@ from mmd_operator.kube.prometheus import read_counts
 from mmd_operator.kube.quotas import QuotaDirectory
 from mmd_operator.kube.settling import REREAD_SECONDS, UNSETTLED, SpecSettling
 from mmd_operator.kube.writes import WriteCount, Writer
-from mmd_operator.plan_memory import PlanMemory, Use
+from mmd_operator.plan.resource_plan import AnyPlan
+from mmd_operator.plan_memory import PlanMemory, Planned, Use
 from mmd_operator.status import Findings, Report, previous_status, report, transition
 from mmd_operator.status.assessment import assess
 from mmd_operator.vocabulary import ownership
@@ -63,6 +65,62 @@ class Outcome:
     phase: Phase | None
     writes: int
     requeue_after: float | None = None
+
+
+@dataclass(frozen=True)
+class _Case:
+    """One reconcile of a resource whose spec has a checked plan: what every step of it reads."""
+
+    body: Mapping[str, Any]
+    key: Key
+    generation: int
+    previous: MultimodalDeploymentStatus | None
+    now: datetime
+    resource: MultimodalDeployment
+    plan: AnyPlan
+    warnings: tuple[str, ...]
+    claim: str
+    # Whether this reconcile is the resource's first look at its plan's artifact (for the lookup metric).
+    first_look: bool
+    counted: metrics.ArtifactMetrics | None
+
+
+@dataclass(frozen=True)
+class _Judging:
+    """How one reconcile judges its world, the same before and after its writes."""
+
+    case: _Case
+    retry: str | None
+    reading: Reading | None
+    # The last Ready revision's template, when the first judgement undoes a revision.
+    stable_template: dict[str, Any] | None = None
+
+    def unchecked(self, observed: Observed) -> Judgement:
+        """The judgement of `observed`, an undo in it taken as it comes."""
+        case = self.case
+        return judge(
+            case.plan,
+            observed,
+            case.previous,
+            case.generation,
+            case.resource.spec,
+            retry=self.retry,
+            reading=self.reading,
+        )
+
+    def undoable(self, judged: Judgement) -> Judgement:
+        """`judged`, without its undo when the stable revision left no record to go back to.
+
+        That record is a ReplicaSet or a ControllerRevision, which their controllers prune.
+        """
+        writes_undo = judged.undo is not None and judged.undo.write
+        return (
+            dataclasses.replace(judged, undo=None) if writes_undo and self.stable_template is None else judged
+        )
+
+    def __call__(self, observed: Observed) -> Judgement:
+        """The judgement of `observed` this reconcile acts on."""
+        return self.undoable(self.unchecked(observed))
 
 
 class Reconciler:
@@ -96,6 +154,7 @@ class Reconciler:
         self.settling.forget(key)
         self.phases.publish(key, None)
         self.series.publish(key, None)
+        self.writer.forget(namespace, name)
 
     def forget_all_but(self, live: Iterable[Key]) -> None:
         """Forget every resource not in `live` (the resources the cache holds).
@@ -155,82 +214,124 @@ class Reconciler:
         return True
 
     def _reconcile(self, body: Mapping[str, Any]) -> Outcome:
-        metadata = body["metadata"]
-        namespace, name = str(metadata["namespace"]), str(metadata["name"])
-        generation = int(metadata.get("generation", 1))
-        previous = previous_status(body)
-        now = self.clock()
-        count = WriteCount()
+        """Observe, judge, decide, write, and after any write observe and judge again; assess, report."""
+        now, count = self.clock(), WriteCount()
         planned = self.plans.plan(body)
         if isinstance(planned, InvalidSpecError):
-            runtime = spec_runtime(body.get("spec"))
-            result = report(
-                Findings(generation=generation, runtime=runtime, problems=planned.problems),
-                previous=previous,
-                now=now,
-            )
-            self._write_status(body, previous, result, count)
-            _log_transition(namespace, name, previous, result)
-            # A refused spec changes nothing that runs, and its status keeps showing the pods: the
-            # autoscaler (not looked at) as last seen; whether a Job still runs is not known unlooked.
-            sample = metrics.resource_sample(result.status, None, None, None)
-            kept = self.series.last((namespace, name))
-            if kept is not None and kept.autoscaler is not None:
-                sample = dataclasses.replace(sample, wanted=kept.wanted, autoscaler=kept.autoscaler)
-            self.series.publish((namespace, name), sample)
-            return Outcome(phase=result.status.phase, writes=count.total)
+            return self._refuse(body, planned, now, count)
+        case = self._case(body, *planned, now)
+        observed = self._observe(case, first=True)
+        judging, judged = self._judge_first(case, observed)
+        decision = self._decide(case, observed, judged, judging.stable_template)
+        self._write(case, decision, count)
+        if count.total:
+            # Report what the world looks like after these writes, not before them.
+            observed = self._observe(case)
+            judged = judging(observed)
+        result = self._assess(case, observed, judged, decision)
+        self._report(case, observed, judged, result, count)
+        return self._outcome(case, observed, judged, result, count)
 
-        resource, checked = planned
+    def _refuse(
+        self, body: Mapping[str, Any], refused: InvalidSpecError, now: datetime, count: WriteCount
+    ) -> Outcome:
+        """Report a spec the plan refuses (InvalidSpec, every problem); nothing else is written."""
+        metadata, previous = body["metadata"], previous_status(body)
+        key = (str(metadata["namespace"]), str(metadata["name"]))
+        findings = Findings(
+            generation=int(metadata.get("generation", 1)),
+            runtime=spec_runtime(body.get("spec")),
+            problems=refused.problems,
+        )
+        result = report(findings, previous=previous, now=now)
+        self._write_status(body, previous, result, count)
+        _log_transition(*key, previous, result)
+        # A refused spec changes nothing that runs, and its status keeps showing the pods: the
+        # autoscaler (not looked at) as last seen; whether a Job still runs is not known unlooked.
+        sample = metrics.resource_sample(result.status, None, None, None)
+        kept = self.series.last(key)
+        if kept is not None and kept.autoscaler is not None:
+            sample = dataclasses.replace(sample, wanted=kept.wanted, autoscaler=kept.autoscaler)
+        self.series.publish(key, sample)
+        return Outcome(phase=result.status.phase, writes=count.total)
+
+    def _case(
+        self, body: Mapping[str, Any], resource: MultimodalDeployment, checked: Planned, now: datetime
+    ) -> _Case:
+        """What the steps of the reconcile of `resource` read, its plan's use recorded."""
+        metadata = body["metadata"]
+        key = (str(metadata["namespace"]), str(metadata["name"]))
         plan = checked.plan
         claim = cache.claim_name(resource, self.config)
-        first_look = self.plans.record_use((namespace, name), Use(plan.cache_key, claim))
-        counted = metrics.ARTIFACT_METRICS[plan.runtime]
-
-        def look() -> Observed:
-            return observe(
-                self.store,
-                self.client,
-                resource,
-                plan,
-                claim=claim,
-                now=now,
-                nodes=self.nodes,
-                quotas=self.quotas,
-            )
-
-        observed = look()
-        if counted is not None and first_look and _new_key(previous, plan.cache_key):
-            counted.looked_up(observed.artifact is not None)
-
-        retry = (metadata.get("annotations") or {}).get(RETRY_ANNOTATION)
-        reading = self._canary_reading(resource.spec, plan.runtime, namespace, observed, previous, now)
-
-        def judged_now() -> Judgement:
-            return judge(plan, observed, previous, generation, resource.spec, retry=retry, reading=reading)
-
-        stable_template = None
-        judged = judged_now()
-        if judged.undo is not None and judged.undo.write and observed.deployment is not None:
-            stable_template = revision_template(
-                self.client, namespace, observed.deployment, judged.undo.to.pod_template_hash
-            )
-
-        def undoable(judged: Judgement) -> Judgement:
-            # Without the stable revision's record (ReplicaSet, ControllerRevision) there is nothing to go
-            # back to.
-            writes_undo = judged.undo is not None and judged.undo.write
-            return (
-                dataclasses.replace(judged, undo=None) if writes_undo and stable_template is None else judged
-            )
-
-        judged = undoable(judged)
-        decision = desired_state(
-            resource, plan, observed, judged, config=self.config, stable_template=stable_template
+        return _Case(
+            body=body,
+            key=key,
+            generation=int(metadata.get("generation", 1)),
+            previous=previous_status(body),
+            now=now,
+            resource=resource,
+            plan=plan,
+            warnings=checked.warnings,
+            claim=claim,
+            first_look=self.plans.record_use(key, Use(plan.cache_key, claim)),
+            counted=metrics.ARTIFACT_METRICS[plan.runtime],
         )
 
+    def _observe(self, case: _Case, *, first: bool = False) -> Observed:
+        """The resource's world from the cache (and the few reads `observe` makes)."""
+        observed = observe(
+            self.store,
+            self.client,
+            case.resource,
+            case.plan,
+            claim=case.claim,
+            now=case.now,
+            nodes=self.nodes,
+            quotas=self.quotas,
+        )
+        if (
+            first
+            and case.counted is not None
+            and case.first_look
+            and _new_key(case.previous, case.plan.cache_key)
+        ):
+            case.counted.looked_up(observed.artifact is not None)
+        return observed
+
+    def _judge_first(self, case: _Case, observed: Observed) -> tuple[_Judging, Judgement]:
+        """The judgement of the world as first observed, and how to judge it again after the writes.
+
+        A revision to undo needs the stable revision's template, read here once.
+        """
+        metadata = case.body["metadata"]
+        judging = _Judging(
+            case=case,
+            retry=(metadata.get("annotations") or {}).get(RETRY_ANNOTATION),
+            reading=self._canary_reading(
+                case.resource.spec, case.plan.runtime, case.key[0], observed, case.previous, case.now
+            ),
+        )
+        judged = judging.unchecked(observed)
+        if judged.undo is not None and judged.undo.write and observed.deployment is not None:
+            template = revision_template(
+                self.client, case.key[0], observed.deployment, judged.undo.to.pod_template_hash
+            )
+            judging = dataclasses.replace(judging, stable_template=template)
+        return judging, judging.undoable(judged)
+
+    def _decide(
+        self, case: _Case, observed: Observed, judged: Judgement, stable_template: dict[str, Any] | None
+    ) -> Desired:
+        """What to apply, join, leave, delete and record (`desired`)."""
+        return desired_state(
+            case.resource, case.plan, observed, judged, config=self.config, stable_template=stable_template
+        )
+
+    def _write(self, case: _Case, decision: Desired, count: WriteCount) -> None:
+        """Carry the decision out, and record a finished Job's artifact in the engine index."""
         self.writer.carry_out(
-            namespace,
-            ownership.owner_of(resource),
+            case.key[0],
+            ownership.owner_of(case.resource),
             count,
             apply=decision.apply,
             join=decision.join,
@@ -241,45 +342,60 @@ class Reconciler:
             generated=decision.generated_secrets,
         )
         if decision.record is not None:
-            self.writer.record_build(namespace, claim, decision.record, count)
-            if counted is not None:
-                counted.finished(succeeded=True, seconds=decision.record.seconds)
+            self.writer.record_build(case.key[0], case.claim, decision.record, count)
+            if case.counted is not None:
+                case.counted.finished(succeeded=True, seconds=decision.record.seconds)
 
-        if count.total:
-            # Report what the world looks like after these writes, not before them.
-            observed = look()
-            judged = undoable(judged_now())
+    def _assess(self, case: _Case, observed: Observed, judged: Judgement, decision: Desired) -> Report:
+        """The findings of the world as last observed, and the status and events that say them (`status`)."""
         findings = assess(
-            resource, plan, observed, judged, decision.rendered, claim=claim, warnings=checked.warnings
+            case.resource,
+            case.plan,
+            observed,
+            judged,
+            decision.rendered,
+            claim=case.claim,
+            warnings=case.warnings,
         )
-        result = report(findings, previous=previous, now=now)
-        artifact, words = judged.artifact, ARTIFACT_WORDS[plan.runtime]
-        if counted is not None and artifact.reason == words.failed and not _reported(previous, words):
-            counted.finished(succeeded=False)
-        self._write_status(body, previous, result, count)
-        _log_transition(namespace, name, previous, result)
-        undone = metrics.rollback(previous, result.status)
+        return report(findings, previous=case.previous, now=case.now)
+
+    def _report(
+        self, case: _Case, observed: Observed, judged: Judgement, result: Report, count: WriteCount
+    ) -> None:
+        """Write the status (and its events) if it changed; count a failed Job once; publish the series."""
+        artifact, words = judged.artifact, ARTIFACT_WORDS[case.plan.runtime]
+        if (
+            case.counted is not None
+            and artifact.reason == words.failed
+            and not _reported(case.previous, words)
+        ):
+            case.counted.finished(succeeded=False)
+        self._write_status(case.body, case.previous, result, count)
+        _log_transition(*case.key, case.previous, result)
+        undone = metrics.rollback(case.previous, result.status)
         if undone is not None:
-            self.series.rolled_back((namespace, name), undone)
+            self.series.rolled_back(case.key, undone)
         job = _running_job(observed, judged)
         self.series.publish(
-            (namespace, name),
+            case.key,
             metrics.resource_sample(
                 result.status,
-                resource.spec.serving.autoscaling,
+                case.resource.spec.serving.autoscaling,
                 observed.autoscaler,
-                (metrics.ARTIFACT_LABEL[plan.runtime], job) if job is not None else None,
+                (metrics.ARTIFACT_LABEL[case.plan.runtime], job) if job is not None else None,
             ),
         )
+
+    def _outcome(
+        self, case: _Case, observed: Observed, judged: Judgement, result: Report, count: WriteCount
+    ) -> Outcome:
+        """The phase, the writes, and when to look again without an event."""
         requeue = result.recheck_after
-        if observed.missing or artifact.retry:
+        if observed.missing or judged.artifact.retry or observed.job_pod_mounting:
             requeue = min(requeue or self.config.retry_seconds, self.config.retry_seconds)
         if count.total:
             _log.debug(
-                "Reconciled %s/%s: %s",
-                namespace,
-                name,
-                ", ".join(count.applied + count.owners + count.deleted),
+                "Reconciled %s/%s: %s", *case.key, ", ".join(count.applied + count.owners + count.deleted)
             )
         return Outcome(phase=result.status.phase, writes=count.total, requeue_after=requeue)
 

@@ -19,6 +19,7 @@ from typing import Any
 from mmd_testbed.localcluster import hub, images
 from mmd_testbed.localcluster.binaries import BuildError, ensure_binaries
 from mmd_testbed.localcluster.cluster import ClusterError, LocalCluster
+from mmd_testbed.localcluster.image_build import ImageBuildError, print_values
 from mmd_testbed.localcluster.layout import Layout, LayoutError, default_state_dir
 from mmd_testbed.localcluster.lwsbinaries import ensure_lws_binaries
 from mmd_testbed.localcluster.metricsbinaries import ensure_metrics_binaries
@@ -28,7 +29,6 @@ from mmd_testbed.localcluster.objects import GPU_MODELS, NodePool
 from mmd_testbed.localcluster.ocilayout import ImageLoadError
 from mmd_testbed.localcluster.realnodes import NodeStartError
 from mmd_testbed.localcluster.state import REAL_NODE_PREFIX
-from tools.images import ImageBuildError, print_values
 
 # `status` exit codes: everything healthy, something dead or unhealthy, nothing started.
 EXIT_HEALTHY, EXIT_DEGRADED, EXIT_NOT_RUNNING = 0, 1, 3

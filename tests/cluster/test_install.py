@@ -85,9 +85,12 @@ def test_the_chart_lints_strictly_and_the_api_server_accepts_what_it_renders_in_
         kinds = sorted(d["kind"] for d in _documents(rendered))
         # Leader election (on by default) is a Role and binding for its Lease in the release's namespace;
         # reading the node Leases (lostNodeSeconds, on by default) one in kube-node-lease.
+        # The users' roles are two ClusterRoles; the warnings, the privilege check and the write guard
+        # a policy and binding each.
         common = [
             "ServiceAccount", "CustomResourceDefinition", "Service", "Deployment", *WARNING_POLICY,
-            "Role", "RoleBinding", "Role", "RoleBinding",
+            *WARNING_POLICY, *WARNING_POLICY, "Role", "RoleBinding", "Role", "RoleBinding",
+            "ClusterRole", "ClusterRole",
         ]  # fmt: skip
         # Listing nodes (rbac.readNodes, on by default) is a ClusterRole of its own in both modes.
         nodes = ["ClusterRole", "ClusterRoleBinding"]
@@ -98,11 +101,18 @@ def test_the_chart_lints_strictly_and_the_api_server_accepts_what_it_renders_in_
             assert kinds == sorted([*common, "Role", "RoleBinding", *nodes])
             without = _helm_template(tools, "-n", release_namespace, *values, "--set", "rbac.readNodes=false")
             assert sorted(d["kind"] for d in _documents(without)) == sorted([*common, "Role", "RoleBinding"])
-            (binding,) = [d for d in _documents(rendered) if d["kind"] == "ValidatingAdmissionPolicyBinding"]
-            # The warnings, too, only where the operator is given resources.
-            assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
-                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace]}
-            ]
+            bindings = {
+                d["metadata"]["name"].rsplit("-", 1)[1]: d["spec"]
+                for d in _documents(rendered)
+                if d["kind"] == "ValidatingAdmissionPolicyBinding"
+            }
+            # The warnings and the privilege check, too, only where the operator is given resources; the
+            # write guard is matched to the operator's ServiceAccount, wherever it writes.
+            for policy in ("warnings", "privileges"):
+                assert bindings[policy]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
+                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace]}
+                ]
+            assert "matchResources" not in bindings["writes"]
         node_role = next(
             d
             for d in _documents(rendered)
@@ -118,7 +128,8 @@ def test_the_chart_lints_strictly_and_the_api_server_accepts_what_it_renders_in_
             _helm_template(tools, "-n", release_namespace, *values, "--set", "lostNodeSeconds=0")
         )
         assert not [d for d in off if d["metadata"]["name"].endswith("-node-leases")]
-        assert "pods/status" not in yaml.safe_dump_all(off)
+        roles = [d for d in off if d["kind"] in ("Role", "ClusterRole")]
+        assert not [r for role in roles for r in role["rules"] if "pods/status" in r["resources"]]
         manifest = Path(tools.env["HOME"]) / f"rendered-{mode}.yaml"
         manifest.write_text(rendered)
         applied = tools.run("kubectl", "apply", "--dry-run=server", "--server-side", "-f", str(manifest))
@@ -127,8 +138,15 @@ def test_the_chart_lints_strictly_and_the_api_server_accepts_what_it_renders_in_
     assert "kind: ServiceMonitor" in monitor
     without_crd = _helm_template(tools, "--set", "crds.enabled=false")
     assert "CustomResourceDefinition" not in without_crd
-    without_warnings = _helm_template(tools, "--set", "admissionWarnings.enabled=false")
-    assert "ValidatingAdmissionPolicy" not in without_warnings
+    without_policies = _helm_template(
+        tools, "--set", "admissionWarnings.enabled=false", "--set", "privilegeCheck.enabled=false",
+        "--set", "rbac.writeGuard=false",
+    )  # fmt: skip
+    assert "ValidatingAdmissionPolicy" not in without_policies
+    without_user_roles = _documents(_helm_template(tools, "--set", "rbac.userRoles=false"))
+    assert [d["metadata"]["name"] for d in without_user_roles if d["kind"] == "ClusterRole"] == [
+        "mmd-mmd-operator", "mmd-mmd-operator-nodes"
+    ]  # fmt: skip
     crd = next(d for d in _documents(_helm_template(tools)) if d["kind"] == "CustomResourceDefinition")
     # The chart's CRD is the generated one, never a copy that could age.
     assert crd["spec"] == crdgen.crd()["spec"]
@@ -458,10 +476,8 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
     assert _can(tools, who, "create", "jobs.batch", *where)
     resource = "multimodaldeployments.serving.multimodal.dev"
     assert _can(tools, who, "patch", resource, "--subresource=status", *where)
-    assert _can(tools, who, "get", "secrets", *where)
-    # Once per resource whose replica spans pods: its SSH keys (create, then server-side apply).
+    # Once per resource whose replica spans pods: its SSH keys (one create). It reads no Secret.
     assert _can(tools, who, "create", "secrets", *where)
-    assert _can(tools, who, "patch", "secrets", *where)
     assert _can(tools, who, "list", "nodes")  # rbac.readNodes, for the scheduling messages
     # lostNodeSeconds: the node Leases, and the Ready condition of a pod on a silent node.
     assert _can(tools, who, "list", "leases.coordination.k8s.io", "-n", "kube-node-lease")
@@ -472,6 +488,9 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
     assert _can(tools, who, "get", f"leases.coordination.k8s.io/{account}", *lease)
     assert _can(tools, who, "create", "leases.coordination.k8s.io", *lease)
     must_not = [
+        ["get", "secrets", *where],
+        ["get", "secrets", "-n", "kube-system"],
+        ["patch", "secrets", *where],
         ["list", "secrets", *where],
         ["watch", "secrets", *where],
         ["update", "secrets", *where],
@@ -500,9 +519,8 @@ def test_the_charts_service_account_alone_runs_a_full_lifecycle_and_nothing_more
         ["create", "leases.coordination.k8s.io", *where],
     ]
     if mode == "namespaced":
-        # Cluster-wide, every namespace is the operator's and it may `get` a Secret a resource names in
-        # any of them; confined to its namespaces, it may not see one anywhere else.
-        must_not += [["get", "secrets", "-n", other], ["get", "secrets", "-n", "kube-system"]]
+        # Confined to its namespaces, it may not see or create anything anywhere else.
+        must_not += [["create", "secrets", "-n", other], ["list", "events", "-n", other]]
         must_not += [["get", "multimodaldeployments.serving.multimodal.dev", "-n", other]]
         must_not += [["create", "jobs.batch", "-n", other], ["list", "customresourcedefinitions"]]
     allowed = [" ".join(args) for args in must_not if _can(tools, who, *args)]

@@ -218,48 +218,6 @@ def test_a_failing_build_reports_the_builders_reason_and_recovers_once_the_spec_
     )
 
 
-def test_a_missing_token_secret_fails_naming_it_creates_nothing_and_recovers_when_it_appears(
-    kube: Kube, resources: Resources, namespace: str, operator: OperatorProcess
-) -> None:
-    resources.apply(example("mllama"))
-    failed = resources.wait_phase("mllama", "Failed")
-    ready = next(c for c in failed["status"]["conditions"] if c["type"] == "Ready")
-    assert ready["reason"] == "SecretNotFound"
-    assert ready["message"] == (
-        f"spec.model.source.huggingface.tokenSecretRef: Secret huggingface not found in namespace "
-        f"{namespace}: create it with kubectl create secret generic huggingface -n {namespace} "
-        "--from-literal=token=<your Hugging Face token>."
-    )
-    assert jobs(kube, namespace) == []
-    assert children(kube, namespace, "mllama") == {"configmaps": [], "deployments": [], "services": []}
-    assert kube.core.list_namespaced_persistent_volume_claim(namespace).items == []
-
-    kube.core.create_namespaced_secret(
-        namespace, {"metadata": {"name": "huggingface"}, "stringData": {"other": "x"}}
-    )
-    failed = resources.wait_phase("mllama", "Failed")
-    kube.wait_for(
-        "the missing key to be named",
-        lambda: resources.condition("mllama", "Ready").get("reason") == "SecretKeyNotFound",
-    )
-    kube.core.patch_namespaced_secret(
-        "huggingface", namespace, {"stringData": {"token": "hf_not_a_real_token"}}
-    )
-    resources.wait_phase("mllama", "Ready")
-    job = jobs(kube, namespace)[0]
-    env = job.spec.template.spec.containers[0].env
-    assert [(e.name, e.value_from.secret_key_ref.name, e.value_from.secret_key_ref.key) for e in env] == [
-        ("HF_TOKEN", "huggingface", "token")
-    ]
-    # What an admin tailing the log sees: one WARNING per failure reason, one INFO when it recovered.
-    lines = [line for line in operator.log.read_text().splitlines() if f"{namespace}/mllama " in line]
-    warnings = [line for line in lines if " WARNING " in line]
-    assert [line.split(": ")[2] for line in warnings] == ["SecretNotFound", "SecretKeyNotFound"], lines
-    assert f"{namespace}/mllama is Failed: SecretNotFound: spec.model.source.huggingface" in warnings[0]
-    assert [line for line in lines if " INFO " in line and "recovered" in line], lines
-    assert not [line for line in lines if "Reconciled" in line], lines
-
-
 def test_more_replicas_than_gpus_is_degraded_with_the_schedulers_message(
     kube: Kube, resources: Resources, namespace: str
 ) -> None:

@@ -215,6 +215,30 @@ def test_what_the_kubeconfig_may_not_read_is_a_warning_not_an_error(
     assert all("could not read" in f.message and "403" in f.message for f in found), found
 
 
+def test_mmctl_validate_cluster_with_credentials_the_api_server_refuses_is_one_line_and_exit_4(
+    local_cluster: LocalCluster, tools: Tools, tmp_path: Path
+) -> None:
+    """401: a token the API server does not know (expired, say); nothing is checked, nothing printed
+    as if it were a verdict on the resource."""
+    kubeconfig = local_cluster.token_kubeconfig("not-a-token", tmp_path / "stale.kubeconfig")
+    server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    command = [sys.executable, "-m", "mmctl.main", "validate", "--cluster", "--kubeconfig", str(kubeconfig)]
+    result = subprocess.run(
+        [*command, "-f", str(ROOT / "examples" / "llava.yaml")],
+        env=tools.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"mmctl validate --cluster: the API server {server} refuses the kubeconfig's credentials (401 "
+        "Unauthorized): they are wrong or expired; log in again or pick another --context"
+    ]
+
+
 def test_mmctl_validate_cluster_runs_the_preflight_over_a_directory(
     kube: Kube, tools: Tools, namespace: str, tmp_path: Path
 ) -> None:
@@ -229,7 +253,13 @@ def test_mmctl_validate_cluster_runs_the_preflight_over_a_directory(
     text = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert text.returncode == 1, text.stdout + text.stderr
     lines = text.stdout.splitlines()
-    assert f"{tmp_path}/apps/mllama.yaml:1 mllama 1 error, 1 warning" in lines
+    # file:N, the line the document starts on (after the example's comments).
+    start = next(
+        n
+        for n, line in enumerate((ROOT / "examples" / "mllama.yaml").read_text().splitlines(), 1)
+        if line.startswith("apiVersion:")
+    )
+    assert f"{tmp_path}/apps/mllama.yaml:{start} mllama 1 error, 1 warning" in lines
     assert lines[-1] == "2 resources: 0 ok, 1 with warnings, 1 invalid; 0 other documents skipped"
     assert (
         "  spec.model.source.huggingface.tokenSecretRef: Secret huggingface has no key token: add the key "

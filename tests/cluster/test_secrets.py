@@ -1,10 +1,18 @@
-"""The Hugging Face token is referenced, never copied; the namespaces enforce restricted Pod Security.
+"""The Hugging Face token is referenced, never copied nor read by the operator; a missing one is reported
+from the kubelet's words; the namespaces enforce restricted Pod Security.
 
-A full run of a resource whose model is gated: refused while the Secret or its key is missing, then
-built, served, changed and deleted. Afterwards the token's value, plain or base64-encoded, is in no
-ConfigMap, resource (status included), Event, Job, pod, Deployment, Service or claim of the namespace,
-in none of their labels or annotations, and not in the operator's log; the build Job reads it through
-a `secretKeyRef`, and the user's Secret is left as it was.
+A full run of a resource whose model is gated: built, served, changed and deleted. Afterwards the token's
+value, plain or base64-encoded, is in no ConfigMap, resource (status included), Event, Job, pod,
+Deployment, Service or claim of the namespace, in none of their labels or annotations, and not in the
+operator's log; the build Job reads it through a `secretKeyRef`, the user's Secret is left as it was, and
+the API server's audit log shows no request of the operator for any Secret.
+
+The operator reads no Secret: a missing token Secret or key is what the kubelet says of the Job's pod (a
+build pod's container waits in CreateContainerConfigError; a download pod's secret volume is refused in a
+FailedMount Event). kwok's nodes check no Secret, so here the test writes what the kubelet would, word for
+word (`tests.support.kubelet`), on a pod kwok leaves alone (a fault label), and lets kwok start the pod
+once the Secret exists, as the kubelet would by itself; `tests/pods/test_token_secret.py` has a real
+kubelet say it.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +28,21 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
+from mmd_testbed.localcluster.audit import requests
+from mmd_testbed.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.stages import FAULT_LABEL
+from tests.support import kubelet
 from tests.support.kube import Kube, Resources
 
 from .conftest import OperatorProcess
 
 pytestmark = pytest.mark.cluster
-MLLAMA = Path(__file__).resolve().parents[2] / "examples" / "mllama.yaml"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+MLLAMA = EXAMPLES / "mllama.yaml"
+QWEN = EXAMPLES / "qwen2_5_vl.yaml"
+# No stage of kwok's takes a pod with a fault label it has no stage for: the test writes its status.
+HELD = "held-by-test"
+FIELD = "spec.model.source.huggingface.tokenSecretRef"
 
 
 def _everything(kube: Kube, namespace: str) -> dict[str, list[Any]]:
@@ -56,24 +74,17 @@ def _leaks(objects: dict[str, list[Any]], secrets: tuple[str, ...]) -> list[str]
     ]
 
 
-def test_the_token_is_referenced_and_never_copied(
-    kube: Kube, resources: Resources, namespace: str, operator: OperatorProcess
+def test_the_token_is_referenced_and_never_copied_nor_read(
+    kube: Kube, resources: Resources, namespace: str, operator: OperatorProcess, local_cluster: LocalCluster
 ) -> None:
+    started = datetime.now(UTC)
     token = f"hf_{uuid.uuid4().hex}"  # unique to this test: any hit is a copy
     secrets = (token, base64.b64encode(token.encode()).decode())
+    kube.core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "huggingface"}, "stringData": {"other": token, "token": token}}
+    )
     document = yaml.safe_load(MLLAMA.read_text())
     resources.apply(document)
-    kube.wait_for(
-        "SecretNotFound", lambda: resources.condition("mllama", "Ready").get("reason") == "SecretNotFound"
-    )
-    kube.core.create_namespaced_secret(
-        namespace, {"metadata": {"name": "huggingface"}, "stringData": {"other": token}}
-    )
-    kube.wait_for(
-        "SecretKeyNotFound",
-        lambda: resources.condition("mllama", "Ready").get("reason") == "SecretKeyNotFound",
-    )
-    kube.core.patch_namespaced_secret("huggingface", namespace, {"stringData": {"token": token}})
     resources.wait_phase("mllama", "Ready")
     document["spec"]["serving"] = {**document["spec"].get("serving", {}), "kvCacheFreeGpuMemFraction": 0.8}
     resources.apply(document)
@@ -107,7 +118,10 @@ def test_the_token_is_referenced_and_never_copied(
     ]
     assert secret.metadata.owner_references is None
     log = operator.output()
-    assert "mllama" in log and not any(value in log for value in secrets)
+    assert "mmd-operator" in log and not any(value in log for value in secrets)
+    asked = requests(local_cluster.audit_log, user_agent_prefixes=("mmd-operator/",), since=started)
+    assert asked, "the audit log holds the operator's requests"
+    assert [e for e in asked if e["objectRef"].get("resource") == "secrets"] == []
 
 
 def test_the_namespaces_enforce_pod_security_and_the_operators_pods_pass_it(
@@ -140,3 +154,103 @@ def test_the_namespaces_enforce_pod_security_and_the_operators_pods_pass_it(
     assert serving.status.ready_replicas == 1
     for pod in kube.core.list_namespaced_pod(namespace).items:
         assert (pod.spec.security_context.run_as_user, pod.spec.security_context.fs_group) == (1000, 1000)
+
+
+def _held_job_pod(kube: Kube, namespace: str, component: str) -> dict[str, Any]:
+    """The Job's pod once the scheduler has placed it (kwok leaves it alone), as plain data."""
+    selector = f"app.kubernetes.io/component={component}"
+
+    def placed() -> Any:
+        pods = kube.core.list_namespaced_pod(namespace, label_selector=selector).items
+        return pods[0] if pods and pods[0].spec.node_name else None
+
+    pod = kube.wait_for(f"the {component} pod to be scheduled", placed)
+    found: dict[str, Any] = kube.core.api_client.sanitize_for_serialization(pod)
+    return found
+
+
+def _release(kube: Kube, namespace: str, pod: dict[str, Any]) -> None:
+    """The Secret is there now: the kubelet starts the pod by itself; kwok's stages play that part."""
+    kube.core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "huggingface"}, "stringData": {"token": "hf_not_a_real_token"}}
+    )
+    name = pod["metadata"]["name"]
+    kube.core.patch_namespaced_pod(name, namespace, {"metadata": {"labels": {FAULT_LABEL: None}}})
+
+
+def _ready_condition(resources: Resources, name: str, reason: str) -> dict[str, Any]:
+    resources.kube.wait_for(
+        f"{name} to be {reason}", lambda: resources.condition(name, "Ready").get("reason") == reason
+    )
+    return resources.condition(name, "Ready")
+
+
+def test_a_missing_token_secret_or_key_is_what_the_kubelet_says_of_the_build_pod(
+    kube: Kube, resources: Resources, namespace: str, operator: OperatorProcess
+) -> None:
+    document = yaml.safe_load(MLLAMA.read_text())
+    document["spec"]["build"] = {"pod": {"labels": {FAULT_LABEL: HELD}}}
+    resources.apply(document)
+    pod = _held_job_pod(kube, namespace, "engine-build")
+    name, container = pod["metadata"]["name"], pod["spec"]["containers"][0]["name"]
+
+    def kubelet_says(message: str) -> None:
+        status = kubelet.config_error_status([container], message, node_ip=None)
+        kube.core.patch_namespaced_pod_status(name, namespace, {"status": status})
+
+    kubelet_says(kubelet.secret_not_found("huggingface"))
+    ready = _ready_condition(resources, "mllama", "SecretNotFound")
+    assert ready["message"] == (
+        f"{FIELD}: Secret huggingface not found in namespace {namespace}; "
+        f"pod {name} waits for it (the kubelet starts it once it is there): create it with kubectl create "
+        f"secret generic huggingface -n {namespace} --from-literal=token=<your Hugging Face token>."
+    )
+    assert resources.get("mllama")["status"]["phase"] == "Failed"
+    # The Job waits with its pod; nothing serves yet.
+    assert [j.metadata.name for j in kube.batch.list_namespaced_job(namespace).items] == [
+        pod["metadata"]["labels"]["batch.kubernetes.io/job-name"]
+    ]
+    assert kube.apps.list_namespaced_deployment(namespace).items == []
+    kubelet_says(kubelet.env_key_not_found("token", namespace, "huggingface"))
+    ready = _ready_condition(resources, "mllama", "SecretKeyNotFound")
+    assert ready["message"].startswith(f"{FIELD}: Secret huggingface has no key token; pod ")
+    _release(kube, namespace, pod)
+    resources.wait_phase("mllama", "Ready")
+    job = kube.batch.list_namespaced_job(namespace).items[0]
+    env = job.spec.template.spec.containers[0].env
+    assert [(e.name, e.value_from.secret_key_ref.name, e.value_from.secret_key_ref.key) for e in env] == [
+        ("HF_TOKEN", "huggingface", "token")
+    ]
+    # What an admin tailing the log sees: one WARNING per failure reason, one INFO when it recovered.
+    lines = [line for line in operator.log.read_text().splitlines() if f"{namespace}/mllama " in line]
+    warnings = [line for line in lines if " WARNING " in line]
+    assert [line.split(": ")[2] for line in warnings] == ["SecretNotFound", "SecretKeyNotFound"], lines
+    assert f"{namespace}/mllama is Failed: SecretNotFound: {FIELD}: Secret huggingface" in warnings[0]
+    assert [line for line in lines if " INFO " in line and "recovered" in line], lines
+
+
+def test_a_missing_token_secret_or_key_is_what_the_kubelet_says_of_the_download_pods_volume(
+    kube: Kube, resources: Resources, namespace: str, operator: OperatorProcess
+) -> None:
+    document = yaml.safe_load(QWEN.read_text())
+    hub = document["spec"]["model"]["source"]["huggingface"]
+    hub["tokenSecretRef"] = {"name": "huggingface", "key": "token"}
+    document["spec"]["build"] = {"pod": {"labels": {FAULT_LABEL: HELD}}}
+    name = document["metadata"]["name"]
+    resources.apply(document)
+    pod = _held_job_pod(kube, namespace, "weights-download")
+    container = pod["spec"]["containers"][0]["name"]
+    volume = next(v["name"] for v in pod["spec"]["volumes"] if v.get("secret"))
+    status = kubelet.creating_status([container], node_ip=None)
+    kube.core.patch_namespaced_pod_status(pod["metadata"]["name"], namespace, {"status": status})
+    missing = kubelet.failed_mount(volume, kubelet.secret_not_found("huggingface"))
+    kube.core.create_namespaced_event(namespace, kubelet.failed_mount_event(pod, missing))
+    ready = _ready_condition(resources, name, "SecretNotFound")
+    assert ready["message"].startswith(f"{FIELD}: Secret huggingface not found in namespace {namespace}; ")
+    # The kubelet's last word holds: the Secret came without the key.
+    no_key = kubelet.failed_mount(volume, kubelet.volume_key_not_found("token"))
+    later = kubelet.failed_mount_event(pod, no_key, at="2026-01-01T00:01:00Z")
+    kube.core.create_namespaced_event(namespace, later)
+    _ready_condition(resources, name, "SecretKeyNotFound")
+    _release(kube, namespace, pod)
+    resources.wait_phase(name, "Ready")

@@ -12,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mmd_operator.vocabulary.kinds import GPU_RESOURCE
 from mmd_testbed.localcluster.binaries import Binaries
-from mmd_testbed.localcluster.cluster import UNSCHEDULABLE_RETRY_SECONDS
+from mmd_testbed.localcluster.components import UNSCHEDULABLE_RETRY_SECONDS
 from tests.support.kube import Kube, Tools, restricted
 
 pytestmark = pytest.mark.cluster

@@ -28,13 +28,13 @@ from PIL import Image
 from mmd_testbed.localcluster import hub, images, monitoring, realnodes
 from mmd_testbed.localcluster.binaries import ensure_binaries
 from mmd_testbed.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.image_build import chart_values
 from mmd_testbed.localcluster.layout import Layout
 from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
 from mmd_testbed.localcluster.objects import NodePool
 from mmd_testbed.localcluster.state import REAL_NODE_PREFIX
 from tests.support.kube import POD_SECURITY, Kube, Resources, Tools, new_namespace
 from tests.support.progress import terminal_printer
-from tools.images import chart_values
 
 _TIER = Path(__file__).parent
 REPO = _TIER.parents[1]

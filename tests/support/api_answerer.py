@@ -69,6 +69,9 @@ def server() -> Iterator[Server]:
         def do_PATCH(self) -> None:
             self._answer()
 
+        def do_POST(self) -> None:
+            self._answer()
+
         def log_message(self, *_: Any) -> None:
             pass
 

@@ -10,8 +10,9 @@ Every case is one of:
   and, where the rule compares values, the values.
 - INVALID: admitted, then reported phase Failed, Ready reason InvalidSpec, naming the field (what the CRD
   cannot say: derived limits, pod metadata the API server would refuse on a Job or Deployment).
-- MISSING: admitted, then reported Failed with the reason of the missing reference (SecretNotFound,
-  SecretKeyNotFound, SourceClaimNotFound); the build waits for it.
+- MISSING: admitted, then reported Failed with the reason of the missing reference (SourceClaimNotFound);
+  the build waits for it. (A missing token Secret or key is the kubelet's to say, of the Job's pod, which
+  kwok does not play: tests/cluster/test_secrets.py.)
 - UNSCHEDULABLE: admitted and planned, but no node can hold its pods: the scheduler's reason
   (InsufficientGPUs) is reported. Its build Job exists (pending); it is the one case with children.
 - YAML: YAML text with wrong types, sent with `kubectl apply --server-side`: refused, naming the field.
@@ -803,37 +804,6 @@ CASES: list[BadInput] = [
         values=("Equal",),
     ),
     BadInput(
-        "secret-missing",
-        document(
-            "secret-missing",
-            "mllama",
-            _spec(
-                model={"source": {"huggingface": {"tokenSecretRef": {"name": "hf-absent", "key": "token"}}}}
-            ),
-        ),
-        MISSING,
-        "spec.model.source.huggingface.tokenSecretRef",
-        "Secret hf-absent not found in namespace",
-        reason="SecretNotFound",
-        prerequisites=(secret("hf-absent", "token"),),
-        values=("hf-absent",),
-    ),
-    BadInput(
-        "secret-key-missing",
-        document(
-            "secret-key-missing",
-            "mllama",
-            _spec(model={"source": {"huggingface": {"tokenSecretRef": {"name": "hf-other", "key": "hf"}}}}),
-        ),
-        MISSING,
-        "spec.model.source.huggingface.tokenSecretRef",
-        "Secret hf-other has no key hf",
-        reason="SecretKeyNotFound",
-        fix=_spec(model={"source": {"huggingface": {"tokenSecretRef": {"key": "token"}}}}),
-        given=(secret("hf-other", "token"),),
-        values=("hf-other", "hf"),
-    ),
-    BadInput(
         "source-claim-missing",
         document(
             "source-claim-missing",
@@ -1108,22 +1078,6 @@ CASES: list[BadInput] = [
         reason="InvalidSpec",
         fix=_spec(serving={"pod": {"labels": {"team": "vlm"}}}),
         values=("x" * 70,),
-    ),
-    BadInput(
-        "serve-secret-missing",
-        serve_document(
-            "serve-secret-missing",
-            *_GEMMA,
-            _spec(
-                model={"source": {"huggingface": {"tokenSecretRef": {"name": "hf-gemma", "key": "token"}}}}
-            ),
-        ),
-        MISSING,
-        "spec.model.source.huggingface.tokenSecretRef",
-        "Secret hf-gemma not found in namespace",
-        reason="SecretNotFound",
-        prerequisites=(secret("hf-gemma", "token"),),
-        values=("hf-gemma",),
     ),
     BadInput(
         "update-runtime",

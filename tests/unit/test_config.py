@@ -36,6 +36,10 @@ def test_every_setting_reads_from_its_variable_with_its_type() -> None:
     assert config.serving_image == "mirror.example/serving:1"
     assert config.builder_image == versions.BUILDER_IMAGE
     assert OperatorConfig.from_env({"MMD_LOST_NODE_SECONDS": "0"}).lost_node_seconds == 0
+    endpoints = {"MMD_HF_ENDPOINT": "https://hf-mirror.example", "MMD_PROMETHEUS_URL": "http://prom:9090/x"}
+    assert (
+        OperatorConfig.from_env({**endpoints, "MMD_ENGINE_CACHE_SIZE": "1.5Ti"}).engine_cache_size == "1.5Ti"
+    )
 
 
 @pytest.mark.parametrize(
@@ -46,6 +50,9 @@ def test_every_setting_reads_from_its_variable_with_its_type() -> None:
         ("MMD_LOG_FORMAT", "xml", "log_format must be text or json"),
         ("MMD_ENGINE_CACHE_ACCESS_MODE", "ReadMany", "is not an access mode"),
         ("MMD_LOST_NODE_SECONDS", "10", "lost_node_seconds must be 0 \\(off\\) or at least 15.*got 10"),
+        ("MMD_ENGINE_CACHE_SIZE", "500GB", "engine_cache_size '500GB' is not a Kubernetes quantity of bytes"),
+        ("MMD_HF_ENDPOINT", "hf-mirror.internal", "hf_endpoint 'hf-mirror.internal' is not an http"),
+        ("MMD_PROMETHEUS_URL", "http://", "prometheus_url 'http://' is not an http:// or https:// URL"),
     ],
 )
 def test_a_setting_that_cannot_be_used_is_refused_by_name(variable: str, value: str, says: str) -> None:

@@ -20,6 +20,8 @@ watch_namespaces
 crds
 service_account
 admission_warnings
+user_roles
+write_guard
 dashboards
 label_value
 pod_annotations
@@ -38,7 +40,8 @@ needs_hf_model_path
 fp8_kv_cache
 
 # Attributes set for libraries to read: the kubernetes client's Configuration, tarfile's TarInfo,
-# ctypes/DLPack structures, the argparse namespace a vendored recipe reads, kopf's settings.
+# ctypes/DLPack structures, the argparse namespace a vendored recipe reads, kopf's settings, an argparse
+# parser's help formatter.
 _.ssl_ca_cert
 _.api_key
 _.api_key_prefix
@@ -53,6 +56,7 @@ _.server_timeout
 _.client_timeout
 _.request_timeout
 _.initial_streaming
+_.formatter_class
 
 # http.server's hooks and class settings, which the standard library reads (the trtllm-serve double, the
 # stand-in API server of tests/unit/kube/test_client_transport.py).
@@ -67,6 +71,9 @@ _.close_connection
 
 # pydantic validators: pydantic calls them while it validates a model.
 _null_is_absent
+
+# PyYAML's hooks, which its dumper calls (mmd_operator.desired.decision's dumper without aliases).
+ignore_aliases
 
 # http.server's BaseHTTPRequestHandler calls these by name (the Hub double of mmd_testbed.build_tools).
 protocol_version

@@ -7,7 +7,10 @@
 - a package docstring that lists its modules ("- `name`: what it does") lists exactly the package's
   modules and sub-packages;
 - nothing in the repository points at a file outside it (the sibling `shared/` folder of a developer's
-  checkout, say), and every relative link of a Markdown page leads to a file that exists.
+  checkout, say), and every relative link of a Markdown page leads to a file that exists;
+- no `pip install` in the repository (docs, messages, scripts, the Dockerfile) names one of our
+  distributions as a package index would serve it, unless with `--no-index`: this project registers no
+  name on an index, so whoever does would be installed; a hint names the checkout's paths instead.
 
     python -m tools.lint.house
 
@@ -31,13 +34,17 @@ PACKAGES = (
     "testbed/mmd_testbed",
     "tools",
 )
-MODULE_LINES = 800
+MODULE_LINES = 700
 INIT_LINES = 100
 README_LINES = 220
 # "- `name`: ..." (or "- `one`, `two`: ...") at the start of a docstring line, or after "; " in it, names
 # modules.
 _LISTED = re.compile(r"(?:^- |; )((?:`\w+`(?:, | and )?)+):")
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+# The names of our distributions, which this project has registered on no package index.
+OUR_DISTRIBUTIONS = frozenset({"mmctl", "mmd-operator", "mmd-engine-builder", "mmd-testbed"})
+# A `pip install` command, up to where the shell (or a sentence's quote) ends it.
+_PIP_INSTALL = re.compile(r"pip3? install\b([^\n;&|)`]*)")
 # Paths out of the repository: a sibling checkout's shared folder, or the workspace it lives in.
 _OUTSIDE = re.compile(r"\.\./shared\b|(?<![\w.])/work/(?:shared|main)\b")
 
@@ -131,9 +138,44 @@ def broken_links(root: Path = REPO_ROOT) -> list[str]:
     return breaches
 
 
+def index_installs(text: str) -> list[str]:
+    """The `pip install` commands of `text` that ask a package index for one of `OUR_DISTRIBUTIONS`."""
+    found = []
+    for command in _PIP_INSTALL.findall(text.replace("\\\n", " ")):
+        if "--no-index" in command:
+            continue
+        for word in command.split():
+            name = re.match(r"[A-Za-z0-9._-]+", word.strip("'\"`"))
+            if word.startswith("-") or name is None or "/" in word:
+                continue
+            if re.sub(r"[._]", "-", name.group()).lower() in OUR_DISTRIBUTIONS:
+                found.append(" ".join(command.split()))
+                break
+    return found
+
+
+def index_names(root: Path = REPO_ROOT) -> list[str]:
+    """Lines of tracked files whose `pip install` would take one of our names from a package index."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True)
+    breaches = []
+    for name in tracked.stdout.splitlines():
+        path = root / name
+        if path.suffix in (".tar", ".png", ".binpb", ".sum", ".json") or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        breaches += [
+            f"{name}: `{command}` would install a stranger's package: name the checkout's path instead"
+            for command in index_installs(text)
+        ]
+    return breaches
+
+
 def main() -> int:
     """Print every breach of the house rules; 1 if there is one."""
-    breaches = oversized() + misdocumented() + outside_pointers() + broken_links()
+    breaches = oversized() + misdocumented() + outside_pointers() + broken_links() + index_names()
     for breach in breaches:
         print(breach)
     print(f"house rules: {len(breaches)} breach{'es' if len(breaches) != 1 else ''}")

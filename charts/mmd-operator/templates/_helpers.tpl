@@ -36,9 +36,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{/*
-Exactly what the operator does in a namespace it manages, and nothing more. Secrets: `get` of the one
-a resource names as its Hugging Face token, to say whether it exists; never list or watch. pods/status:
-only the Ready condition of a serving pod whose node has gone silent (lostNodeSeconds).
+Exactly what the operator does in a namespace it manages, and nothing more; docs/operations.md says why
+each verb, and a cluster test compares that table with `kubectl auth can-i --list`. `get` only where
+the operator reads one object by name. Secrets: `create` alone (a group's SSH keys; it reads none).
+pods/status: only the Ready condition of a serving pod whose node has gone silent (lostNodeSeconds).
 */}}
 {{- define "mmd-operator.rules" -}}
 - apiGroups: [serving.multimodal.dev]
@@ -47,30 +48,39 @@ only the Ready condition of a serving pod whose node has gone silent (lostNodeSe
 - apiGroups: [serving.multimodal.dev]
   resources: [multimodaldeployments/status]
   verbs: [patch]
+# get: a shared build or download Job, read before its owners change and when its template differs.
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [list, watch, create, patch, delete]
 - apiGroups: [apps]
   resources: [replicasets]
   verbs: [get]
 - apiGroups: [""]
-  resources: [configmaps, services, persistentvolumeclaims]
+  resources: [configmaps]
+  verbs: [list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [list, watch, create, patch]
+# get: a source claim the spec names (does it exist?), and a shared engine-cache claim before its
+# owners change.
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [list, watch, create, patch, delete]
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [list, watch, create, patch, delete]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 # While a Job or the serving workload lacks pods: which quota refuses them, and by how much.
 - apiGroups: [""]
   resources: [resourcequotas]
@@ -84,21 +94,23 @@ only the Ready condition of a serving pod whose node has gone silent (lostNodeSe
   resources: [pods/status]
   verbs: [patch]
 {{- end }}
-# get: a Hub token Secret the spec names; create and patch (server-side apply, once): the SSH keys of a
-# replica across pods, a Secret the operator owns.
+# The SSH keys of a replica across pods, a Secret the operator owns: one create (AlreadyExists: it is
+# there). RBAC cannot narrow a create to a name; the writes policy holds it to that Secret's shape.
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get, create, patch]
+  verbs: [create]
 # A replica across pods (a group of a LeaderWorkerSet, whose controller the cluster installs).
 - apiGroups: [leaderworkerset.x-k8s.io]
   resources: [leaderworkersets]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [list, watch, create, patch, delete]
 # list, by label: the template a LeaderWorkerSet ran at its last Ready revision, to undo one that cannot
 # start (the ReplicaSet above is a Deployment's).
 - apiGroups: [apps]
   resources: [controllerrevisions]
   verbs: [list]
+# create: the operator's Events. list, by pod: the kubelet's FailedMount Events of a Job pod waiting for
+# the token Secret it mounts (the operator reads no Secret).
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create, list]
 {{- end -}}

@@ -197,7 +197,7 @@ def crd() -> dict[str, Any]:
                 "plural": v1alpha1.PLURAL,
                 "singular": v1alpha1.SINGULAR,
                 "shortNames": list(v1alpha1.SHORT_NAMES),
-                "categories": ["all", "ml"],
+                "categories": ["ml"],
             },
             "scope": "Namespaced",
             "versions": [

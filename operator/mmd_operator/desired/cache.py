@@ -18,6 +18,7 @@ from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import pods
 from mmd_operator.desired.children import Manifest, Owner
+from mmd_operator.desired.serving import WORKLOADS
 from mmd_operator.facts import OwnerRef
 from mmd_operator.plan.settings import ENGINE_MOUNT
 from mmd_operator.vocabulary import hashing, labels, ownership
@@ -41,7 +42,7 @@ def engine_cache_claim(
     """
     cache = resource.spec.engine_cache
     # A replica across pods mounts it from several nodes: shared, whatever the operator's default.
-    shared = "ReadWriteMany" if resource.spec.parallelism.spans_pods else None
+    shared = WORKLOADS[resource.spec.parallelism.shape].claim_access
     spec: dict[str, Any] = {
         "accessModes": [cache.access_mode or shared or config.engine_cache_access_mode],
         "resources": {"requests": {"storage": str(cache.size or config.engine_cache_size)}},

@@ -12,10 +12,11 @@ The rules, in the order the code follows them:
 - The engine-cache claim (when the runtime's artifact lives there) is created when it does not exist; a
   claim the operator created with retention Delete has every user as an owner, so it goes with the last.
 - An artifact in the engine index needs no Job. Otherwise the artifact's Job (a build, a download) is
-  created once (nothing is created while a Secret or a source claim the spec names is missing); every
-  user joins it as an owner, and leaves it when its spec moves to another key (the last one out deletes
-  it). A Job that failed runs again only after the spec changed since the failure was reported, or at
-  once when the failed Job was made from another recipe (pod settings, retries) than the spec's now.
+  created once (nothing is created while a source claim the spec names is missing; a missing token
+  Secret is reported while the Job's pod waits for it); every user joins it as an owner, and leaves it
+  when its spec moves to another key (the last one out deletes it). A Job that failed runs again only
+  after the spec changed since the failure was reported, or at once when the failed Job was made from
+  another recipe (pod settings, retries) than the spec's now.
 - The content ConfigMap is applied unless it is over the ConfigMap size limit. Superseded ones are
   deleted once neither the Deployment nor any pod uses them.
 - The Deployment is applied only once the artifact is ready: until then a running Deployment keeps
@@ -50,7 +51,7 @@ from engine_builder.result_format import BuildSucceeded
 from engine_builder.weights_format import DownloadSucceeded
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import cache, groups, scaling, serving, triton, trtllm_serve
+from mmd_operator.desired import cache, scaling, serving, triton, trtllm_serve
 from mmd_operator.desired.children import Children, Manifest, Owner
 from mmd_operator.facts import DeploymentFacts, Meta, Observed
 from mmd_operator.judgement import Judgement, Rendered
@@ -181,9 +182,10 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
     trial = False
     if artifact.ready and not too_large and not held and not blocked:
         wanted = children.deployment(artifact.location)
-        if wanted["kind"] == kinds.LEADER_WORKER_SET.kind:
-            owned = case.owned
-            writes.generated_secrets.append(groups.ssh_secret(owned.instance, owned.namespace, owned.owner))
+        owned = case.owned
+        writes.generated_secrets += serving.workload_of(wanted["kind"]).secrets(
+            owned.instance, owned.namespace, owned.owner
+        )
         trial = _on_trial(case, serving.template_digest(wanted))
         if trial:
             writes.apply.append(hashing.stamped(serving.canary_deployment(wanted)))
@@ -224,7 +226,7 @@ def _serving(case: _Case, writes: _Writes) -> Rendered:
 
 
 def _kind_of(workload: DeploymentFacts) -> kinds.ApiKind:
-    return kinds.LEADER_WORKER_SET if workload.kind == kinds.LEADER_WORKER_SET.kind else kinds.DEPLOYMENT
+    return serving.workload_of(workload.kind).kind
 
 
 def _on_trial(case: _Case, revision: str) -> bool:
@@ -391,13 +393,24 @@ def manifests(resource: MultimodalDeployment, plan: AnyPlan, *, config: Operator
     return [hashing.stamped(manifest) for manifest in objects]
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, without anchors and aliases (`&id001`, `*id001`).
+
+    A value a manifest holds twice (a probe, a volume) is written out each time: people and linters read
+    aliases badly.
+    """
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def manifest_files(
     resource: MultimodalDeployment, plan: AnyPlan, *, config: OperatorConfig
 ) -> dict[str, str]:
     """`manifests(...)` as YAML files named `<kind>-<name>.yaml`, for `mmctl render`."""
     return {
-        f"{manifest['kind'].lower()}-{manifest['metadata']['name']}.yaml": yaml.safe_dump(
-            manifest, sort_keys=False, width=110
+        f"{manifest['kind'].lower()}-{manifest['metadata']['name']}.yaml": yaml.dump(
+            manifest, Dumper=_PlainDumper, sort_keys=False, width=110
         )
         for manifest in manifests(resource, plan, config=config)
     }

@@ -1,6 +1,6 @@
 """One replica across pods: a LeaderWorkerSet whose every group is one MPI world.
 
-With `serving.gpusPerPod` below the world (`Parallelism.spans_pods`) the serving Deployment becomes a
+With `serving.gpusPerPod` below the world (`ReplicaShape.GROUP`) the serving Deployment becomes a
 LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) of the same pod template, `size` pods per group, one group
 per replica. Both runtimes give their world as MPI segments (`Segment`); nothing here asks which runtime
 it has.
@@ -21,7 +21,9 @@ it has.
 
 Open MPI is told through the environment (both the 4.x and the 5.x names) to launch over `ssh -F` with
 the group's config, to keep the workers' full names, and to give up on a worker's host that falls silent
-within seconds (`KEEPALIVE_SECONDS`), so that a world that lost a rank ends rather than hangs. Pure:
+within seconds (`KEEPALIVE_SECONDS`), so that a world that lost a rank ends rather than hangs. All of it
+is the group shape's row of `serving.WORKLOADS` (`GROUP`): the set, its leaders for the Service, its
+pods' NetworkPolicy rule, its claim's access mode, its SSH Secret, its rollout and its canary. Pure:
 imports the api models, the plan's `Segment` and the vocabulary.
 """
 
@@ -30,9 +32,11 @@ from __future__ import annotations
 import copy
 import shlex
 from collections.abc import Sequence
+from types import MappingProxyType
+from typing import Any
 
 from mmd_operator.api.v1alpha1 import Parallelism
-from mmd_operator.desired.children import Manifest
+from mmd_operator.desired.children import Manifest, Workload
 from mmd_operator.facts import OwnerRef
 from mmd_operator.plan.launch import Segment
 from mmd_operator.vocabulary import hashing, kinds, labels, names, ownership
@@ -252,7 +256,10 @@ def ssh_secret(instance: str, namespace: str, owner: OwnerRef) -> Manifest:
 
 
 def leader_worker_set(
-    deployment: Manifest, parallelism: Parallelism, segments: Sequence[Segment], worker_resources: Manifest
+    deployment: Manifest,
+    parallelism: Parallelism,
+    segments: Sequence[Segment],
+    worker_resources: Manifest | None,
 ) -> Manifest:
     """The LeaderWorkerSet that serves what `deployment` (the rendered serving Deployment) would, in groups.
 
@@ -260,6 +267,7 @@ def leader_worker_set(
     Deployment's, a worker's server container with `worker_resources` (it runs no server of its own,
     only its ranks); the template digest covers both of its templates.
     """
+    assert worker_resources is not None, "a replica across pods has workers"
     metadata, spec = deployment["metadata"], deployment["spec"]
     instance = metadata["labels"][labels.INSTANCE]
     # Each template its own copy: they share no object (a YAML dump would write anchors and aliases).
@@ -294,6 +302,21 @@ def leader_worker_set(
     }
 
 
+def within_groups(instance: str, rules: dict[str, Any]) -> dict[str, Any]:
+    """`rules` and, for each direction they restrict, every port between the resource's serving pods.
+
+    A world across pods speaks MPI and NCCL on ports it picks at start. A policy cannot name one group's
+    pods (their group label varies), so the rule admits the resource's serving pods: its groups.
+    """
+    peers = [{"podSelector": {"matchLabels": labels.serving_selector(instance)}}]
+    directions = {"Ingress": ("ingress", "from"), "Egress": ("egress", "to")}
+    widened = dict(rules)
+    for kind in rules["policyTypes"]:
+        key, side = directions[kind]
+        widened[key] = [*rules.get(key, []), {side: peers}]
+    return widened
+
+
 def canary_set(manifest: Manifest, name: str, track: dict[str, str]) -> Manifest:
     """A LeaderWorkerSet `name` of one group of `manifest`'s revision, its pods carrying `track`.
 
@@ -319,3 +342,29 @@ def canary_set(manifest: Manifest, name: str, track: dict[str, str]) -> Manifest
             },
         },
     }
+
+
+def _ssh_secrets(instance: str, namespace: str, owner: OwnerRef) -> list[Manifest]:
+    return [ssh_secret(instance, namespace, owner)]
+
+
+def _leader_pod(manifest: Manifest) -> Manifest:
+    spec: Manifest = manifest["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    return spec
+
+
+# The serving workload of a replica across pods.
+GROUP = Workload(
+    kind=kinds.LEADER_WORKER_SET,
+    name=names.group_set,
+    made=leader_worker_set,
+    serving_pods=MappingProxyType(leader_selector()),
+    policy_rules=within_groups,
+    # Every pod of a group mounts the claim, each from its own node.
+    claim_access="ReadWriteMany",
+    secrets=_ssh_secrets,
+    rollout=("rolloutStrategy", "rollingUpdateConfiguration"),
+    template="leaderWorkerTemplate",
+    canary=canary_set,
+    serving_pod=_leader_pod,
+)

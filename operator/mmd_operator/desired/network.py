@@ -2,10 +2,10 @@
 
 It selects the serving pods (the Deployment's own selector) and denies everything not listed: inference
 (HTTP and gRPC) only from the clients the spec names, metrics only from the monitoring namespaces, and
-out of the pods only DNS and the address blocks of `egress`; with a replica across pods, also every port
-between the serving pods (MPI and NCCL). The Service's ports and the policy's come
-from the same constants, so they cannot drift apart. Pure: imports the api models and the serving
-builder's names.
+out of the pods only DNS and the address blocks of `egress`; and what the pods of one replica say to each
+other, by the replica's shape (`serving.WORKLOADS`: a group's, every port between its pods, for MPI and
+NCCL). The Service's ports and the policy's come from the same constants, so they cannot drift apart.
+Pure: imports the api models, `serving` and the vocabulary.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from mmd_operator.api.v1alpha1 import LabelSelector, MultimodalDeployment, NetworkPolicySpec, NetworkPort
+from mmd_operator.desired.serving import WORKLOADS
 from mmd_operator.facts import OwnerRef
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from mmd_operator.vocabulary import kinds, labels, names, ownership
@@ -103,21 +104,6 @@ def network_policy(
     return serving_policy(resource, rules, namespace=namespace, owner=owner)
 
 
-def _within_groups(instance: str, rules: dict[str, Any]) -> dict[str, Any]:
-    """`rules` and, for each direction they restrict, every port between the resource's serving pods.
-
-    A world across pods speaks MPI and NCCL on ports it picks at start. A policy cannot name one group's
-    pods (their group label varies), so the rule admits the resource's serving pods: its groups.
-    """
-    peers = [{"podSelector": {"matchLabels": labels.serving_selector(instance)}}]
-    directions = {"Ingress": ("ingress", "from"), "Egress": ("egress", "to")}
-    widened = dict(rules)
-    for kind in rules["policyTypes"]:
-        key, side = directions[kind]
-        widened[key] = [*rules.get(key, []), {side: peers}]
-    return widened
-
-
 def serving_policy(
     resource: MultimodalDeployment, rules: dict[str, Any], *, namespace: str, owner: OwnerRef
 ) -> dict[str, Any]:
@@ -126,8 +112,7 @@ def serving_policy(
     With a replica across pods, the pods of its groups reach each other on every port too.
     """
     instance = str(resource.metadata["name"])
-    if resource.spec.parallelism.spans_pods:
-        rules = _within_groups(instance, rules)
+    rules = WORKLOADS[resource.spec.parallelism.shape].policy_rules(instance, rules)
     return {
         "apiVersion": kinds.NETWORK_POLICY.api_version,
         "kind": kinds.NETWORK_POLICY.kind,

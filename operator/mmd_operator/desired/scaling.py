@@ -23,10 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
-from mmd_operator.desired.serving import serving_metadata
+from mmd_operator.desired.serving import WORKLOADS, serving_metadata
 from mmd_operator.facts import OwnerRef
 from mmd_operator.scaling_metrics import SCALING_METRICS, source
-from mmd_operator.vocabulary import kinds, labels, names
+from mmd_operator.vocabulary import kinds, labels
 
 # The handover's field manager, beside the operator's own: `<field manager>-handover`.
 HANDOVER_SUFFIX = "-handover"
@@ -49,12 +49,10 @@ def horizontal_pod_autoscaler(
     # Admission refuses a metric the runtime lacks; a spec that got past it asks for nothing here.
     assert metric_source is not None, f"{autoscaling.metric.name} on {resource.spec.serving_runtime}"
     instance = str(resource.metadata["name"])
-    # A LeaderWorkerSet scales groups: its scale subresource counts them and selects their leaders.
-    workload, name = (
-        (kinds.LEADER_WORKER_SET, names.group_set(instance))
-        if resource.spec.parallelism.spans_pods
-        else (kinds.DEPLOYMENT, names.serving(instance))
-    )
+    # The serving workload: a LeaderWorkerSet scales groups (its scale subresource counts them and selects
+    # their leaders).
+    target = WORKLOADS[resource.spec.parallelism.shape]
+    workload, name = target.kind, target.name(instance)
     return {
         "apiVersion": kinds.HORIZONTAL_POD_AUTOSCALER.api_version,
         "kind": kinds.HORIZONTAL_POD_AUTOSCALER.kind,

@@ -10,18 +10,21 @@ runs the new revision as one pod of a second Deployment (`canary_deployment`) be
 A pod leaving waits until its Service stops sending to it before the server is told to stop, then has
 the server's own drain time for the requests it holds.
 The Deployment and the Service share a name and belong to the resource alone; the server container's
-CPU and memory are the plan's (`plan.pod_resources`). Pure: imports the api models, the pods' settings,
-the plan's launch segments and pod resources, the rollout's annotation and the vocabulary.
+CPU and memory are the plan's (`plan.pod_resources`). What differs by the replica's shape (one pod, a
+group: `groups`) is its row of `WORKLOADS`, looked up by the shape or by the workload's kind, never asked
+otherwise. Pure: imports the api models, the pods' settings, the plan's launch segments and pod
+resources, the rollout's annotation and the vocabulary.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
-from mmd_operator.api.v1alpha1 import MultimodalDeployment
+from mmd_operator.api.v1alpha1 import MultimodalDeployment, Parallelism, ReplicaShape
 from mmd_operator.desired import groups, pods
-from mmd_operator.desired.children import Manifest, Owner
+from mmd_operator.desired.children import Manifest, Owner, Workload
 from mmd_operator.facts import OwnerRef
 from mmd_operator.judgement.rollout import IN_PLACE_BECAUSE
 from mmd_operator.plan.launch import Segment
@@ -77,11 +80,7 @@ IN_PLACE = {"maxSurge": 0, "maxUnavailable": 1}
 def rolling_in_place(manifest: Manifest, because: str) -> Manifest:
     """`manifest`, the serving workload, rolling in place for the rest of its rollout, and why."""
     metadata = manifest["metadata"]
-    key, rolling = (
-        ("rolloutStrategy", "rollingUpdateConfiguration")
-        if manifest["kind"] == kinds.LEADER_WORKER_SET.kind
-        else ("strategy", "rollingUpdate")
-    )
+    key, rolling = workload_of(manifest["kind"]).rollout
     return {
         **manifest,
         "metadata": {
@@ -107,12 +106,8 @@ def undone(manifest: Manifest, template: Manifest, failed: str) -> Manifest:
     return {
         **manifest,
         "metadata": {**metadata, "annotations": annotations},
-        "spec": {**manifest["spec"], _template_field(manifest): template},
+        "spec": {**manifest["spec"], workload_of(manifest["kind"]).template: template},
     }
-
-
-def _template_field(manifest: Manifest) -> str:
-    return "leaderWorkerTemplate" if manifest["kind"] == kinds.LEADER_WORKER_SET.kind else "template"
 
 
 def template_digest(manifest: Manifest) -> str:
@@ -127,15 +122,16 @@ def canary_deployment(manifest: Manifest) -> Manifest:
     adds; the serving Deployment's ReplicaSets leave them alone, since each pod names its controller.
     With a replica across pods, a LeaderWorkerSet of one group.
     """
-    metadata = manifest["metadata"]
-    spec = manifest["spec"]
-    track = {labels.TRACK: labels.CANARY}
-    if manifest["kind"] == kinds.LEADER_WORKER_SET.kind:
-        return groups.canary_set(manifest, names.canary(metadata["labels"][labels.INSTANCE]), track)
+    name = names.canary(manifest["metadata"]["labels"][labels.INSTANCE])
+    return workload_of(manifest["kind"]).canary(manifest, name, {labels.TRACK: labels.CANARY})
+
+
+def _canary_deployment(manifest: Manifest, name: str, track: dict[str, str]) -> Manifest:
+    metadata, spec = manifest["metadata"], manifest["spec"]
     template = spec["template"]
     return {
         **manifest,
-        "metadata": {**metadata, "name": names.canary(metadata["name"])},
+        "metadata": {**metadata, "name": name},
         "spec": {
             **{key: value for key, value in spec.items() if key != "strategy"},
             "replicas": 1,
@@ -230,7 +226,8 @@ def deployment(
     """The serving Deployment of `server`, its pods marked with `cache_key` and mounting `configmap`.
 
     With a replica across pods, the LeaderWorkerSet of the same pods (`groups`), whose leaders run the
-    world's `segments` and whose workers' server containers have the `worker` resources.
+    world's `segments` and whose workers' server containers have the `worker` resources (the plan's, for
+    a shape with workers).
     """
     serving = owned.resource.spec.serving
     pod_labels = {**labels.for_instance(owned.instance, labels.SERVING), labels.CACHE_KEY: cache_key}
@@ -271,10 +268,8 @@ def deployment(
         },
     }
     parallelism = owned.resource.spec.parallelism
-    if not parallelism.spans_pods:
-        return manifest
-    assert worker is not None, "a replica across pods has workers"
-    return groups.leader_worker_set(manifest, parallelism, segments, worker.manifest())
+    resources = None if worker is None else worker.manifest()
+    return WORKLOADS[parallelism.shape].made(manifest, parallelism, segments, resources)
 
 
 def service(owned: Owner, ports: Sequence[tuple[str, int, str]]) -> Manifest:
@@ -282,7 +277,7 @@ def service(owned: Owner, ports: Sequence[tuple[str, int, str]]) -> Manifest:
 
     With a replica across pods it selects the groups' leaders, which serve; their workers have no port.
     """
-    leaders = groups.leader_selector() if owned.resource.spec.parallelism.spans_pods else {}
+    leaders = WORKLOADS[owned.resource.spec.parallelism.shape].serving_pods
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -296,3 +291,49 @@ def service(owned: Owner, ports: Sequence[tuple[str, int, str]]) -> Manifest:
             ],
         },
     }
+
+
+def _as_rendered(
+    deployment: Manifest, _parallelism: Parallelism, _segments: Sequence[Segment], _worker: Manifest | None
+) -> Manifest:
+    return deployment
+
+
+def _same_rules(_instance: str, rules: Manifest) -> Manifest:
+    return rules
+
+
+def _no_secrets(_instance: str, _namespace: str, _owner: OwnerRef) -> list[Manifest]:
+    return []
+
+
+def _deployment_pod(manifest: Manifest) -> Manifest:
+    spec: Manifest = manifest["spec"]["template"]["spec"]
+    return spec
+
+
+# The serving workload of a replica of one pod: the runtime's Deployment as it is.
+ONE_POD = Workload(
+    kind=kinds.DEPLOYMENT,
+    name=names.serving,
+    made=_as_rendered,
+    serving_pods=MappingProxyType({}),
+    policy_rules=_same_rules,
+    claim_access=None,
+    secrets=_no_secrets,
+    rollout=("strategy", "rollingUpdate"),
+    template="template",
+    canary=_canary_deployment,
+    serving_pod=_deployment_pod,
+)
+
+# Each replica shape's serving workload: a third shape is one row here (and its member of `ReplicaShape`).
+WORKLOADS: Mapping[ReplicaShape, Workload] = MappingProxyType(
+    {ReplicaShape.ONE_POD: ONE_POD, ReplicaShape.GROUP: groups.GROUP}
+)
+_BY_KIND = MappingProxyType({workload.kind.kind: workload for workload in WORKLOADS.values()})
+
+
+def workload_of(kind: str) -> Workload:
+    """The row of the serving workload of `kind` (a manifest's or an observed object's)."""
+    return _BY_KIND[kind]

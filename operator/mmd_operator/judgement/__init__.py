@@ -3,6 +3,7 @@
 - `judge`: the judgement (`Judgement`, `judge`) and what the decision rendered (`Rendered`);
 - `artifact`: the rules every runtime's artifact follows (ready, its Job running, failed, blocked);
 - `progress`: how far a running build or download is, from its last progress line, and whether it stalled;
+- `token_secret`: a missing token Secret or key, in the kubelet's words about the Job's pod;
 - `triton`: the triton-trtllm-engine runtime's artifact, the engine;
 - `trtllm_serve`: the trtllm-serve runtime's artifact, the weights;
 - `placement`: where a GPU pod may run and what keeps it off (also `mmctl validate --cluster`'s rule);

@@ -3,14 +3,17 @@
 A LeaderWorkerSet labels every pod of a group with the group's index and its own (the leader is worker
 0). Worker `w` of a group runs ranks `w x gpusPerPod` to `(w + 1) x gpusPerPod - 1`, so a pod that is not
 ready is said with the ranks the world lacks: not created yet, not schedulable, crash-looping, on a node
-that stopped reporting (named), stopping, or starting. Pure: imports the facts and the vocabulary.
+that stopped reporting (named), stopping, or starting. A replica of one pod has no groups to judge
+(`REPLICA_GROUPS`, by the replica's shape). Pure: imports the api models, the facts and the vocabulary.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
+from mmd_operator.api.v1alpha1 import Parallelism, ReplicaShape
 from mmd_operator.facts import PodFacts
 from mmd_operator.vocabulary import labels
 
@@ -85,3 +88,19 @@ def group_states(
         )
         states.append(GroupState(index=index, size=size, ready=ready, missing=missing))
     return tuple(states)
+
+
+def _groups(pods: Iterable[PodFacts], parallelism: Parallelism, wanted: int) -> tuple[GroupState, ...]:
+    return group_states(
+        pods, size=parallelism.pods_per_replica, gpus_per_pod=parallelism.gpus_per_pod, wanted=wanted
+    )
+
+
+def _no_groups(_pods: Iterable[PodFacts], _parallelism: Parallelism, _wanted: int) -> tuple[GroupState, ...]:
+    return ()
+
+
+# How the `wanted` replicas of each shape are judged one by one, from the serving pods.
+REPLICA_GROUPS: Mapping[
+    ReplicaShape, Callable[[Iterable[PodFacts], Parallelism, int], tuple[GroupState, ...]]
+] = MappingProxyType({ReplicaShape.ONE_POD: _no_groups, ReplicaShape.GROUP: _groups})

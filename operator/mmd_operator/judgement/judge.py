@@ -52,7 +52,8 @@ class Judgement:
     """The artifact of the resource's plan, whether its Job waits, and how the serving pods are replaced."""
 
     artifact: ArtifactState[Any, Any]
-    # A Secret or source claim the Job needs is missing: nothing is created until it appears.
+    # A source claim (or the LeaderWorkerSet API) the Job needs is missing: nothing is created until it
+    # appears. (A missing token Secret is reported while the Job's pod waits for it.)
     blocked: bool
     rollout: Rollout
     # The last revision whose every pod was ready, and the revision to undo, if any (`revisions`).

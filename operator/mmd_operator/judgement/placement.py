@@ -14,14 +14,15 @@ Pure: imports the api models and quantities, the facts and the GPU resource name
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Literal
 
 from mmd_operator.api import quantities
-from mmd_operator.api.v1alpha1 import GPU_RESOURCE, MultimodalDeploymentSpec
+from mmd_operator.api.v1alpha1 import GPU_RESOURCE, MultimodalDeploymentSpec, ReplicaShape
 from mmd_operator.facts import NodeFacts, NodeRequirement, Nodes, PodFacts, PodPlacement, Taint, Toleration
 
 INSUFFICIENT_GPUS = "InsufficientGPUs"
@@ -50,6 +51,40 @@ def scheduling_reason(message: str) -> str:
 
 
 @dataclass(frozen=True)
+class ShapeWords:
+    """How the judgement's messages speak of one replica shape's pods."""
+
+    # The spec field that says how many GPUs one pod takes.
+    gpus_field: str
+    # A replica's pods, after the count of replicas in the sum (`{size}`: the pods of one replica).
+    replica: str
+    # The room the nodes have for the pods (`{room}` pods of `{gpus}` GPUs, `{fits}` of the `{replicas}`
+    # replicas of `{size}` pods, `{pods}` in all).
+    room: str
+    # The one replica a surge adds.
+    surge: str
+
+
+# Each replica shape's words.
+SHAPE_WORDS: Mapping[ReplicaShape, ShapeWords] = MappingProxyType(
+    {
+        ReplicaShape.ONE_POD: ShapeWords(
+            gpus_field="spec.engine.tensorParallelSize",
+            replica="",
+            room="room for {room} of the {pods} pods",
+            surge="1 surge pod",
+        ),
+        ReplicaShape.GROUP: ShapeWords(
+            gpus_field="spec.serving.gpusPerPod",
+            replica=" x {size} pods",
+            room="room for {room} pods of {gpus} GPUs, {fits} of the {replicas} replicas of {size} pods",
+            surge="1 surge group",
+        ),
+    }
+)
+
+
+@dataclass(frozen=True)
 class GpuDemand:
     """What the spec asks of the scheduler for one kind of pod, and the fields that say it."""
 
@@ -62,6 +97,8 @@ class GpuDemand:
     pods_per_replica: int = 1
     # The spec field that says how many GPUs one pod takes.
     gpus_field: str = "spec.engine.tensorParallelSize"
+    # One pod or a group of `pods_per_replica` pods: how the messages speak of a replica.
+    shape: ReplicaShape = ReplicaShape.ONE_POD
 
     @property
     def pods(self) -> int:
@@ -88,7 +125,7 @@ class GpuDemand:
         if self.role == "build":
             size = self.gpus_per_pod
             return f"{self.gpus_field} {size} = {size} {GPU_RESOURCE} for one build pod"
-        group = f" x {self.pods_per_replica} pods" if self.pods_per_replica > 1 else ""
+        group = SHAPE_WORDS[self.shape].replica.format(size=self.pods_per_replica)
         return (
             f"{self.pods_field} {self.replicas}{group} x {self.gpus_field} {self.gpus_per_pod} = "
             f"{self.total} {GPU_RESOURCE}"
@@ -99,13 +136,12 @@ class GpuDemand:
         return pods_room // self.pods_per_replica
 
 
-def _gpus_field(spec: MultimodalDeploymentSpec) -> str:
-    return "spec.serving.gpusPerPod" if spec.parallelism.spans_pods else "spec.engine.tensorParallelSize"
-
-
 def build_demand(spec: MultimodalDeploymentSpec) -> GpuDemand:
     """The one build pod of `spec`: a world across pods is built in one pod of one serving pod's GPUs."""
-    return GpuDemand("build", 1, spec.parallelism.gpus_per_pod, gpus_field=_gpus_field(spec))
+    parallelism = spec.parallelism
+    return GpuDemand(
+        "build", 1, parallelism.gpus_per_pod, gpus_field=SHAPE_WORDS[parallelism.shape].gpus_field
+    )
 
 
 def serving_demand(spec: MultimodalDeploymentSpec) -> GpuDemand:
@@ -121,7 +157,8 @@ def serving_demand(spec: MultimodalDeploymentSpec) -> GpuDemand:
         parallelism.gpus_per_pod,
         field,
         pods_per_replica=parallelism.pods_per_replica,
-        gpus_field=_gpus_field(spec),
+        gpus_field=SHAPE_WORDS[parallelism.shape].gpus_field,
+        shape=parallelism.shape,
     )
 
 
@@ -360,13 +397,14 @@ def obstacle(found: NodeMatch, demand: GpuDemand) -> Obstacle | None:
         return _memory_or_cpu_obstacle(found, demand)
     room = found.room(demand.gpus_per_pod)
     if room < demand.pods:
-        if demand.pods_per_replica > 1:
-            what = (
-                f"room for {room} pods of {demand.gpus_per_pod} GPUs, {demand.replicas_room(room)} of the "
-                f"{demand.replicas} replicas of {demand.pods_per_replica} pods"
-            )
-        else:
-            what = f"room for {room} of the {demand.pods} pods"
+        what = SHAPE_WORDS[demand.shape].room.format(
+            room=room,
+            gpus=demand.gpus_per_pod,
+            fits=demand.replicas_room(room),
+            replicas=demand.replicas,
+            size=demand.pods_per_replica,
+            pods=demand.pods,
+        )
         if room < found.gpu_room(demand.gpus_per_pod):
             what += " (their memory or CPU holds fewer pods than their GPUs)"
         return Obstacle(

@@ -23,6 +23,7 @@ from mmd_operator.judgement.placement import (
     INSUFFICIENT_CPU,
     INSUFFICIENT_GPUS,
     INSUFFICIENT_MEMORY,
+    SHAPE_WORDS,
     match,
     scheduling_reason,
     serving_demand,
@@ -125,8 +126,7 @@ def _in_place_message(
     nodes: Nodes | None,
 ) -> str:
     replicas = max(deployment.replicas, 1)
-    group = spec.parallelism.pods_per_replica
-    surge = "1 surge group" if group > 1 else "1 surge pod"
+    surge = SHAPE_WORDS[spec.parallelism.shape].surge
     demand = dataclasses.replace(
         serving_demand(spec),
         replicas=replicas + 1,

@@ -141,9 +141,16 @@ class KubeClient:
 
     @classmethod
     def from_kubeconfig(
-        cls, path: str | None = None, *, context: str | None = None, field_manager: str
+        cls,
+        path: str | None = None,
+        *,
+        context: str | None = None,
+        field_manager: str,
+        retries: int | None = None,
     ) -> KubeClient:
         """A client for a kubeconfig (`path`, else $KUBECONFIG or ~/.kube/config) and its `context`.
+
+        `retries` as in `from_environment`.
 
         Raises:
             KubeconfigError: when the kubeconfig cannot be read or names no such context.
@@ -155,7 +162,14 @@ class KubeClient:
             )
         except (OSError, ConfigException) as error:
             raise KubeconfigError(str(error)) from error
+        if retries is not None:
+            configuration.retries = retries
         return cls(k8s.ApiClient(configuration), field_manager=field_manager)
+
+    @property
+    def server(self) -> str:
+        """The API server's URL."""
+        return str(self._api.configuration.host)
 
     @staticmethod
     def kubeconfig_namespace(path: str | None = None, *, context: str | None = None) -> str:
@@ -318,10 +332,17 @@ class KubeClient:
         return response.data.decode("utf-8", "replace")
 
     def list(
-        self, api_version: str, kind: str, namespace: str | None = None, *, label_selector: str | None = None
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Every object of a kind (in `namespace`, or everywhere), optionally by label."""
-        query = {"labelSelector": label_selector} if label_selector else None
+        """Every object of a kind (in `namespace`, or everywhere), optionally by label or field."""
+        selectors = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        query = {key: value for key, value in selectors.items() if value} or None
         listing = self.request("GET", path(api_version, kind, namespace), query=query)
         items: list[dict[str, Any]] = listing.get("items", [])
         for item in items:  # lists leave these out of their items
@@ -348,6 +369,12 @@ class KubeClient:
             body=dict(manifest),
             content_type="application/apply-patch+yaml",
         )
+
+    def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the object `manifest` describes (a POST); a 409 ApiError says it exists already."""
+        metadata = manifest["metadata"]
+        target = path(manifest["apiVersion"], manifest["kind"], metadata.get("namespace"))
+        return self.request("POST", target, query={"fieldManager": self.field_manager}, body=dict(manifest))
 
     def merge_patch(
         self, api_version: str, kind: str, namespace: str, name: str, patch: Mapping[str, Any]

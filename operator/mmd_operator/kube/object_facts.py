@@ -123,6 +123,13 @@ def _container_trouble(statuses: list[Mapping[str, Any]]) -> str | None:
     return None
 
 
+def _waiting(statuses: list[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+    waiting = [(container.get("state") or {}).get("waiting") for container in statuses]
+    return tuple(
+        (str(state.get("reason") or ""), str(state.get("message") or "")) for state in waiting if state
+    )
+
+
 def _count(quantity: Any) -> int:
     """An extended resource's quantity (always a whole number); 0 when it is not one."""
     try:
@@ -269,6 +276,7 @@ def pod(obj: Mapping[str, Any]) -> PodFacts:
         oom_killed=_oom_killed(
             [*(status.get("initContainerStatuses") or []), *containers], _memory_limits(spec)
         ),
+        waiting=_waiting([*(status.get("initContainerStatuses") or []), *containers]),
         restarts=sum(int(c.get("restartCount", 0)) for c in containers),
         started=timestamp(status.get("startTime")),
         termination_message=terminated.get("message") if terminated else None,

@@ -1,15 +1,19 @@
 """Everything one reconcile needs to know about a resource's world, read from the cache.
 
 Children come from the watch-fed cache. The API server is asked directly only for what the operator does not
-watch and only while it matters: whether the Hugging Face token Secret (and its key) and the model source
-claims exist, before an artifact's Job is created; the nodes, while a pod cannot be scheduled (from the
-node directory's shared listing); the namespace's ResourceQuotas, while the Job or the serving workload
-lacks pods (from the quota directory's); what the last Ready revision ran (its ReplicaSet, or its
-LeaderWorkerSet's ControllerRevision), to undo a revision that cannot start; and the tail of a running
-build or download pod's log, for the last progress line it printed (`engine_builder.progress_format`).
-Where the artifact is looked for (its Job, its index entry, its claim) is the runtime's, looked up once by
-the plan's runtime. A Secret's value is never read into memory beyond the API response, and never logged.
-Imports the cache, the client, the node and quota directories, the plan and the facts.
+watch and only while it matters: whether the model source claims exist and the LeaderWorkerSet API is
+served, before an artifact's Job is created; the kubelet's FailedMount Events of a Job pod waiting in
+ContainerCreating while the spec names a token Secret (the operator reads no Secret: the kubelet says
+when the token Secret or its key is missing, `judgement.token_secret`); the nodes, while a pod cannot be
+scheduled (from the node directory's shared listing); the namespace's ResourceQuotas, while the Job or the
+serving workload lacks pods (from the quota directory's); what the last Ready revision ran (its
+ReplicaSet, or its LeaderWorkerSet's ControllerRevision), to undo a revision that cannot start; and the
+tail of a running build or download pod's log, for the last progress line it printed
+(`engine_builder.progress_format`). Where the artifact is looked for (its Job, its index entry, its
+claim) is the runtime's, looked up once by the plan's runtime; the serving workload (a Deployment, or a
+LeaderWorkerSet of groups) is the replica shape's (`_WORKLOADS`). `mmctl validate --cluster` reads the token
+Secret with its user's rights (`token_secret_missing`), and keeps no value of it. Imports the cache, the
+client, the node and quota directories, the plan, the token Secret's judgement and the facts.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 from engine_builder.progress_format import BuildProgress, DownloadProgress, last_progress
 from engine_builder.result_format import BuildSucceeded
 from engine_builder.weights_format import DownloadSucceeded, is_commit, weights_key
-from mmd_operator.api.v1alpha1 import MultimodalDeployment
+from mmd_operator.api.v1alpha1 import MultimodalDeployment, ReplicaShape
 from mmd_operator.facts import (
     ClaimFacts,
     DeploymentFacts,
@@ -37,6 +41,7 @@ from mmd_operator.facts import (
     PodFacts,
     PodPhase,
 )
+from mmd_operator.judgement import token_secret
 from mmd_operator.judgement.artifact import newest
 from mmd_operator.knowledge import Runtime
 from mmd_operator.kube import cache as cached
@@ -55,41 +60,37 @@ _log = logging.getLogger(__name__)
 _LOG_LINES = 200
 _LOG_BYTES = 64 * 1024
 _LOG_REFUSALS_SAID: set[int] = set()
+_EVENT_REFUSALS_SAID: set[int] = set()
+
+
+def token_secret_missing(
+    client: KubeClient, resource: MultimodalDeployment, namespace: str
+) -> list[MissingReference]:
+    """The token Secret or its key, when missing, read with the caller's rights (`mmctl validate --cluster`).
+
+    The operator never calls this: it reads no Secret, and learns the same from the kubelet
+    (`kubelet_refusals`).
+    """
+    token = token_secret.token_of(resource.spec)
+    if token is None:
+        return []
+    secret = client.get(kinds.SECRET.api_version, kinds.SECRET.kind, namespace, token.name)
+    if secret is None:
+        return [token_secret.not_found(token, namespace)]
+    if token.key not in (secret.get("data") or {}) and token.key not in (secret.get("stringData") or {}):
+        return [token_secret.key_not_found(token)]
+    return []
 
 
 def missing_references(
     client: KubeClient, resource: MultimodalDeployment, namespace: str
 ) -> list[MissingReference]:
-    """Secrets and claims the spec names for the build that do not exist (also `mmctl validate --cluster`)."""
+    """The source claims the spec names that do not exist, and the LeaderWorkerSet API a group needs.
+
+    Checked before an artifact's Job is created (also by `mmctl validate --cluster`).
+    """
     spec = resource.spec
-    missing: list[MissingReference] = []
-    hub = spec.model.source.huggingface
-    token = hub.token_secret_ref if hub is not None else None
-    if token is not None:
-        secret = client.get("v1", "Secret", namespace, token.name)
-        field = "spec.model.source.huggingface.tokenSecretRef"
-        if secret is None:
-            missing.append(
-                MissingReference(
-                    Missing.SECRET,
-                    field,
-                    f"Secret {token.name} not found in namespace {namespace}",
-                    f"create it with kubectl create secret generic {token.name} -n {namespace} "
-                    f"--from-literal={token.key}=<your Hugging Face token>",
-                )
-            )
-        elif token.key not in (secret.get("data") or {}) and token.key not in (
-            secret.get("stringData") or {}
-        ):
-            missing.append(
-                MissingReference(
-                    Missing.SECRET_KEY,
-                    field,
-                    f"Secret {token.name} has no key {token.key}",
-                    f"add the key to the Secret, or name one it has in {field}.key",
-                )
-            )
-    missing += workload_api_missing(client, resource)
+    missing = workload_api_missing(client, resource)
     sources = [("spec.model.source.pvc.claimName", spec.model.source.pvc)]
     if spec.model.lora is not None:
         sources.append(("spec.model.lora.source.pvc.claimName", spec.model.lora.source.pvc))
@@ -109,12 +110,56 @@ def missing_references(
     return missing
 
 
-def workload_api_missing(client: KubeClient, resource: MultimodalDeployment) -> list[MissingReference]:
-    """The LeaderWorkerSet API, when a replica spans pods and the cluster does not serve it."""
-    parallelism = resource.spec.parallelism
-    if not parallelism.spans_pods or client.serves(kinds.LEADER_WORKER_SET):
+def kubelet_refusals(
+    client: KubeClient, resource: MultimodalDeployment, namespace: str, pods: tuple[PodFacts, ...]
+) -> tuple[list[MissingReference], bool]:
+    """The token Secret or key the kubelet reports missing of the Job's waiting pods, and whether one waits.
+
+    The second value is true while a pod waits in ContainerCreating with the kubelet silent so far.
+
+    The words of a container waiting in CreateContainerConfigError are in the pod's status (watched);
+    a secret volume the kubelet cannot mount is only in its FailedMount Events, listed for that pod
+    while it waits in ContainerCreating (`judgement.token_secret`).
+    """
+    token = token_secret.token_of(resource.spec)
+    if token is None:
+        return [], False
+    silent = False
+    for pod in token_secret.waiting_pods(pods):
+        said = [message for _, message in pod.waiting]
+        if token_secret.mounting(pod):
+            said += _failed_mounts(client, namespace, pod)
+        found = token_secret.refusal(token, namespace, pod.meta.name, said)
+        if found is not None:
+            return [found], False
+        silent = silent or token_secret.mounting(pod)
+    return [], silent
+
+
+def _failed_mounts(client: KubeClient, namespace: str, pod: PodFacts) -> list[str]:
+    """The messages of the kubelet's FailedMount Events on `pod`, the newest first."""
+    selector = f"involvedObject.kind=Pod,involvedObject.uid={pod.meta.uid},reason={token_secret.FAILED_MOUNT}"
+    try:
+        events = client.list(kinds.EVENT.api_version, kinds.EVENT.kind, namespace, field_selector=selector)
+    except ApiError as error:
+        # A courtesy, as a Job's progress is: without `list` on events the pod waits as any other.
+        if error.status not in _EVENT_REFUSALS_SAID:
+            _EVENT_REFUSALS_SAID.add(error.status)
+            _log.warning("Cannot read the Events of pod %s/%s: %s", namespace, pod.meta.name, error)
         return []
-    kind = kinds.LEADER_WORKER_SET
+    # The newest first: the kubelet's last word on the volume is what holds now.
+    events.sort(
+        key=lambda event: str(event.get("lastTimestamp") or event.get("eventTime") or ""), reverse=True
+    )
+    return [str(event.get("message") or "") for event in events]
+
+
+def workload_api_missing(client: KubeClient, resource: MultimodalDeployment) -> list[MissingReference]:
+    """The serving workload's API (a LeaderWorkerSet's), when the cluster does not serve it."""
+    parallelism = resource.spec.parallelism
+    kind = _WORKLOADS[parallelism.shape].cached
+    if not kind.optional or client.serves(kind.api):
+        return []
     return [
         MissingReference(
             Missing.WORKLOAD_API,
@@ -132,18 +177,20 @@ def unshared_claims(
 ) -> list[MissingReference]:
     """Claims a replica across pods mounts on several nodes that are not ReadWriteMany, by spec field."""
     parallelism = resource.spec.parallelism
-    if not parallelism.spans_pods:
-        return []
+    needed = _WORKLOADS[parallelism.shape].claim_access
     return [
         MissingReference(
             Missing.SHARED_CLAIM,
             field,
             f"PersistentVolumeClaim {claim.meta.name} is {', '.join(claim.access_modes)}, and every pod "
             f"of a replica of {parallelism.describe()} mounts it, each from its own node",
-            "use a ReadWriteMany claim (its StorageClass must offer it)",
+            f"use a {needed} claim (its StorageClass must offer it)",
         )
         for field, claim in claims.items()
-        if claim is not None and claim.access_modes and "ReadWriteMany" not in claim.access_modes
+        if needed is not None
+        and claim is not None
+        and claim.access_modes
+        and needed not in claim.access_modes
     ]
 
 
@@ -233,10 +280,14 @@ def observe(
         tuple(store.pods_of_job(namespace, lookup.job)) if job and lookup.job else ()
     )
     progress = job_progress(client, namespace, job, job_pods) if lookup.artifact is None else None
+    mounting = False
     if lookup.artifact is None and job is None:
         missing = missing_references(client, resource, namespace)
     else:
         missing = workload_api_missing(client, resource)
+        if lookup.artifact is None:
+            refused, mounting = kubelet_refusals(client, resource, namespace, job_pods)
+            missing += refused
     configmaps = tuple(
         value
         for value in store.of_instance(cached.CONFIGMAPS, namespace, instance)
@@ -266,11 +317,12 @@ def observe(
             ),
         },
     )
-    groups, one = (cached.LEADER_WORKER_SETS, names.group_set(instance)), (cached.DEPLOYMENTS, instance)
-    (workload, workload_name), (retired, retired_name) = (
-        (groups, one) if resource.spec.parallelism.spans_pods else (one, groups)
+    workload = _WORKLOADS[plan.parallelism.shape]
+    # The workload of another shape: the spec changed how many pods a replica takes.
+    retired = (
+        store.get(w.cached, namespace, w.name(instance)) for w in _WORKLOADS.values() if w is not workload
     )
-    serving = store.get(workload, namespace, workload_name)
+    serving = store.get(workload.cached, namespace, workload.name(instance))
     lacking = (job is not None and not (job.succeeded or job.failed) and not job_pods) or (
         serving is not None
         and (serving.replica_failure is not None or len(serving_pods) < serving.replicas * serving.group_size)
@@ -283,17 +335,18 @@ def observe(
         job=job,
         job_pods=job_pods,
         job_progress=progress,
+        job_pod_mounting=mounting,
         missing=tuple(missing),
         configmaps=configmaps,
         deployment=serving,
-        retired_workload=store.get(retired, namespace, retired_name),
+        retired_workload=next((found for found in retired if found is not None), None),
         serving_pods=serving_pods,
         stale_jobs=stale_jobs,
         stale_claims=stale_claims,
         network_policy=store.get(cached.NETWORK_POLICIES, namespace, names.serving(instance)),
         autoscaler=store.get(cached.AUTOSCALERS, namespace, names.serving(instance)),
         disruption_budget=store.get(cached.DISRUPTION_BUDGETS, namespace, names.serving(instance)),
-        canary=store.get(workload, namespace, names.canary(instance)),
+        canary=store.get(workload.cached, namespace, names.canary(instance)),
         nodes=listed,
         quotas=quotas.quotas(namespace) if lacking and quotas is not None else None,
     )
@@ -310,24 +363,34 @@ def revision_template(
     `leaderWorkerTemplate` its controller recorded in the ControllerRevision of that revision (listed by
     label): both pod templates, the group's size and its restart policy.
     """
-    if workload.kind == kinds.LEADER_WORKER_SET.kind:
-        kind = kinds.CONTROLLER_REVISION
-        selector = f"{labels.GROUP_SET}={workload.meta.name},{labels.GROUP_REVISION}={revision}"
-        # Its StatefulSets' revisions carry the same labels (their pods' template has them): the set's own
-        # is the one it owns.
-        recorded = [
-            found
-            for found in client.list(kind.api_version, kind.kind, namespace, label_selector=selector)
-            if any(
-                owner.get("kind") == kinds.LEADER_WORKER_SET.kind and owner.get("name") == workload.meta.name
-                for owner in (found.get("metadata") or {}).get("ownerReferences") or []
-            )
-        ]
-        if not recorded:
-            return None
-        group = dict(((recorded[0].get("data") or {}).get("spec") or {}).get("leaderWorkerTemplate") or {})
-        group.pop("$patch", None)  # the controller's strategic-merge directive, not part of the template
-        return group or None
+    return _BY_KIND[workload.kind].template(client, namespace, workload, revision)
+
+
+def _group_template(
+    client: KubeClient, namespace: str, workload: DeploymentFacts, revision: str
+) -> dict[str, Any] | None:
+    kind = kinds.CONTROLLER_REVISION
+    selector = f"{labels.GROUP_SET}={workload.meta.name},{labels.GROUP_REVISION}={revision}"
+    # Its StatefulSets' revisions carry the same labels (their pods' template has them): the set's own
+    # is the one it owns.
+    recorded = [
+        found
+        for found in client.list(kind.api_version, kind.kind, namespace, label_selector=selector)
+        if any(
+            owner.get("kind") == workload.kind and owner.get("name") == workload.meta.name
+            for owner in (found.get("metadata") or {}).get("ownerReferences") or []
+        )
+    ]
+    if not recorded:
+        return None
+    group = dict(((recorded[0].get("data") or {}).get("spec") or {}).get("leaderWorkerTemplate") or {})
+    group.pop("$patch", None)  # the controller's strategic-merge directive, not part of the template
+    return group or None
+
+
+def _replica_set_template(
+    client: KubeClient, namespace: str, workload: DeploymentFacts, revision: str
+) -> dict[str, Any] | None:
     kind = kinds.REPLICA_SET
     found = client.get(kind.api_version, kind.kind, namespace, f"{workload.meta.name}-{revision}")
     if found is None:
@@ -340,3 +403,29 @@ def revision_template(
         if key != labels.DEPLOYMENT_REVISION
     }
     return {**template, "metadata": metadata}
+
+
+@dataclass(frozen=True)
+class _Workload:
+    """One replica shape's serving workload, as the adapter finds it and reads its revisions back."""
+
+    # Its kind in the cache (optional: a kind the cluster may not serve).
+    cached: cached.CachedKind
+    # Its name, from the instance's.
+    name: Callable[[str], str]
+    # The access mode every claim a replica mounts needs (a group's pods mount them from several nodes).
+    claim_access: str | None
+    # What it ran at a revision (`revision_template`).
+    template: Callable[[KubeClient, str, DeploymentFacts, str], dict[str, Any] | None]
+
+
+# Each replica shape's serving workload.
+_WORKLOADS: Mapping[ReplicaShape, _Workload] = MappingProxyType(
+    {
+        ReplicaShape.ONE_POD: _Workload(cached.DEPLOYMENTS, names.serving, None, _replica_set_template),
+        ReplicaShape.GROUP: _Workload(
+            cached.LEADER_WORKER_SETS, names.group_set, "ReadWriteMany", _group_template
+        ),
+    }
+)
+_BY_KIND = MappingProxyType({workload.cached.kind: workload for workload in _WORKLOADS.values()})

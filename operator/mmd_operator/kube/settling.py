@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND
@@ -34,9 +34,12 @@ Key = tuple[str, str]
 class SpecSettling:
     """The spec each resource was last reconciled with (by uid and generation), and the reads due."""
 
-    def __init__(self, client: KubeClient, store: cached.Cache) -> None:
+    def __init__(
+        self, client: KubeClient, store: cached.Cache, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._client = client
         self._store = store
+        self._clock = clock
         self._lock = threading.Lock()
         self._seen: dict[Key, tuple[str, int, str]] = {}
         self._reread: set[Key] = set()
@@ -47,7 +50,7 @@ class SpecSettling:
         key = (namespace, name)
         with self._lock:
             due = self._confirm.get(key)
-            confirm = due is not None and time.monotonic() >= due
+            confirm = due is not None and self._clock() >= due
             if confirm:
                 del self._confirm[key]
             reread = key in self._reread or confirm
@@ -70,7 +73,7 @@ class SpecSettling:
             last = self._seen.get(key)
             self._seen[key] = seen
             if last is not None and last[0] == seen[0] and last[1] < seen[1]:
-                self._confirm[key] = time.monotonic() + CONFIRM_SECONDS
+                self._confirm[key] = self._clock() + CONFIRM_SECONDS
             if last is not None and last[:2] == seen[:2] and last[2] != seen[2]:
                 self._reread.add(key)
                 _log.warning(
@@ -88,7 +91,7 @@ class SpecSettling:
         """Seconds until the confirming read of a new generation is due, if one is."""
         with self._lock:
             due = self._confirm.get((namespace, name))
-        return None if due is None else max(due - time.monotonic(), 0.1)
+        return None if due is None else max(due - self._clock(), 0.1)
 
     def forget(self, key: Key) -> None:
         """`key` is gone."""

@@ -7,7 +7,8 @@ JSON patch that appends its owner reference, and lose one by a merge patch that 
 resourceVersion it was computed from, so concurrent reconciles of different users never lose each
 other's references; the last user out deletes the child.
 Every answer goes back into the cache, so the next reconcile sees the operator's own writes. A group's SSH
-Secret is created once, with keys made here, and never updated. Imports the client, the cache, the engine
+Secret is created once (a plain create; AlreadyExists means it is there), with keys made here, and never
+read or updated. Imports the client, the cache, the engine
 index, the SSH keys, the vocabulary and the builder's result format.
 """
 
@@ -26,7 +27,7 @@ from mmd_operator.facts import OwnerRef
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube import engine_index, ssh_keys
 from mmd_operator.kube.client import ApiError, KubeClient
-from mmd_operator.vocabulary import hashing, kinds, labels, names, ownership
+from mmd_operator.vocabulary import hashing, labels, names, ownership
 from mmd_operator.vocabulary.ownership import ObjectKey
 
 _log = logging.getLogger(__name__)
@@ -72,6 +73,8 @@ class Writer:
         self.client = client
         self.store = store
         self.replay: Callable[[cached.CachedKind, cached.HeldEvent], None] = lambda kind, event: None
+        # The generated Secrets made or found, by namespace, name and owners' uids.
+        self._secrets_made: set[tuple[str, str, tuple[str, ...]]] = set()
 
     @contextmanager
     def _writing(self, kind: cached.CachedKind, namespace: str, name: str) -> Iterator[cached.WriteOutcome]:
@@ -179,15 +182,31 @@ class Writer:
     def create_secret(self, manifest: Mapping[str, Any], count: WriteCount) -> None:
         """Create the Secret `manifest` shapes, with new SSH keys, unless it exists: it is never updated.
 
-        Secrets are not watched (nor cached): one read by name tells. The keys go to the API server only.
+        One create: an AlreadyExists answer (409) says it is there, so the operator neither reads nor
+        patches Secrets (its role grants `create` alone). Once made or found for its owner, it is not
+        asked for again while the operator runs: no write at rest. The keys go to the API server only.
         """
         metadata = manifest["metadata"]
         namespace, name = metadata["namespace"], metadata["name"]
-        if self.client.get(kinds.SECRET.api_version, kinds.SECRET.kind, namespace, name) is not None:
+        owners = tuple(str(owner.get("uid", "")) for owner in metadata.get("ownerReferences") or [])
+        made = (namespace, name, owners)
+        if made in self._secrets_made:
             return
         data = ssh_keys.secret_data(metadata["labels"][labels.INSTANCE])
-        self.client.apply({**manifest, "data": data})
-        count.applied.append(f"Secret/{name}")
+        try:
+            self.client.create({**manifest, "data": data})
+        except ApiError as error:
+            if not error.conflict:
+                raise
+        else:
+            count.applied.append(f"Secret/{name}")
+        self._secrets_made.add(made)
+
+    def forget(self, namespace: str, instance: str) -> None:
+        """`instance` was deleted: forget the Secrets made for it (a new resource's are asked for anew)."""
+        secret = names.ssh_secret(instance)
+        for made in [made for made in self._secrets_made if made[:2] == (namespace, secret)]:
+            self._secrets_made.discard(made)
 
     def join(self, namespace: str, key: ObjectKey, owner: OwnerRef, count: WriteCount) -> None:
         """Add `owner` to the owners of a shared child.

@@ -8,9 +8,12 @@ The engine's own `config.json` must then show the limits the plan asked for. Pur
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+
 from engine_builder import versions
 from engine_builder.plan_format import WORK_DIR, BuildPlan, BuildStep, EngineExpectation
-from mmd_operator.api.v1alpha1 import ModelSource
+from mmd_operator.api.v1alpha1 import ModelSource, Parallelism, ReplicaShape
 from mmd_operator.knowledge import VisionEngineRecipe
 from mmd_operator.plan.settings import LAYOUT, Settings
 
@@ -87,14 +90,20 @@ def _reuse_args(settings: Settings) -> tuple[str, ...]:
     return ("--use_paged_context_fmha", "enable") if settings.spec.serving.kv_cache_reuse else ()
 
 
-def _workers_args(settings: Settings) -> tuple[str, ...]:
-    """A world across pods is built in one pod of one serving pod's GPUs, that many ranks at a time.
+# What each replica shape's build adds to trtllm-build. A group's world is built in one pod of one serving
+# pod's GPUs, that many ranks at a time: trtllm-build builds rank by rank on the GPU it has (its tactics are
+# timed there, so the serving GPUs' kind must match); `--workers` runs one rank per GPU of the pod at once.
+_WORKERS: Mapping[ReplicaShape, Callable[[Parallelism], tuple[str, ...]]] = MappingProxyType(
+    {
+        ReplicaShape.ONE_POD: lambda _parallelism: (),
+        ReplicaShape.GROUP: lambda parallelism: ("--workers", str(parallelism.gpus_per_pod)),
+    }
+)
 
-    trtllm-build builds rank by rank on the GPU it has (its tactics are timed there, so the serving GPUs'
-    kind must match); `--workers` runs one rank per GPU of the build pod at once.
-    """
-    parallelism = settings.spec.parallelism
-    return ("--workers", str(parallelism.gpus_per_pod)) if parallelism.spans_pods else ()
+
+def _workers_args(settings: Settings) -> tuple[str, ...]:
+    parallelism = settings.parallelism
+    return _WORKERS[parallelism.shape](parallelism)
 
 
 def _checkpoint_steps(settings: Settings, model_dir: str) -> list[BuildStep]:

@@ -13,20 +13,28 @@ does not use goes to others anyway.
 without the request lowers the request to it, a request it sets above the derived limit raises the
 limit with it; other resources the spec names pass through. What a figure rests on (the checkpoint's
 size, and where that comes from) is said in `basis`, which the status, `mmctl validate` and `mmctl
-render` show. Pure: imports the api models and the quantities.
+render` show. Which serving pods a replica has (one that serves; a group's leader and its workers) is
+its shape's row of `SERVING_PODS`. Pure: imports the api models and the quantities.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any, Literal
 
 from mmd_operator.api import quantities
-from mmd_operator.api.v1alpha1 import GPU_RESOURCE, MultimodalDeploymentSpec, ResourceRequirements
+from mmd_operator.api.v1alpha1 import (
+    GPU_RESOURCE,
+    MultimodalDeploymentSpec,
+    Parallelism,
+    ReplicaShape,
+    ResourceRequirements,
+)
 from mmd_operator.api.v1alpha1.status import PodResources as PodResourcesStatus
 
 MIB = quantities.MIB
@@ -205,6 +213,43 @@ class PlannedResources:
     def lines(self) -> list[str]:
         """Each kind of pod in one line, for `mmctl`."""
         return [pod.describe() for pod in (self.job, self.serving, self.worker) if pod is not None]
+
+
+@dataclass(frozen=True)
+class ServingPods:
+    """The serving pods of one replica shape, as the status names them."""
+
+    # The pod that serves: a replica's only pod, or a group's leader.
+    serving: PodKind
+    # A group's other pods, which run ranks only (None: the shape has none).
+    worker: PodKind | None
+
+
+# Each replica shape's serving pods.
+SERVING_PODS: Mapping[ReplicaShape, ServingPods] = MappingProxyType(
+    {
+        ReplicaShape.ONE_POD: ServingPods(serving="Serving", worker=None),
+        ReplicaShape.GROUP: ServingPods(serving="Leader", worker="Worker"),
+    }
+)
+
+
+def serving_pods(
+    parallelism: Parallelism,
+    given: ResourceRequirements,
+    container: str,
+    figures: Callable[[bool], Figures],
+) -> tuple[PodResources, PodResources | None]:
+    """The resources of the pod that serves and of a group's worker (None: the shape has no workers).
+
+    `figures(serves)` derives the figures of the pod that serves (True) or of a worker (False); the
+    spec's `given` lies over both.
+    """
+    pods, gpus = SERVING_PODS[parallelism.shape], parallelism.gpus_per_pod
+    serving = effective(figures(True), given, pods.serving, container, gpus)
+    if pods.worker is None:
+        return serving, None
+    return serving, effective(figures(False), given, pods.worker, container, gpus)
 
 
 def helper_resources(container: str) -> PodResources:

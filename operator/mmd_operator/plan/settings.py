@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine_builder import versions
-from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeploymentSpec
+from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeploymentSpec, Parallelism
 from mmd_operator.knowledge import LoraCacheDefaults, ModelKnowledge, WhisperVariant, knowledge_of
 from mmd_operator.plan.limits import MemoryPool, derive_limits, memory_pool
 
@@ -44,6 +44,8 @@ class Settings:
     memory_pool: MemoryPool
     dtype: str
     tensor_parallel_size: int
+    # The world of one replica and its shape (`spec.parallelism`), carried by the plan.
+    parallelism: Parallelism
     variant: WhisperVariant | None
     builder_image: str
     serving_image: str
@@ -97,6 +99,7 @@ def resolve(spec: MultimodalDeploymentSpec) -> Settings:
         ),
         dtype=spec.engine.dtype or knowledge.build.dtype,
         tensor_parallel_size=spec.engine.tensor_parallel_size,
+        parallelism=spec.parallelism,
         variant=knowledge.variant(spec.model.variant) if spec.model.variant else None,
         builder_image=spec.engine.builder_image or versions.BUILDER_IMAGE,
         serving_image=serving.image or versions.SERVING_IMAGE,

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from engine_builder import versions
 from engine_builder.plan_format import BuildPlan
-from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeploymentSpec
+from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeploymentSpec, Parallelism
 from mmd_operator.api.v1alpha1.rules import BUILD_SHARED_MEMORY
 from mmd_operator.knowledge import ImageInput, Modality, Runtime
 from mmd_operator.plan.build_plan import build_plan
@@ -35,6 +35,7 @@ from mmd_operator.plan.pod_resources import (
     counted,
     effective,
     helper_resources,
+    serving_pods,
     shared_memory_mib,
 )
 from mmd_operator.plan.repository_check import ModelConfig, check_repository
@@ -79,6 +80,11 @@ class TritonPlan:
     def spec(self) -> MultimodalDeploymentSpec:
         """The spec planned."""
         return self.settings.spec
+
+    @property
+    def parallelism(self) -> Parallelism:
+        """The world of one replica and its shape."""
+        return self.settings.parallelism
 
     @property
     def limits(self) -> DerivedLimits:
@@ -225,7 +231,7 @@ def build_figures(settings: Settings) -> Figures:
     """
     weights = checkpoint(settings)
     bytes_per_parameter = _WEIGHT_BYTES[settings.spec.engine.weight_only_precision]
-    ranks = settings.spec.parallelism.gpus_per_pod
+    ranks = settings.parallelism.gpus_per_pod
     published = settings.knowledge.host.published_bytes
     return Figures(
         cpu_millis=BUILD_CPU + BUILD_RANK_CPU * ranks,
@@ -242,16 +248,19 @@ def build_figures(settings: Settings) -> Figures:
 def pod_resources(settings: Settings, models: Mapping[str, ModelConfig]) -> PlannedResources:
     """The build pod's, the serving pods' (a group's leader and workers) and the init container's."""
     spec = settings.spec
-    parallelism = spec.parallelism
-    serving, build = spec.serving.pod.resources, spec.build.pod.resources
-    per_pod = parallelism.gpus_per_pod
-    leader = serving_figures(settings, models, range(per_pod))
-    worker = (
-        serving_figures(settings, models, range(per_pod, 2 * per_pod)) if parallelism.spans_pods else None
+    per_pod = settings.parallelism.gpus_per_pod
+
+    def figures(serves: bool) -> Figures:
+        # A group's leader runs the first pod's ranks (rank 0 among them); a worker, the ranks of another.
+        return serving_figures(settings, models, range(per_pod) if serves else range(per_pod, 2 * per_pod))
+
+    serving, worker = serving_pods(
+        settings.parallelism, spec.serving.pod.resources, SERVER_CONTAINER, figures
     )
+    build = effective(build_figures(settings), spec.build.pod.resources, "Build", BUILDER_CONTAINER, per_pod)
     return PlannedResources(
-        job=effective(build_figures(settings), build, "Build", BUILDER_CONTAINER, per_pod),
-        serving=effective(leader, serving, "Leader" if worker else "Serving", SERVER_CONTAINER, per_pod),
-        worker=effective(worker, serving, "Worker", SERVER_CONTAINER, per_pod) if worker else None,
+        job=build,
+        serving=serving,
+        worker=worker,
         helper=helper_resources(ASSEMBLY_CONTAINER),
     )

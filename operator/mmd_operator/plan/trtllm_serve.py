@@ -30,7 +30,7 @@ import yaml
 
 from engine_builder import versions
 from engine_builder.weights_format import DownloadPlan, is_commit, snapshot_directory, weights_key
-from mmd_operator.api.v1alpha1 import MultimodalDeploymentSpec
+from mmd_operator.api.v1alpha1 import MultimodalDeploymentSpec, Parallelism
 from mmd_operator.knowledge import Modality, Runtime, ServeKnowledge, serve_knowledge_of
 from mmd_operator.plan.launch import HTTP_PORT, Segment
 from mmd_operator.plan.pod_resources import (
@@ -43,6 +43,7 @@ from mmd_operator.plan.pod_resources import (
     counted,
     effective,
     fixed,
+    serving_pods,
     shared_memory_mib,
 )
 from mmd_operator.plan.settings import ENGINE_MOUNT
@@ -84,8 +85,8 @@ class TrtllmServePlan:
     download: DownloadPlan | None
     config: dict[str, Any]
     serving_image: str
-    tensor_parallel_size: int
-    pipeline_parallel_size: int
+    # The world of one replica (`--tp_size` x `--pp_size`) and its shape.
+    parallelism: Parallelism
     modalities: tuple[Modality, ...]
     resources: PlannedResources
 
@@ -113,15 +114,14 @@ class TrtllmServePlan:
             "--backend", "pytorch",
             "--host", "0.0.0.0",
             "--port", str(HTTP_PORT),
-            "--tp_size", str(self.tensor_parallel_size),
-            *(("--pp_size", str(self.pipeline_parallel_size)) if self.pipeline_parallel_size > 1 else ()),
+            "--tp_size", str(self.parallelism.tensor),
+            *(("--pp_size", str(self.parallelism.pipeline)) if self.parallelism.pipeline > 1 else ()),
             "--config", f"{CONFIG_MOUNT}/{CONFIG_FILE}",
         ]  # fmt: skip
 
     def group_segments(self, snapshot_key: str | None) -> tuple[Segment, ...]:
         """The world as the leader of a group across pods runs it: every rank under the LLM API launcher."""
-        world = self.tensor_parallel_size * self.pipeline_parallel_size
-        return (Segment(world, (LLMAPI_LAUNCH, *self.argv(snapshot_key))),)
+        return (Segment(self.parallelism.world, (LLMAPI_LAUNCH, *self.argv(snapshot_key))),)
 
     def derived_summary(self) -> dict[str, Any]:
         """What was derived, under TensorRT-LLM's own names, for `mmctl render`."""
@@ -133,8 +133,8 @@ class TrtllmServePlan:
             "architecture": self.knowledge.architecture,
             "modalities": [m.value for m in self.modalities],
             "chat_template": self.knowledge.chat_template,
-            "tp_size": self.tensor_parallel_size,
-            **({"pp_size": self.pipeline_parallel_size} if self.pipeline_parallel_size > 1 else {}),
+            "tp_size": self.parallelism.tensor,
+            **({"pp_size": self.parallelism.pipeline} if self.parallelism.pipeline > 1 else {}),
             "llm_args": effective,
             "weights": (
                 {
@@ -233,8 +233,7 @@ def plan_trtllm_serve(spec: MultimodalDeploymentSpec) -> TrtllmServePlan:
         download=download,
         config=llm_args(spec, knowledge),
         serving_image=spec.serving.image or versions.TRTLLM_SERVE_IMAGE,
-        tensor_parallel_size=spec.engine.tensor_parallel_size,
-        pipeline_parallel_size=spec.engine.pipeline_parallel_size,
+        parallelism=spec.parallelism,
         modalities=modalities,
         resources=pod_resources(spec, knowledge, modalities, download is not None),
     )
@@ -284,14 +283,15 @@ def pod_resources(
     With a replica across pods, a group's leader and workers.
     """
     weights = checkpoint(spec, knowledge)
-    serving = spec.serving.pod.resources
-    gpus, spans = spec.parallelism.gpus_per_pod, spec.parallelism.spans_pods
-    leader = serving_figures(spec, weights, modalities, serves=True)
-    worker = serving_figures(spec, weights, modalities, serves=False) if spans else None
     download = fixed(DOWNLOAD_CPU, DOWNLOAD_MIB, "huggingface_hub download")
     build = spec.build.pod.resources
+
+    def figures(serves: bool) -> Figures:
+        return serving_figures(spec, weights, modalities, serves=serves)
+
+    serving, worker = serving_pods(spec.parallelism, spec.serving.pod.resources, SERVER_CONTAINER, figures)
     return PlannedResources(
         job=effective(download, build, "Download", DOWNLOAD_CONTAINER) if downloads else None,
-        serving=effective(leader, serving, "Leader" if spans else "Serving", SERVER_CONTAINER, gpus),
-        worker=effective(worker, serving, "Worker", SERVER_CONTAINER, gpus) if worker else None,
+        serving=serving,
+        worker=worker,
     )

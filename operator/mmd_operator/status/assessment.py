@@ -33,7 +33,7 @@ from mmd_operator.judgement import Judgement, Rendered
 from mmd_operator.judgement.autoscaling import autoscaling_state
 from mmd_operator.judgement.availability import serving_state
 from mmd_operator.judgement.canary import split
-from mmd_operator.judgement.groups import group_states
+from mmd_operator.judgement.groups import REPLICA_GROUPS
 from mmd_operator.judgement.judge import ARTIFACT_WORDS
 from mmd_operator.judgement.placement import serving_demand
 from mmd_operator.judgement.quotas import serving_refusal
@@ -181,17 +181,8 @@ def assess(
         autoscaling = autoscaling_state(
             autoscaling_spec, resource.spec.serving_runtime, names.serving(instance), observed.autoscaler
         )
-    parallelism = resource.spec.parallelism
-    groups = (
-        group_states(
-            observed.serving_pods,
-            size=parallelism.pods_per_replica,
-            gpus_per_pod=parallelism.gpus_per_pod,
-            wanted=desired,
-        )
-        if parallelism.spans_pods
-        else ()
-    )
+    parallelism = plan.parallelism
+    groups = REPLICA_GROUPS[parallelism.shape](observed.serving_pods, parallelism, desired)
     serving = serving_state(
         live_deployment,
         observed.serving_pods,

@@ -38,13 +38,13 @@ from mmd_testbed.demo.common import (
     say,
     step,
 )
-from mmd_testbed.localcluster import hub, images
+from mmd_testbed.localcluster import builds, hub
 from mmd_testbed.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.image_build import chart_values
 from mmd_testbed.localcluster.layout import Layout, default_state_dir
 from mmd_testbed.localcluster.objects import NodePool
 from mmd_testbed.localcluster.state import REAL_NODE_PREFIX
 from mmd_testbed.triton import media
-from tools.images import chart_values
 
 OPERATOR_NAMESPACE = "mmd-system"
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
@@ -159,8 +159,10 @@ def real_demo(keep_cluster: bool) -> int:
     )
     say("  and huggingface.co (a double of its API in a pod, serving small synthetic snapshots)")
 
-    step("Local cluster with two real nodes (the first run builds it from the Go module proxy, ~20 minutes)")
+    step("Local cluster with two real nodes (built from the Go module proxy on the first run, images beside)")
     layout = Layout.discover()
+    # Two Go caches at a time, the images beside them (`builds`): a first run is mostly these builds.
+    built = builds.ensure_all(layout, say, ["control plane", "nodes", "LeaderWorkerSet"], with_images=True)
     cluster = LocalCluster(default_state_dir(ROOT), layout, say=say)
     was_running = cluster.load_state() is not None
     state = cluster.up(
@@ -169,7 +171,6 @@ def real_demo(keep_cluster: bool) -> int:
     bin_dir = Path(state.binaries) / "bin"
 
     step("Images from the project's Dockerfile (buildah, Debian bases by mmdebstrap), loaded into both nodes")
-    built = images.build_local(layout, say)
     started = time.monotonic()
     cluster.load_images([image.archive for image in built.values()])
     say(f"  imported into both nodes' containerd in {time.monotonic() - started:.0f} s")

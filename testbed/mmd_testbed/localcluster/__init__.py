@@ -12,7 +12,8 @@ The control plane:
 - `pki`: credentials (a CA, serving certificates, service-account keys, a token, a kubeconfig);
 - `objects`: the fake GPU nodes and the local StorageClass;
 - `audit`: the API server's audit log of writes, and reading it;
-- `state`: what a cluster records of itself in its directory, and the status it reports;
+- `state`: where a cluster keeps its files, what it records of itself there, and the status it reports;
+- `components`: the command line of each control-plane component, and its health check;
 - `cluster`: `LocalCluster`, which brings it all up, reports its status and tears it down.
 
 Real nodes and what runs on them:
@@ -23,10 +24,12 @@ Real nodes and what runs on them:
 - `addons`: DNS, volumes and RBAC, with images of their own;
 - `ocilayout`: container images as OCI archives, loaded into a node's containerd;
 - `images`: the CPU stand-ins of the project's images, built from the Dockerfile;
+- `image_build`: what building any of the images needs: names, the wheelhouse, the chart values;
 - `hub`: the Hugging Face Hub's double in a pod;
 - `metricsbinaries`, `monitoring`: Prometheus and prometheus-adapter, built and run as pods;
 - `lwsbinaries`, `leaderworkerset`: the LeaderWorkerSet controller, built and run as a pod;
-- `gitops_check`: the GitOps health checker (kstatus and an Argo CD Lua check) of `testbed/go/gitops`.
+- `gitops_check`: the GitOps health checker (kstatus and an Argo CD Lua check) of `testbed/go/gitops`;
+- `builds`: what a command needs built, two Go caches at a time and the images beside them.
 
 Imports the standard library, PyYAML, cryptography and the kubernetes client; the operator imports
 nothing of it.

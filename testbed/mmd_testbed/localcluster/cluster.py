@@ -4,7 +4,8 @@ All runtime state lives in one directory (default `.local/cluster/` in the check
 `state.json` (ports, pids), `pki/` (credentials), `kubeconfig`, `kwok.yaml`, `audit-policy.yaml`,
 `etcd/` (data), `logs/<component>.log` and `logs/audit.log` (the API server's write requests). `up` is
 idempotent: a healthy cluster is left running; a partly dead one is stopped and started afresh. `down`
-stops every recorded process group and waits until they are gone.
+stops every recorded process group and waits until they are gone. What each component runs with, and how
+its health is asked, is `components`'.
 
 Imports: the standard library, PyYAML, the kubernetes client and the modules of this package.
 """
@@ -13,10 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import ssl
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -27,42 +25,26 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from mmd_testbed.localcluster import leaderworkerset, monitoring, network, nodes, processes, realnodes
-from mmd_testbed.localcluster.audit import audit_flags, write_audit_policy
+from mmd_testbed.localcluster.audit import write_audit_policy
 from mmd_testbed.localcluster.binaries import Binaries, ensure_binaries
+from mmd_testbed.localcluster.components import COMPONENTS, PORT_NAMES, command, probe
 from mmd_testbed.localcluster.layout import Layout
 from mmd_testbed.localcluster.lwsbinaries import LwsBinaries, ensure_lws_binaries
 from mmd_testbed.localcluster.metricsbinaries import MetricsBinaries, ensure_metrics_binaries
 from mmd_testbed.localcluster.nodebinaries import NodeBinaries, ensure_node_binaries
 from mmd_testbed.localcluster.objects import GPU_MODELS, NodePool, gpu_node, storage_class
-from mmd_testbed.localcluster.pki import (
-    FRONT_PROXY_CLIENT,
-    Credentials,
-    generate_credentials,
-    write_kubeconfig,
-)
+from mmd_testbed.localcluster.pki import Credentials, generate_credentials, write_kubeconfig
 from mmd_testbed.localcluster.stages import write_kwok_config
-from mmd_testbed.localcluster.state import REAL_NODE_PREFIX, ClusterState, ClusterStatus, ComponentStatus
+from mmd_testbed.localcluster.state import (
+    REAL_NODE_PREFIX,
+    ClusterFiles,
+    ClusterState,
+    ClusterStatus,
+    ComponentStatus,
+)
 
 Printer = Callable[[str], None]
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-_PORT_NAMES = ("etcd-client", "etcd-peer", *COMPONENTS[1:])
-_SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
-_POD_CIDR = "10.244.0.0/16"
-_NODE_LEASE_SECONDS = 20
-# A restarted kwok takes the nodes' leases over only when the old holder's have run out, and after an API
-# server outage kwok was seen renewing again only a minute later: the grace period must outlast both, or
-# every node would turn NotReady for a moment (and kwok, unlike a kubelet, never marks the pods ready
-# again).
-_NODE_MONITOR_GRACE_SECONDS = 120
-_LOST_NODE_TOLERATION_SECONDS = 20
-HPA_SYNC_SECONDS = 5
-# The scheduler tries a pod it set aside as unschedulable again after this long even when no event says
-# anything changed (upstream: 5 minutes; it checks every 30 s, so a pod waits at most this plus 30 s). An
-# event can be missed: the queue's handler of a PV Add may retry a pod before the volume-binding plugin's
-# own cache of PVs, fed by another handler of the same informer, has the PV, and the pod is set aside with
-# "bound to non-existent pv(s)" with nothing left to wake it (kubernetes/kubernetes#93552).
-UNSCHEDULABLE_RETRY_SECONDS = 10
 _LOG_TAIL_LINES = 30
 
 
@@ -98,6 +80,7 @@ class LocalCluster:
             bind_to_parent: have the kernel kill the components when this process dies (tests).
         """
         self.state_dir = state_dir.resolve()
+        self.files = ClusterFiles(self.state_dir)
         self._layout = layout
         self.say = say
         self.bind_to_parent = bind_to_parent
@@ -114,46 +97,38 @@ class LocalCluster:
     @property
     def kubeconfig(self) -> Path:
         """Return the admin kubeconfig of this cluster."""
-        return self.state_dir / "kubeconfig"
+        return self.files.kubeconfig
 
     @property
     def logs_dir(self) -> Path:
         """Return the directory of the component logs."""
-        return self.state_dir / "logs"
+        return self.files.logs_dir
 
     @property
     def audit_log(self) -> Path:
         """Return the API server's audit log of write requests (JSON lines; see `audit`)."""
-        return self.logs_dir / "audit.log"
-
-    @property
-    def _audit_policy(self) -> Path:
-        return self.state_dir / "audit-policy.yaml"
+        return self.files.audit_log
 
     @property
     def credentials(self) -> Credentials:
         """Return the credential files of this cluster."""
-        return Credentials(self.state_dir / "pki")
-
-    @property
-    def _state_file(self) -> Path:
-        return self.state_dir / "state.json"
+        return self.files.credentials
 
     def log_path(self, component: str) -> Path:
         """Return the log file of `component`."""
-        return self.logs_dir / f"{component}.log"
+        return self.files.log(component)
 
     def load_state(self) -> ClusterState | None:
         """Return the recorded state, or None when the cluster was never started here."""
         try:
-            return ClusterState.from_json(json.loads(self._state_file.read_text()))
+            return ClusterState.from_json(json.loads(self.files.state_file.read_text()))
         except FileNotFoundError:
             return None
 
     def _save_state(self, state: ClusterState) -> None:
-        scratch = self._state_file.with_suffix(".tmp")
+        scratch = self.files.state_file.with_suffix(".tmp")
         scratch.write_text(json.dumps(state.to_json(), indent=2) + "\n")
-        scratch.replace(self._state_file)
+        scratch.replace(self.files.state_file)
 
     def server_url(self, state: ClusterState) -> str:
         """Return the API server's URL."""
@@ -198,7 +173,7 @@ class LocalCluster:
     def _lock(self) -> AbstractContextManager[None]:
         lock = self.state_dir / ".lock"
         return processes.exclusive_lock(
-            lock, lambda: self.say(f"==> waiting for another mmctl holding {lock}")
+            lock, lambda: self.say(f"==> waiting for another mmd_testbed process holding {lock}")
         )
 
     def up(
@@ -327,7 +302,7 @@ class LocalCluster:
                 self._down()
 
         state = ClusterState(
-            ports={name: processes.free_port() for name in _PORT_NAMES},
+            ports={name: processes.free_port() for name in PORT_NAMES},
             binaries=str(binaries.root),
             pool=pool or NodePool(),
             real_pool=real,
@@ -350,12 +325,12 @@ class LocalCluster:
         # The fake engine builder reports the GPU of the pool the cluster starts with.
         gpu = GPU_MODELS[state.pool.gpu_model]
         write_kwok_config(
-            self.state_dir / "kwok.yaml",
+            self.files.kwok_config,
             binaries.kwok_stages_dir,
             gpu_name=gpu.product,
             compute_capability=f"{gpu.compute_major}.{gpu.compute_minor}",
         )
-        write_audit_policy(self._audit_policy)
+        write_audit_policy(self.files.audit_policy)
         self._save_state(state)
         try:
             for component in COMPONENTS:
@@ -385,155 +360,10 @@ class LocalCluster:
                 entry.unlink()
         self.logs_dir.mkdir(exist_ok=True)
 
-    def _delegated_auth_flags(self, state: ClusterState, component: str) -> list[str]:
-        """Return the flags shared by the controller manager and the scheduler."""
-        kubeconfig = str(self.kubeconfig)
-        return [
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={state.ports[component]}",
-            "--leader-elect=false",
-            f"--tls-cert-file={self.credentials.serving_cert}",
-            f"--tls-private-key-file={self.credentials.serving_key}",
-        ]
-
-    def _real_node_apiserver_flags(self, state: ClusterState) -> list[str]:
-        """The API server's flags for kubelets: client certificates, NodeRestriction, a kubelet client."""
-        if state.network is None:
-            return []
-        pki = self.credentials
-        return [
-            f"--client-ca-file={pki.ca_cert}",
-            "--enable-admission-plugins=NodeRestriction",
-            f"--kubelet-client-certificate={pki.directory / 'apiserver-kubelet-client.crt'}",
-            f"--kubelet-client-key={pki.directory / 'apiserver-kubelet-client.key'}",
-            f"--kubelet-certificate-authority={pki.ca_cert}",
-            "--kubelet-preferred-address-types=InternalIP",
-        ]
-
-    def _aggregation_flags(self) -> list[str]:
-        """The aggregation layer's flags, so an APIService (a metrics adapter's) can be registered.
-
-        The API server proxies to it with the front proxy's client certificate, and at its endpoints'
-        addresses: no kube-proxy runs beside the API server (a host process, not on a node).
-        """
-        pki = self.credentials
-        return [
-            f"--requestheader-client-ca-file={pki.front_proxy_ca_cert}",
-            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
-            "--requestheader-username-headers=X-Remote-User",
-            "--requestheader-group-headers=X-Remote-Group",
-            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-            f"--proxy-client-cert-file={pki.front_proxy_client_cert}",
-            f"--proxy-client-key-file={pki.front_proxy_client_key}",
-            "--enable-aggregator-routing=true",
-        ]
-
-    def _real_node_controller_flags(self, state: ClusterState) -> list[str]:
-        """The controller manager's node IPAM: a pod /24 per node from the cluster's pod range."""
-        network = state.network
-        if network is None:
-            return []
-        return [
-            "--allocate-node-cidrs=true",
-            f"--cluster-cidr={network.cluster_cidr}",
-            "--node-cidr-mask-size=24",
-            f"--service-cluster-ip-range={network.service_cidr}",
-        ]
-
-    def _command(self, state: ClusterState, binaries: Binaries, component: str) -> list[str]:
-        ports = state.ports
-        pki = self.credentials
-        kubeconfig = str(self.kubeconfig)
-        serving = [f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}"]
-        binary = str(binaries.path(component))
-        if component == "etcd":
-            client = f"http://127.0.0.1:{ports['etcd-client']}"
-            peer = f"http://127.0.0.1:{ports['etcd-peer']}"
-            return [
-                binary,
-                "--name=default",
-                f"--data-dir={self.state_dir / 'etcd'}",
-                f"--listen-client-urls={client}",
-                f"--advertise-client-urls={client}",
-                f"--listen-peer-urls={peer}",
-                f"--initial-advertise-peer-urls={peer}",
-                f"--initial-cluster=default={peer}",
-                # Throwaway data: fsync buys nothing and costs the 2-core machines a lot.
-                "--unsafe-no-fsync=true",
-                "--auto-compaction-retention=1",
-                "--log-level=warn",
-            ]
-        if component == "kube-apiserver":
-            return [
-                binary,
-                f"--etcd-servers=http://127.0.0.1:{ports['etcd-client']}",
-                f"--bind-address={state.address}",
-                # Without it a loopback bind address makes the server look for a default route.
-                f"--advertise-address={state.address}",
-                f"--secure-port={ports['kube-apiserver']}",
-                *self._real_node_apiserver_flags(state),
-                *serving,
-                f"--token-auth-file={pki.token_file}",
-                # Nodes are authorized as nodes (what NodeRestriction then narrows further).
-                f"--authorization-mode={'Node,RBAC' if state.network else 'RBAC'}",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={pki.service_account_public_key}",
-                f"--service-account-signing-key-file={pki.service_account_key}",
-                f"--service-cluster-ip-range={_service_range(state)}",
-                "--allow-privileged=true",
-                "--enable-priority-and-fairness=false",
-                # Pods leave a lost node after 20 s instead of 5 min, so a node fault plays out in a test.
-                f"--default-unreachable-toleration-seconds={_LOST_NODE_TOLERATION_SECONDS}",
-                f"--default-not-ready-toleration-seconds={_LOST_NODE_TOLERATION_SECONDS}",
-                "--profiling=false",
-                *self._aggregation_flags(),
-                *audit_flags(self._audit_policy, self.audit_log),
-            ]
-        if component == "kube-controller-manager":
-            return [
-                binary,
-                *self._delegated_auth_flags(state, component),
-                f"--service-account-private-key-file={pki.service_account_key}",
-                f"--root-ca-file={pki.ca_cert}",
-                "--node-monitor-period=5s",
-                f"--node-monitor-grace-period={_NODE_MONITOR_GRACE_SECONDS}s",
-                "--kube-api-qps=100",
-                "--kube-api-burst=200",
-                # HorizontalPodAutoscalers read their metrics every 5 s (upstream: 15 s), so a scale-up on
-                # the metrics path (`up --metrics`) plays out within a test.
-                f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_SECONDS}s",
-                "--profiling=false",
-                *self._real_node_controller_flags(state),
-            ]
-        if component == "kube-scheduler":
-            return [
-                binary,
-                *self._delegated_auth_flags(state, component),
-                "--profiling=false",
-                # Deprecated, but the one setting of it (the scheduler's configuration file has none).
-                f"--pod-max-in-unschedulable-pods-duration={UNSCHEDULABLE_RETRY_SECONDS}s",
-            ]
-        if component == "kwok":
-            return [
-                binary,
-                f"--kubeconfig={kubeconfig}",
-                f"--config={self.state_dir / 'kwok.yaml'}",
-                "--manage-all-nodes=false",
-                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-                "--node-ip=127.0.0.1",
-                f"--cidr={_POD_CIDR}",
-                f"--node-lease-duration-seconds={_NODE_LEASE_SECONDS}",
-                f"--server-address=127.0.0.1:{ports['kwok']}",
-            ]
-        raise ValueError(f"unknown component {component}")
-
     def _start(self, state: ClusterState, binaries: Binaries, component: str) -> None:
         record = processes.start(
             component,
-            self._command(state, binaries, component),
+            command(component, state=state, binaries=binaries, files=self.files),
             self.log_path(component),
             bind_to_parent=self.bind_to_parent,
         )
@@ -591,36 +421,6 @@ class LocalCluster:
 
     # -- health --------------------------------------------------------------------------------
 
-    def _health_url(self, state: ClusterState, component: str) -> str:
-        ports = state.ports
-        if component == "etcd":
-            return f"http://127.0.0.1:{ports['etcd-client']}/health"
-        if component == "kwok":
-            return f"http://127.0.0.1:{ports['kwok']}/healthz"
-        if component == "kube-apiserver":
-            return f"https://{state.address}:{ports['kube-apiserver']}/readyz"
-        return f"https://127.0.0.1:{ports[component]}/healthz"
-
-    def _probe(self, state: ClusterState, component: str) -> tuple[bool, str]:
-        """Return (healthy, what the health endpoint said)."""
-        request = urllib.request.Request(self._health_url(state, component))
-        context = None
-        if request.full_url.startswith("https:"):
-            context = ssl.create_default_context(cafile=str(self.credentials.ca_cert))
-            if component == "kube-apiserver":
-                request.add_header("Authorization", f"Bearer {self.credentials.token()}")
-        try:
-            with urllib.request.urlopen(request, timeout=3, context=context) as response:
-                body = response.read().decode(errors="replace").strip()
-        except urllib.error.HTTPError as error:
-            error.close()  # it holds the answer's connection, else closed only when collected
-            return False, f"HTTP {error.code}"
-        except (OSError, ValueError) as error:
-            return False, str(getattr(error, "reason", error))
-        if component == "etcd":
-            return '"health":"true"' in body, body
-        return body == "ok", body
-
     def _wait_healthy(self, state: ClusterState, component: str, timeout: float) -> None:
         started = time.monotonic()
         last = ""
@@ -630,7 +430,7 @@ class LocalCluster:
                     f"{component} exited during start-up; last lines of {self.log_path(component)}:\n"
                     f"{_tail(self.log_path(component))}"
                 )
-            healthy, last = self._probe(state, component)
+            healthy, last = probe(component, state=state, files=self.files)
             if healthy:
                 self.say(f"    {component} healthy after {time.monotonic() - started:.1f} s")
                 return
@@ -733,7 +533,7 @@ class LocalCluster:
             if processes.stop(state.processes[component], timeout=grace):
                 stopped.append(component)
                 self.say(f"--> stopped {component} (pid {state.processes[component].pid})")
-        self._state_file.unlink(missing_ok=True)
+        self.files.state_file.unlink(missing_ok=True)
         return stopped
 
     def status(self) -> ClusterStatus:
@@ -752,7 +552,7 @@ class LocalCluster:
                     ComponentStatus(name, record.pid, False, False, f"DEAD - see {self.log_path(name)}")
                 )
                 continue
-            healthy, answer = self._probe(state, name)
+            healthy, answer = probe(name, state=state, files=self.files)
             components.append(ComponentStatus(name, record.pid, True, healthy, answer[:60]))
         nodes_ready = nodes_total = None
         if any(c.name == "kube-apiserver" and c.healthy for c in components):
@@ -774,11 +574,6 @@ def _is_stale(state_dir: Path) -> bool:
     except (OSError, ValueError, KeyError):
         return True
     return not any(processes.is_alive(record) for record in state.processes.values())
-
-
-def _service_range(state: ClusterState) -> str:
-    network = state.network
-    return _SERVICE_CLUSTER_IP_RANGE if network is None else network.service_cidr
 
 
 def _create_if_missing(create: Callable[..., object], body: dict[str, Any]) -> None:

@@ -9,12 +9,12 @@ libpython, Open MPI, openssh's client and server and Debian's mpi4py: what a wor
 the Dockerfile; both CPU serving stand-ins build on it). Before any build, `wheelhouse/` receives the
 wheels of the operator, the builder and the test bed (whose doubles the stand-ins run) and every Python
 package the stages install (from PyPI through pip's cache), so no stage reaches a package index. The real
-images are the maintainers' (`tools.images`), whose wheelhouse and chart values this module reuses.
+images are the maintainers' (`make images`); both fill the wheelhouse with `image_build`.
 
 Every build prints its steps, seconds and sizes; `images.json` beside the archives records them.
 `for_stand_ins` gives a MultimodalDeployment the CPU and memory its stand-in pods need on a real node.
 
-Imports: the standard library, `tools.images`, and `layout`, `ocilayout`, `processes`.
+Imports: the standard library, and `image_build`, `layout`, `ocilayout`, `processes`.
 """
 
 from __future__ import annotations
@@ -23,15 +23,17 @@ import hashlib
 import json
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mmd_testbed.localcluster.image_build import REPOSITORIES, ImageBuildError, Printer, fill_wheelhouse, run
 from mmd_testbed.localcluster.layout import Layout
 from mmd_testbed.localcluster.processes import exclusive_lock
-from tools.images import REPOSITORIES, ImageBuildError, Printer, fill_wheelhouse, run
 
 # What a stand-in pod asks of a real node. The operator derives a GPU server's figures (tens of GiB for
 # the engine, the Python models and the checkpoint), which the test bed's nodes cannot hold (two of them
@@ -118,7 +120,8 @@ def ensure_base(layout: Layout, name: str, say: Printer) -> Path:
     archive = cache / f"{name}-{_base_digest(name)}.tar"
     if archive.is_file():
         return archive
-    with exclusive_lock(cache / ".lock"):
+    # One lock per base: the two are made at once (`_build_local`), each mostly waiting on the mirror.
+    with exclusive_lock(cache / f".{name}.lock"):
         if archive.is_file():
             return archive
         if shutil.which("mmdebstrap") is None:
@@ -214,6 +217,28 @@ def _inputs_digest(layout: Layout, wheelhouse: Path, bases: dict[str, Path]) -> 
     return digest.hexdigest()[:12]
 
 
+def build_beside(
+    layout: Layout, say: Printer, targets: Sequence[str] = LOCAL_TARGETS
+) -> Future[dict[str, BuiltImage]]:
+    """Start `build_local` in a thread of its own, its lines marked `[images]`; `.result()` waits for it.
+
+    `make demo` and `make test` build the images while they build the Go binaries: the images mostly wait
+    on the Debian mirror, PyPI and the disk, the Go builds keep the cores busy. A daemon thread, so that an
+    interrupted run does not wait for it.
+    """
+    future: Future[dict[str, BuiltImage]] = Future()
+
+    def build() -> None:
+        try:
+            future.set_result(build_local(layout, lambda line: say(f"[images] {line}"), targets))
+        except BaseException as error:  # handed to whoever waits for the result
+            future.set_exception(error)
+
+    future.set_running_or_notify_cancel()
+    threading.Thread(target=build, name="images", daemon=True).start()
+    return future
+
+
 def build_local(
     layout: Layout, say: Printer, targets: Sequence[str] = LOCAL_TARGETS
 ) -> dict[str, BuiltImage]:
@@ -233,8 +258,13 @@ def build_local(
 def _build_local(layout: Layout, say: Printer, targets: Sequence[str], out: Path) -> dict[str, BuiltImage]:
     started = time.monotonic()
     say("==> building the local images from the Dockerfile (buildah, no registry)")
-    bases = {name: ensure_base(layout, name, say) for name in BASE_PACKAGES}
-    wheelhouse = cpu_wheelhouse(layout, say)
+    # The bases and the wheelhouse wait on the Debian mirror, PyPI and the disk more than on a core: all
+    # three at once.
+    with ThreadPoolExecutor(max_workers=len(BASE_PACKAGES) + 1, thread_name_prefix="image-inputs") as pool:
+        made = {name: pool.submit(ensure_base, layout, name, say) for name in BASE_PACKAGES}
+        filled = pool.submit(cpu_wheelhouse, layout, say)
+        bases = {name: future.result() for name, future in made.items()}
+        wheelhouse = filled.result()
     tag = "local-" + _inputs_digest(layout, wheelhouse, bases)
     buildah = Buildah(images_cache(layout) / "buildah")
     built: dict[str, BuiltImage] = {}

@@ -76,10 +76,7 @@ def node_binary_specs(
     """Return the build recipe of every node binary, in build order."""
     minor = int(versions.kubernetes.lstrip("v").split(".")[1])
     kube_ldflags = kubernetes_ldflags(versions.kubernetes, minor, kubernetes_commit, kubernetes_date)
-    specs = [
-        BinarySpec(name, "kubernetes", f"k8s.io/kubernetes/cmd/{name}", KUBERNETES_TAGS, kube_ldflags)
-        for name in ("kubelet", "kube-proxy")
-    ]
+    specs: list[BinarySpec] = []
     containerd_ldflags = (
         "-s",
         "-w",
@@ -117,6 +114,12 @@ def node_binary_specs(
         )
     )
     specs.append(BinarySpec("pause", "pause", "mmd-operator/testbed/go/nodes/pause", (), ("-s", "-w")))
+    # Last: built beside the control plane (`builds`), the kubelet and kube-proxy then find the Kubernetes
+    # packages they share with it compiled in Go's build cache.
+    specs += [
+        BinarySpec(name, "kubernetes", f"k8s.io/kubernetes/cmd/{name}", KUBERNETES_TAGS, kube_ldflags)
+        for name in ("kubelet", "kube-proxy")
+    ]
     return specs
 
 

@@ -2,10 +2,11 @@
 
 Every component runs as the leader of a new session (so its whole group can be signalled and a
 terminal's Ctrl-C does not reach it), with stdout and stderr appended to its log file. A record of
-the pid and the kernel's start time of the process lets a later `mmctl` call tell a live component
-from a dead one, even when the pid has been reused. A component started for a test session can also
-be bound to its parent, so that the kernel kills it when the test process dies. An advisory file
-lock serialises concurrent `mmctl` calls on one cluster and concurrent builds of one cache.
+the pid and the kernel's start time of the process lets a later `python -m mmd_testbed` call tell a
+live component from a dead one, even when the pid has been reused. A component started for a test
+session can also be bound to its parent, so that the kernel kills it when the test process dies. An
+advisory file lock serialises concurrent `python -m mmd_testbed` calls on one cluster and concurrent
+builds of one cache.
 
 Imports: the standard library only.
 """

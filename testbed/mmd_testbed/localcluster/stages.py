@@ -27,6 +27,8 @@ Job succeed; deleted pods disappear. On top of that:
   Running, never Ready, containers in CrashLoopBackOff (their last end as `fail` says it); `never-ready`
   - Running with running containers that never become Ready; `succeed` - its containers exit 0 with the
   termination message from the same annotation and the pod Succeeds (a build Job reporting its summary).
+  A fault label of any other value leaves the pod to the test, which writes its status itself (as the
+  kubelet would); without the label, the normal stages take the pod from there.
 - Volume provisioning. kwok plays the external provisioner of the `local` StorageClass: once the PV
   controller in kube-controller-manager has annotated a claim as waiting for this provisioner, kwok
   creates a hostPath PV pre-bound to the claim, and the PV controller binds the two (real binding, real

@@ -1,21 +1,75 @@
-"""What a local cluster records of itself and reports: its state file's content and its components' status.
+"""What a local cluster records of itself and reports: its files, its state file's content, its status.
 
-`ClusterState` is the JSON the cluster keeps in its directory (ports, addresses, which binaries, the real
-nodes' network); `ClusterStatus` is what `python -m mmd_testbed cluster status` prints. Imports the
-standard library, `network`, `objects` and `processes`.
+`ClusterFiles` says where the cluster keeps each file in its directory; `ClusterState` is the JSON it keeps
+there (ports, addresses, which binaries, the real nodes' network); `ClusterStatus` is what
+`python -m mmd_testbed cluster status` prints. Imports the standard library, `network`, `objects`, `pki`
+and `processes`.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mmd_testbed.localcluster.network import ClusterNetwork
 from mmd_testbed.localcluster.objects import NodePool
+from mmd_testbed.localcluster.pki import Credentials
 from mmd_testbed.localcluster.processes import ProcessRecord
 
 # The names of real nodes (kwok's are gpu-node-N).
 REAL_NODE_PREFIX = "real-node"
+
+
+@dataclass(frozen=True)
+class ClusterFiles:
+    """Where a cluster keeps its files, all in its state directory."""
+
+    state_dir: Path
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig."""
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def credentials(self) -> Credentials:
+        """The credential files (`pki/`)."""
+        return Credentials(self.state_dir / "pki")
+
+    @property
+    def state_file(self) -> Path:
+        """Where `ClusterState` is recorded."""
+        return self.state_dir / "state.json"
+
+    @property
+    def etcd_data(self) -> Path:
+        """The data directory of etcd."""
+        return self.state_dir / "etcd"
+
+    @property
+    def kwok_config(self) -> Path:
+        """Kwok's configuration (its stages)."""
+        return self.state_dir / "kwok.yaml"
+
+    @property
+    def audit_policy(self) -> Path:
+        """The API server's audit policy."""
+        return self.state_dir / "audit-policy.yaml"
+
+    @property
+    def logs_dir(self) -> Path:
+        """The components' logs, kept across restarts."""
+        return self.state_dir / "logs"
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log of write requests (JSON lines; see `audit`)."""
+        return self.logs_dir / "audit.log"
+
+    def log(self, component: str) -> Path:
+        """The log of `component`."""
+        return self.logs_dir / f"{component}.log"
 
 
 @dataclass

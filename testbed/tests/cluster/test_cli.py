@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from mmd_testbed.localcluster import processes
-from mmd_testbed.localcluster.cluster import COMPONENTS, LocalCluster
+from mmd_testbed.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.components import COMPONENTS
 
 pytestmark = pytest.mark.cluster
 

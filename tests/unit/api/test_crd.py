@@ -93,6 +93,9 @@ def test_names_status_scale_and_printer_columns() -> None:
     crd = crdgen.crd()
     assert crd["metadata"]["name"] == "multimodaldeployments.serving.multimodal.dev"
     assert crd["spec"]["names"]["shortNames"] == ["mmd"]
+    # Not in `all`: `kubectl delete all --all` must not delete models (and, through their owner
+    # references, their Deployments and Jobs). `kubectl get ml` lists them.
+    assert crd["spec"]["names"]["categories"] == ["ml"]
     version = crd["spec"]["versions"][0]
     assert version["subresources"]["status"] == {}
     assert version["subresources"]["scale"] == {

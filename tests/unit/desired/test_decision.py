@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,43 +12,45 @@ from kubernetes import client as k8s
 
 from engine_builder.plan_format import BuildPlan
 from engine_builder.progress_format import BuildProgress
-from engine_builder.result_format import BuildFailed, termination_message
-from mmd_operator.api.v1alpha1 import MultimodalDeployment, Phase
-from mmd_operator.api.validation import Problem
-from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import cache, triton
-from mmd_operator.desired.decision import Desired, desired_state, manifests, owner_of
+from engine_builder.result_format import termination_message
+from mmd_operator.api.v1alpha1 import Phase
+from mmd_operator.desired.decision import manifests
 from mmd_operator.facts import (
     AutoscalerFacts,
-    ClaimFacts,
     DeploymentFacts,
     JobFacts,
-    Meta,
     Missing,
     MissingReference,
-    Observed,
-    OwnerRef,
     PodFacts,
     PodPhase,
 )
-from mmd_operator.judgement import judge
-from mmd_operator.judgement.artifact import describe_failure
 from mmd_operator.judgement.progress import PROGRESS_POLL_SECONDS
-from mmd_operator.knowledge import Runtime
 from mmd_operator.plan.model_repository import ModelRepository
-from mmd_operator.plan.triton import TritonPlan
-from mmd_operator.status import Findings, report, transition
-from mmd_operator.status.assessment import assess
-from mmd_operator.status.report import SPEC_WARNINGS
+from mmd_operator.status import report
 from mmd_operator.vocabulary import hashing, labels, names
 from mmd_operator.vocabulary.ownership import ObjectKey
 from tests.support.builds import summary
+from tests.support.decisions import (
+    CONFIG,
+    ME,
+    NOW,
+    OTHER,
+    UID,
+    bound_claim,
+    condition,
+    decide,
+    deployment_of,
+    example,
+    failed_build,
+    kinds,
+    live_deployment,
+    meta,
+    recipe_of,
+    served,
+    status_of,
+)
 from tests.support.examples import EXAMPLE_PATHS, plan_example
 
-ROOT = Path(__file__).resolve().parents[3]
-NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
-CONFIG = OperatorConfig()
-UID = "11111111-2222-3333-4444-555555555555"
 MODELS = {
     "PersistentVolumeClaim": k8s.V1PersistentVolumeClaim,
     "Job": k8s.V1Job,
@@ -62,73 +62,6 @@ MODELS = {
 }
 
 
-def example(name: str = "llava", **spec_changes: Any) -> tuple[MultimodalDeployment, TritonPlan]:
-    resource, plan = plan_example(name)
-    if spec_changes:
-        document = resource.model_dump(by_alias=True, exclude_none=True, mode="json")
-        for path, value in spec_changes.items():
-            node = document["spec"]
-            *parents, leaf = path.split("__")
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[leaf] = value
-        document["apiVersion"], document["kind"] = "serving.multimodal.dev/v1alpha1", "MultimodalDeployment"
-        from mmd_operator.plan.resource_plan import plan_resource
-
-        resource, plan = plan_resource(document)
-    metadata = {**resource.metadata, "namespace": "ml", "uid": UID, "generation": 1}
-    return resource.model_copy(update={"metadata": metadata}), plan
-
-
-def meta(name: str, *, owners: tuple[OwnerRef, ...] = (), applied: str | None = None, **more: Any) -> Meta:
-    annotations = ((labels.APPLIED_HASH, applied),) if applied else ()
-    return Meta(name=name, uid=f"uid-{name}", owners=owners, annotations=annotations, **more)
-
-
-def bound_claim(*, owners: tuple[OwnerRef, ...] = (), retention: str = "Retain") -> ClaimFacts:
-    annotations = (("serving.multimodal.dev/retention", retention),)
-    return ClaimFacts(
-        meta=Meta(name="mmd-engine-cache", uid="uid-claim", owners=owners, annotations=annotations),
-        phase="Bound",
-        managed=True,
-    )
-
-
-ME = OwnerRef(name="llava", uid=UID)
-OTHER = OwnerRef(name="llava-b", uid="other-uid")
-
-
-@dataclasses.dataclass(frozen=True)
-class Decided(Desired):
-    """A decision and the findings the status layer assesses in the same world (no writes between)."""
-
-    findings: Findings | None = None
-
-
-def decide(resource: MultimodalDeployment, plan: TritonPlan, previous: Any = None, **facts: Any) -> Decided:
-    observed = Observed(now=NOW, **{"claim": bound_claim(), **facts})
-    generation = int(resource.metadata.get("generation", 1))
-    judged = judge(plan, observed, previous, generation, resource.spec)
-    decision = desired_state(resource, plan, observed, judged, config=CONFIG)
-    claim = cache.claim_name(resource, CONFIG)
-    findings = assess(resource, plan, observed, judged, decision.rendered, claim=claim)
-    fields = {field.name: getattr(decision, field.name) for field in dataclasses.fields(decision)}
-    return Decided(**fields, findings=findings)
-
-
-def kinds(decision: Desired) -> list[str]:
-    return sorted(manifest["kind"] for manifest in decision.apply)
-
-
-def status_of(decision: Decided, previous: Any = None) -> Any:
-    assert decision.findings is not None
-    return report(decision.findings, previous=previous, now=NOW).status
-
-
-def condition(status: Any, kind: str) -> Any:
-    return next(c for c in status.conditions if c.type == kind)
-
-
 # -- the objects themselves ----------------------------------------------------------------------
 
 
@@ -137,7 +70,7 @@ def test_every_manifest_parses_into_the_kubernetes_clients_model_and_back_unchan
     resource, plan = plan_example(path)
     built = manifests(resource, plan, config=CONFIG)
     scaled = ["HorizontalPodAutoscaler", "PodDisruptionBudget"] if resource.spec.serving.autoscaling else []
-    workload = "LeaderWorkerSet" if resource.spec.parallelism.spans_pods else "Deployment"
+    workload = "LeaderWorkerSet" if resource.spec.parallelism.pods_per_replica > 1 else "Deployment"
     assert [m["kind"] for m in built] == [
         "PersistentVolumeClaim",
         "Job",
@@ -341,38 +274,9 @@ def test_a_build_pod_the_scheduler_cannot_place_reports_its_message() -> None:
     assert engine.reason == "InsufficientGPUs" and message in engine.message
 
 
-def _recipe(resource: MultimodalDeployment, plan: TritonPlan) -> str:
-    job = triton.build_job(owner_of(resource, CONFIG), plan)
-    return str(job["metadata"]["annotations"][labels.BUILD_RECIPE])
-
-
-def _failed_job(plan: TritonPlan, resource: MultimodalDeployment | None = None) -> tuple[JobFacts, PodFacts]:
-    recipe = _recipe(resource or example()[0], plan)
-    job = JobFacts(
-        meta=Meta(
-            name=names.build_job(plan.cache_key, "mmd-engine-cache"),
-            uid="uid-job",
-            owners=(ME,),
-            annotations=((labels.BUILD_RECIPE, recipe),),
-        ),
-        failed=True,
-        failure="BackoffLimitExceeded: Job has reached the specified backoff limit",
-    )
-    failure = BuildFailed(
-        cache_key=plan.cache_key, step="build-llm", exit_code=1, reason="CUDA out of memory"
-    )
-    pod = PodFacts(
-        meta=meta("build-pod", created=NOW),
-        phase=PodPhase.FAILED,
-        termination_message=termination_message(failure),
-        exit_code=1,
-    )
-    return job, pod
-
-
 def test_a_failed_build_reports_the_builders_step_and_reason_verbatim_and_is_not_retried() -> None:
     resource, plan = example()
-    job, pod = _failed_job(plan)
+    job, pod = failed_build(plan)
     decision = decide(resource, plan, job=job, job_pods=(pod,))
     status = status_of(decision)
     assert status.phase is Phase.FAILED
@@ -391,7 +295,7 @@ def test_a_failed_build_reports_the_builders_step_and_reason_verbatim_and_is_not
 
 def test_a_failed_build_is_built_again_once_the_spec_changed_since_it_was_reported() -> None:
     resource, plan = example()
-    job, pod = _failed_job(plan)
+    job, pod = failed_build(plan)
     reported = status_of(decide(resource, plan, job=job, job_pods=(pod,)))
     changed = resource.model_copy(update={"metadata": {**resource.metadata, "generation": 2}})
     retry = decide(changed, plan, previous=reported, job=job, job_pods=(pod,))
@@ -405,9 +309,11 @@ def test_a_failed_build_of_another_recipe_is_built_again_at_once() -> None:
     # The Job failed with pod settings the spec no longer has (its fix raced the failure): the cacheKey
     # is the same, the recipe is not, so the failure says nothing about the spec as it is.
     resource, plan = example()
-    job, pod = _failed_job(plan)
+    job, pod = failed_build(plan)
     fixed, fixed_plan = example(build={"backoffLimit": 3})
-    assert fixed_plan.cache_key == plan.cache_key and _recipe(fixed, fixed_plan) != _recipe(resource, plan)
+    assert fixed_plan.cache_key == plan.cache_key and recipe_of(fixed, fixed_plan) != recipe_of(
+        resource, plan
+    )
     reported = status_of(decide(fixed, fixed_plan, job=job, job_pods=(pod,)))
     again = decide(fixed, fixed_plan, previous=reported, job=job, job_pods=(pod,))
     assert again.delete == (ObjectKey("batch/v1", "Job", job.meta.name),)
@@ -440,19 +346,19 @@ def test_a_job_that_reports_another_cache_key_is_a_failure_not_an_engine() -> No
     assert "reported cacheKey 00000000000000000000" in condition(status_of(decision), "EngineReady").message
 
 
-def test_a_missing_secret_creates_nothing_and_names_what_is_missing() -> None:
+def test_a_missing_source_claim_creates_nothing_and_names_what_is_missing() -> None:
     resource, plan = example("mllama")
     missing = MissingReference(
-        Missing.SECRET,
-        "spec.model.source.huggingface.tokenSecretRef",
-        "Secret hf-token not found in namespace ml",
+        Missing.SOURCE_CLAIM,
+        "spec.model.source.pvc.claimName",
+        "PersistentVolumeClaim weights not found in namespace ml",
     )
     decision = decide(resource, plan, claim=None, missing=(missing,))
     assert decision.apply == () and decision.join == ()
     status = status_of(decision)
     assert status.phase is Phase.FAILED
-    assert condition(status, "Ready").reason == "SecretNotFound"
-    assert "Secret hf-token not found" in condition(status, "Ready").message
+    assert condition(status, "Ready").reason == "SourceClaimNotFound"
+    assert "PersistentVolumeClaim weights not found" in condition(status, "Ready").message
 
 
 def test_each_user_of_a_shared_job_joins_it_and_leaves_the_one_it_no_longer_uses() -> None:
@@ -541,40 +447,8 @@ def test_a_repository_over_the_configmap_limit_is_refused_clearly() -> None:
     assert "a ConfigMap holds at most 1 MiB" in condition(status, "ModelRepositoryReady").message
 
 
-def served(resource: MultimodalDeployment, plan: TritonPlan) -> dict[str, Any]:
-    """Facts of a resource whose engine is built and whose repository ConfigMap is applied."""
-    configmap = decide(resource, plan, artifact=summary(plan.cache_key)).manifest("ConfigMap")
-    assert configmap is not None
-    repository = meta(configmap["metadata"]["name"], owners=(ME,), applied=hashing.applied_hash(configmap))
-    return {"artifact": summary(plan.cache_key), "configmaps": (repository,)}
-
-
-def live_deployment(
-    resource: MultimodalDeployment, plan: TritonPlan, *, replicas: int = 1, ready: int | None = None
-) -> DeploymentFacts:
-    """The Deployment the operator applied for this spec, rolled out, with `ready` pods ready."""
-    ready = replicas if ready is None else ready
-    return DeploymentFacts(
-        meta=meta("llava", applied=hashing.applied_hash(_deployment(resource, plan))),
-        generation=1,
-        observed_generation=1,
-        replicas=replicas,
-        status_replicas=replicas,
-        updated_replicas=replicas,
-        ready_replicas=ready,
-        available_replicas=ready,
-    )
-
-
-def _deployment(resource: MultimodalDeployment, plan: TritonPlan) -> dict[str, Any]:
-    decision = decide(resource, plan, artifact=summary(plan.cache_key))
-    manifest = decision.manifest("Deployment")
-    assert manifest is not None
-    return manifest
-
-
 def test_a_replicas_change_leaves_the_pod_template_alone() -> None:
-    one, two = _deployment(*example()), _deployment(*example(serving__replicas=2))
+    one, two = deployment_of(*example()), deployment_of(*example(serving__replicas=2))
     assert one["spec"]["template"] == two["spec"]["template"]
     assert (one["spec"]["replicas"], two["spec"]["replicas"]) == (1, 2)
 
@@ -582,7 +456,7 @@ def test_a_replicas_change_leaves_the_pod_template_alone() -> None:
 def test_a_serving_change_renders_a_new_repository_that_rolls_the_pods_without_a_build() -> None:
     (before, plan_before), (after, plan_after) = example(), example(serving__streaming=True)
     assert plan_before.cache_key == plan_after.cache_key
-    old, new = _deployment(before, plan_before), _deployment(after, plan_after)
+    old, new = deployment_of(before, plan_before), deployment_of(after, plan_after)
     assert (
         old["spec"]["template"]["metadata"]["annotations"]
         != new["spec"]["template"]["metadata"]["annotations"]
@@ -606,308 +480,6 @@ def test_the_digest_on_a_manifest_is_of_its_content() -> None:
     changed = json.loads(json.dumps(first[3]))
     changed["spec"]["replicas"] = 7
     assert hashing.applied_hash(hashing.stamped(changed)) != hashing.applied_hash(first[3])
-
-
-def test_serving_trouble_makes_the_phase_degraded_with_what_kubernetes_said() -> None:
-    resource, plan = example(serving__replicas=2)
-    live = live_deployment(resource, plan, replicas=2, ready=1)
-    scheduler = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
-    pending = PodFacts(meta=meta("llava-2"), phase=PodPhase.PENDING, unschedulable=scheduler)
-    status = status_of(
-        decide(resource, plan, **served(resource, plan), deployment=live, serving_pods=(pending,))
-    )
-    assert status.phase is Phase.DEGRADED
-    assert condition(status, "Available").reason == "InsufficientGPUs"
-    assert condition(status, "Available").message == (
-        "pod llava-2 cannot be scheduled: spec.serving.replicas 2 x spec.engine.tensorParallelSize 1 = 2 "
-        f"nvidia.com/gpu. Scheduler: {scheduler}"
-    )
-    assert condition(status, "Ready").message.startswith("spec.serving.replicas 2 x ")
-    crash = PodFacts(
-        meta=meta("llava-2"),
-        phase=PodPhase.RUNNING,
-        crash_loop="container tritonserver is in CrashLoopBackOff",
-    )
-    status = status_of(
-        decide(resource, plan, **served(resource, plan), deployment=live, serving_pods=(crash,))
-    )
-    assert (status.phase, condition(status, "Ready").reason) == (Phase.DEGRADED, "CrashLoop")
-    lost = PodFacts(meta=meta("llava-1"), phase=PodPhase.RUNNING, node="gpu-node-3", node_lost=True)
-    status = status_of(
-        decide(resource, plan, **served(resource, plan), deployment=live, serving_pods=(lost,))
-    )
-    assert (status.phase, condition(status, "Ready").reason) == (Phase.DEGRADED, "NodeLost")
-    assert "gpu-node-3 stopped reporting" in condition(status, "Ready").message
-
-
-def test_a_pod_still_loading_within_its_budget_is_deploying_and_past_it_degraded() -> None:
-    resource, plan = example(serving__probes={"startupTimeoutSeconds": 600})
-    live = live_deployment(resource, plan, ready=0)
-    loading = PodFacts(meta=meta("llava-1"), phase=PodPhase.RUNNING, started=NOW - timedelta(seconds=120))
-    decision = decide(resource, plan, **served(resource, plan), deployment=live, serving_pods=(loading,))
-    assert decision.findings is not None
-    result = report(decision.findings, previous=None, now=NOW)
-    assert result.status.phase is Phase.DEPLOYING and result.recheck_after == pytest.approx(481)
-    stuck = dataclasses.replace(loading, started=NOW - timedelta(seconds=700))
-    status = status_of(
-        decide(resource, plan, **served(resource, plan), deployment=live, serving_pods=(stuck,))
-    )
-    assert status.phase is Phase.DEGRADED and condition(status, "Ready").reason == "PodsNotReady"
-
-
-def test_ready_waits_for_the_rollout_and_for_this_generation() -> None:
-    resource, plan = example()
-    done = dataclasses.replace(live_deployment(resource, plan), generation=2, observed_generation=2)
-    ready = status_of(decide(resource, plan, **served(resource, plan), deployment=done))
-    assert ready.phase is Phase.READY and condition(ready, "Ready").status == "True"
-    assert ready.observed_generation == 1
-    rolling = dataclasses.replace(done, status_replicas=2)  # an old pod is still there
-    assert (
-        condition(
-            status_of(decide(resource, plan, **served(resource, plan), deployment=rolling)), "Ready"
-        ).reason
-        == "RolloutInProgress"
-    )
-    stale = dataclasses.replace(done, observed_generation=1)  # the controller has not seen the change
-    assert (
-        status_of(decide(resource, plan, **served(resource, plan), deployment=stale)).phase is Phase.DEPLOYING
-    )
-    older = dataclasses.replace(done, meta=meta("llava", applied="an-older-digest"))
-    assert (
-        status_of(decide(resource, plan, **served(resource, plan), deployment=older)).phase is Phase.DEPLOYING
-    )
-
-
-def test_an_unchanged_world_gives_an_identical_status_and_no_event() -> None:
-    resource, plan = example()
-    decision = decide(resource, plan)
-    assert decision.findings is not None
-    first = report(decision.findings, previous=None, now=NOW)
-    assert [e.reason for e in first.events] == ["Building"]
-    later = report(decision.findings, previous=first.status, now=NOW + timedelta(minutes=5))
-    assert later.status == first.status and later.events == ()
-
-
-def test_warnings_are_a_status_note_and_one_event_and_never_hold_ready_back() -> None:
-    resource, plan = example()
-    findings = decide(resource, plan).findings
-    assert findings is not None
-    warned = dataclasses.replace(findings, warnings=("spec.x: a trap", "spec.y: another"))
-    first = report(warned, previous=None, now=NOW)
-    assert first.status.warnings == ["spec.x: a trap", "spec.y: another"]
-    assert [(e.type, e.reason) for e in first.events] == [("Normal", "Building"), ("Warning", SPEC_WARNINGS)]
-    assert first.events[1].message == "2 warnings about the spec: spec.x: a trap; spec.y: another"
-    unwarned = report(findings, previous=None, now=NOW).status
-    # The same phase and conditions as without warnings.
-    assert first.status.phase == unwarned.phase and first.status.conditions == unwarned.conditions
-    # At rest: the identical status and no event.
-    later = report(warned, previous=first.status, now=NOW + timedelta(minutes=10))
-    assert later.status == first.status and later.events == ()
-    # Cleared: the field goes, with no event.
-    cleared = report(findings, previous=first.status, now=NOW + timedelta(minutes=20))
-    assert cleared.status.warnings is None and cleared.events == ()
-    assert "warnings" not in cleared.status.model_dump(by_alias=True, exclude_none=True)
-
-
-def test_endpoints_and_selector_point_at_the_service() -> None:
-    resource, plan = example()
-    status = status_of(decide(resource, plan))
-    assert (
-        status.endpoints.http == "http://llava.ml.svc:8000"
-        and status.endpoints.grpc == "grpc://llava.ml.svc:8001"
-    )
-    assert "app.kubernetes.io/instance=llava" in status.selector
-
-
-def test_reconciling_and_stalled_say_what_the_phase_says_in_the_kstatus_convention() -> None:
-    resource, plan = example()
-    live, down = live_deployment(resource, plan), live_deployment(resource, plan, ready=0)
-    crash = PodFacts(
-        meta=meta("llava-1"), phase=PodPhase.RUNNING, crash_loop="container tritonserver crashed"
-    )
-    job, pod = _failed_job(plan)
-    samples = {
-        Phase.BUILDING: status_of(decide(resource, plan)),
-        Phase.DEPLOYING: status_of(decide(resource, plan, **served(resource, plan))),
-        Phase.READY: status_of(decide(resource, plan, **served(resource, plan), deployment=live)),
-        Phase.DEGRADED: status_of(
-            decide(resource, plan, **served(resource, plan), deployment=down, serving_pods=(crash,))
-        ),
-        Phase.FAILED: status_of(decide(resource, plan, job=job, job_pods=(pod,))),
-    }
-    for phase, status in samples.items():
-        assert status.phase is phase
-        ready, reconciling, stalled = (
-            condition(status, kind) for kind in ("Ready", "Reconciling", "Stalled")
-        )
-        in_progress = phase in (Phase.PENDING, Phase.BUILDING, Phase.DEPLOYING)
-        assert reconciling.status == ("True" if in_progress else "False"), phase
-        assert stalled.status == ("True" if phase in (Phase.FAILED, Phase.DEGRADED) else "False"), phase
-        if reconciling.status == "True" or stalled.status == "True":
-            # The abnormal condition carries the reason and message of Ready, so tools show the cause.
-            abnormal = reconciling if reconciling.status == "True" else stalled
-            assert (abnormal.reason, abnormal.message) == (ready.reason, ready.message)
-
-
-@pytest.mark.parametrize(
-    ("failure", "message"),
-    [
-        (
-            BuildFailed(step="build-llm", exit_code=1, reason="CUDA out of memory"),
-            "step build-llm failed (exit code 1): CUDA out of memory",
-        ),
-        (BuildFailed(reason="Traceback: boom"), "Traceback: boom"),
-        (
-            BuildFailed(exit_code=137, reason="writing rank0.engine"),
-            "the builder exited (exit code 137), killed by SIGKILL (out of memory or evicted) without a "
-            "result; its last line: writing rank0.engine",
-        ),
-        (
-            BuildFailed(exit_code=2, reason="usage: engine_builder"),
-            "the builder exited (exit code 2) without a result; its last line: usage: engine_builder",
-        ),
-    ],
-)
-def test_a_failed_build_is_described_with_what_is_known(failure: BuildFailed, message: str) -> None:
-    assert describe_failure(failure) == message
-
-
-def test_the_log_hears_of_a_failure_once_per_reason_and_of_the_recovery() -> None:
-    resource, plan = example()
-    building = status_of(decide(resource, plan))
-    live = live_deployment(resource, plan, ready=0)
-    crashing = PodFacts(
-        meta=meta("llava-1"),
-        phase=PodPhase.RUNNING,
-        crash_loop="container tritonserver is in CrashLoopBackOff",
-    )
-    degraded = status_of(
-        decide(resource, plan, **served(resource, plan), deployment=live, serving_pods=(crashing,)),
-        previous=building,
-    )
-    assert transition(None, building) is None and transition(building, building) is None
-    entered = transition(building, degraded)
-    assert entered is not None and entered.failing and entered.text.startswith("is Degraded: CrashLoop: ")
-    assert transition(degraded, degraded) is None  # still failing the same way: nothing more
-    recovered = transition(degraded, building)
-    assert recovered is not None and not recovered.failing and recovered.text == "recovered: Building"
-
-
-def _every_state_short_of_ready() -> dict[str, Any]:
-    """A status for each way a resource can be short of Ready, by the reason its Ready condition shows."""
-    resource, plan = example()
-    job_name = names.build_job(plan.cache_key, "mmd-engine-cache")
-    job = JobFacts(meta=meta(job_name, owners=(ME,)))
-    failed_job, failed_pod = _failed_job(plan)
-    retried = dataclasses.replace(failed_job, failed=False, failure=None)
-    at = {"created": NOW}
-    starting = PodFacts(meta=meta("build-pod", **at), phase=PodPhase.PENDING)
-    stuck = dataclasses.replace(
-        starting, unschedulable="0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
-    )
-    unmatched = dataclasses.replace(
-        starting,
-        unschedulable="0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector.",
-    )
-    running = PodFacts(meta=meta("build-pod", **at), phase=PodPhase.RUNNING, node="gpu-node-1")
-    unbound = dataclasses.replace(bound_claim(), phase="Pending")
-    done, two = served(resource, plan), live_deployment(resource, plan, replicas=2, ready=1)
-    wide, wide_plan = example(serving__replicas=2)
-    wide_done, wide_live = served(wide, wide_plan), live_deployment(wide, wide_plan, replicas=2, ready=1)
-    serving_pod = PodFacts(meta=meta("llava-1"), phase=PodPhase.RUNNING, started=NOW - timedelta(seconds=60))
-    huge = ModelRepository(
-        configs={**plan.repository.configs, "ensemble": "x" * 1_100_000}, assembly=plan.repository.assembly
-    )
-
-    def missing(kind: Missing, field: str, message: str, fix: str) -> Any:
-        return status_of(
-            decide(resource, plan, claim=None, missing=(MissingReference(kind, field, message, fix),))
-        )
-
-    def trouble(*pods: PodFacts, deployment: DeploymentFacts = wide_live) -> Any:
-        return status_of(decide(wide, wide_plan, **wide_done, deployment=deployment, serving_pods=pods))
-
-    problem = Problem("spec.engine.maxSeqLen", "must be greater than 2048")
-    invalid = Findings(generation=1, runtime=Runtime.TRITON_TRTLLM_ENGINE, problems=[problem])
-    return {
-        "InvalidSpec": report(invalid, previous=None, now=NOW).status,
-        "BuildPending (creating the Job)": status_of(decide(resource, plan)),
-        "BuildPending (the Job starts)": status_of(decide(resource, plan, job=job)),
-        "BuildPending (its pod starts)": status_of(decide(resource, plan, job=job, job_pods=(starting,))),
-        "BuildPending (the claim is not bound)": status_of(decide(resource, plan, claim=unbound)),
-        "BuildRunning": status_of(decide(resource, plan, job=job, job_pods=(running,))),
-        "BuildRunning (between attempts)": status_of(
-            decide(resource, plan, job=retried, job_pods=(failed_pod,))
-        ),
-        "BuildFailed": status_of(decide(resource, plan, job=failed_job, job_pods=(failed_pod,))),
-        "InsufficientGPUs (build)": status_of(decide(resource, plan, job=job, job_pods=(stuck,))),
-        "Unschedulable (build)": status_of(decide(resource, plan, job=job, job_pods=(unmatched,))),
-        "SecretNotFound": missing(
-            Missing.SECRET,
-            "spec.model.source.huggingface.tokenSecretRef",
-            "Secret hf not found in namespace ml",
-            "create it",
-        ),
-        "SecretKeyNotFound": missing(
-            Missing.SECRET_KEY,
-            "spec.model.source.huggingface.tokenSecretRef",
-            "Secret hf has no key token",
-            "add the key",
-        ),
-        "SourceClaimNotFound": missing(
-            Missing.SOURCE_CLAIM,
-            "spec.model.source.pvc.claimName",
-            "PersistentVolumeClaim w not found in namespace ml",
-            "create the claim",
-        ),
-        "RepositoryTooLarge": status_of(
-            decide(resource, dataclasses.replace(plan, repository=huge), artifact=summary(plan.cache_key))
-        ),
-        "Rendering": status_of(decide(resource, plan, artifact=summary(plan.cache_key))),
-        "Deploying": status_of(decide(resource, plan, **done)),
-        "RolloutInProgress": status_of(
-            decide(resource, plan, **done, deployment=dataclasses.replace(two, updated_replicas=1))
-        ),
-        "PodsNotReady (starting)": trouble(serving_pod),
-        "PodsNotReady (restarted)": trouble(dataclasses.replace(serving_pod, restarts=3)),
-        "PodsNotReady (past its budget)": trouble(
-            dataclasses.replace(serving_pod, started=NOW - timedelta(hours=1))
-        ),
-        "PodsNotReady (no progress)": trouble(
-            deployment=dataclasses.replace(wide_live, progress_failure="ReplicaSet has timed out")
-        ),
-        "CrashLoop": trouble(
-            dataclasses.replace(serving_pod, crash_loop="container x is in CrashLoopBackOff")
-        ),
-        "NodeLost": trouble(dataclasses.replace(serving_pod, node="gpu-node-3", node_lost=True)),
-        "InsufficientGPUs (serving)": trouble(dataclasses.replace(stuck, meta=meta("llava-2"))),
-    }
-
-
-# What a sentence a person acts on says to do: a command, a field to change, or that nothing is needed.
-_ACTIONS = ("kubectl", "nothing to do yet", "fix", "create", "add", "lower", "change", "look after", "report",
-            "mmctl", "free")  # fmt: skip
-
-
-def test_every_reason_short_of_ready_is_one_sentence_that_says_what_to_do() -> None:
-    states = _every_state_short_of_ready()
-    documented = (ROOT / "docs" / "troubleshooting.md").read_text()
-    for label, status in states.items():
-        reason = label.split(" ")[0]
-        ready = condition(status, "Ready")
-        assert ready.reason == reason and ready.status == "False", (label, ready)
-        assert f"**`{reason}`**" in documented, f"{reason} is not in docs/troubleshooting.md"
-        message = ready.message
-        assert "\n" not in message and message.endswith("."), (label, message)
-        assert ". " not in message.replace("e.g. ", ""), (label, message)  # one sentence
-        assert any(action in message for action in _ACTIONS), (label, message)
-        # The condition the reason comes from keeps the details, which Ready repeats or sums up.
-        detailed = [
-            c
-            for c in status.conditions
-            if c.reason == reason and c.type not in ("Ready", "Reconciling", "Stalled")
-        ]
-        assert detailed and all(c.message != message for c in detailed), (label, detailed)
 
 
 # -- serving.autoscaling: the autoscaler, the disruption budget, and who owns replicas ----------------------

@@ -14,8 +14,8 @@ from mmd_operator.desired.decision import manifests
 from mmd_operator.facts import Meta, Missing, MissingReference, OwnerRef
 from mmd_operator.vocabulary import hashing
 from mmd_operator.vocabulary.ownership import ObjectKey
+from tests.support.decisions import CONFIG, ME, OTHER, decide, example, kinds
 from tests.support.invalid_specs import problems_of, resource
-from tests.unit.desired.test_decision import CONFIG, ME, OTHER, decide, example, kinds
 
 POLICY = {
     "clients": [

@@ -28,7 +28,7 @@ from mmd_operator.status import report
 from mmd_operator.status.assessment import assess
 from mmd_operator.vocabulary import labels
 from tests.support.builds import summary
-from tests.unit.desired.test_decision import CONFIG, NOW, bound_claim, example, meta
+from tests.support.decisions import CONFIG, NOW, bound_claim, example, meta
 
 STABLE = ServingRevision(pod_template_hash="aaaa", cache_key="key-a", content="llava-repo-a")
 CANARY = {"strategy": "Canary", "canary": {"analysisSeconds": 60, "minRequests": 10}}

@@ -21,7 +21,7 @@ from mmd_operator.kube import object_facts
 from mmd_operator.status import report
 from mmd_operator.vocabulary import labels
 from tests.support.builds import summary
-from tests.unit.desired.test_decision import CONFIG, ME, NOW, bound_claim, example, meta
+from tests.support.decisions import CONFIG, ME, NOW, bound_claim, example, meta
 from tests.unit.judgement.test_rollout import _decide
 
 STABLE = ServingRevision(pod_template_hash="aaaa", cache_key="key-a", content="llava-repo-a")

@@ -21,7 +21,7 @@ from mmd_operator.judgement.rollout import (
 from mmd_operator.plan.triton import TritonPlan
 from mmd_operator.status import report
 from tests.support.builds import summary
-from tests.unit.desired.test_decision import NOW, Decided, decide, example, meta
+from tests.support.decisions import NOW, Decided, decide, example, meta
 
 SCHEDULER = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: not helpful."
 ONE_GPU_NODE = Nodes(total=1, with_gpus=(NodeFacts("gpu-0", 1),), requested=(("gpu-0", 1),))

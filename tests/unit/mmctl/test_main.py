@@ -5,6 +5,8 @@ import sys
 import pytest
 
 from mmctl import main
+from mmd_operator import __version__
+from mmd_operator.knowledge import KNOWLEDGE, SERVE_KNOWLEDGE
 
 SUBCOMMANDS = {"render", "validate", "infer", "eval-asr", "chat"}
 
@@ -55,5 +57,32 @@ def test_a_missing_extra_is_named_in_one_line(
     monkeypatch.delitem(sys.modules, "mmctl.triton.client", raising=False)
     assert main.main(["infer", "--url", "http://127.0.0.1:1"]) == main.EXIT_MISSING_EXTRA
     assert capsys.readouterr().err.strip() == (
-        "mmctl infer needs the triton extra (missing tritonclient): pip install 'mmctl[triton]'"
+        "mmctl infer needs the triton extra (missing tritonclient); from the root of a checkout: "
+        "pip install ./engine_builder ./operator './cli[triton]'"
     )
+
+
+def test_version_names_mmctl_and_the_operator_whose_rules_it_checks(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main.main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"mmctl 0.1.0 (mmd-operator {__version__})"
+
+
+SERVE_ONLY = sorted(t.value for t in SERVE_KNOWLEDGE if t not in KNOWLEDGE)
+
+
+@pytest.mark.parametrize("model_type", SERVE_ONLY)
+def test_infer_with_a_type_only_trtllm_serve_serves_points_at_chat(
+    capsys: pytest.CaptureFixture[str], model_type: str
+) -> None:
+    # Nothing listens on port 1: the answer comes before anything is sent.
+    assert main.main(["infer", "--url", "http://127.0.0.1:1", "--model-type", model_type]) == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"mmctl infer: {model_type} is served by the trtllm-serve runtime, whose OpenAI API `mmctl infer` "
+        "does not speak: use mmctl chat --url http://<host>:8000 instead (docs/clients.md)"
+    ]
+    assert "Traceback" not in err and "KeyError" not in err

@@ -8,7 +8,9 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -117,37 +119,66 @@ class _ChatServer(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def late_server() -> Iterator[tuple[int, type[_ChatServer]]]:
-    """A chat server on a port that refuses connections for its first 0.6 s."""
-    port = _free_port()
-    handler = type("Handler", (_ChatServer,), {})
-    servers: list[http.server.ThreadingHTTPServer] = []
+@dataclass
+class LateServer:
+    """A chat server on a port that refuses connections until `open()` (once) starts it."""
 
-    def serve_later() -> None:
-        time.sleep(0.6)
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    port: int
+    handler: type[_ChatServer]
+    opened: threading.Event = field(default_factory=threading.Event)
+
+    def open(self) -> None:
+        self.opened.set()
+
+
+@pytest.fixture
+def late_server() -> Iterator[LateServer]:
+    late = LateServer(_free_port(), type("Handler", (_ChatServer,), {}))
+    servers: list[http.server.ThreadingHTTPServer] = []
+    listening = threading.Event()
+
+    def serve_when_opened() -> None:
+        if not late.opened.wait(30):
+            return
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", late.port), late.handler)
         servers.append(server)
+        listening.set()
         server.serve_forever(poll_interval=0.05)
 
-    thread = threading.Thread(target=serve_later, daemon=True)
+    thread = threading.Thread(target=serve_when_opened, daemon=True)
     thread.start()
-    yield port, handler
-    deadline = time.monotonic() + 5
-    while not servers and time.monotonic() < deadline:
-        time.sleep(0.05)
+    yield late
+    late.open()
+    listening.wait(5)
     for server in servers:
         server.shutdown()
         server.server_close()
+    thread.join(5)
 
 
 def test_chat_connects_again_until_the_server_answers(
-    capsys: pytest.CaptureFixture[str], late_server: tuple[int, type[_ChatServer]]
+    capsys: pytest.CaptureFixture[str], late_server: LateServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("openai")
-    port, _ = late_server
+    pause = reconnect.time.sleep
+
+    def open_then_pause(seconds: float) -> None:
+        # The server starts listening only once mmctl has been refused and pauses to try again: the
+        # first try is refused however long mmctl takes to start.
+        late_server.open()
+        pause(seconds)
+
+    monkeypatch.setattr(reconnect, "time", SimpleNamespace(sleep=open_then_pause))
     code = main.main(
-        ["chat", "--url", f"http://127.0.0.1:{port}", "--text", "what is this", "--connect-retries", "20"]
+        [
+            "chat",
+            "--url",
+            f"http://127.0.0.1:{late_server.port}",
+            "--text",
+            "what is this",
+            "--connect-retries",
+            "20",
+        ]
     )
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -156,13 +187,25 @@ def test_chat_connects_again_until_the_server_answers(
 
 
 def test_chat_does_not_send_again_what_the_server_refused(
-    capsys: pytest.CaptureFixture[str], late_server: tuple[int, type[_ChatServer]]
+    capsys: pytest.CaptureFixture[str], late_server: LateServer
 ) -> None:
     pytest.importorskip("openai")
-    port, handler = late_server
-    handler.status = 500
-    time.sleep(0.8)
-    code = main.main(["chat", "--url", f"http://127.0.0.1:{port}", "--model", "m", "--text", "hi"])
+    late_server.handler.status = 500
+    late_server.open()
+    _wait_until_listening(late_server.port)
+    code = main.main(
+        ["chat", "--url", f"http://127.0.0.1:{late_server.port}", "--model", "m", "--text", "hi"]
+    )
     err = capsys.readouterr().err
     assert code == 1
     assert "HTTP 500" in err and "trying again" not in err
+
+
+def _wait_until_listening(port: int) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"the chat server never listened on {port}")

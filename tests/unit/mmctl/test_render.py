@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mmctl.main import main
 
@@ -18,7 +19,7 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 def test_render_writes_repository_derived_plan_and_launch(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "out"
+    out = out_path(tmp_path)
     assert main(["render", "-f", str(EXAMPLES / "vila.yaml"), "-o", str(out)]) == 0
     written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     manifests = [name for name in written if name.startswith("manifests/")]
@@ -31,6 +32,7 @@ def test_render_writes_repository_derived_plan_and_launch(
     ]
     written = [name for name in written if name not in manifests]
     assert written == [
+        ".mmctl-rendered",
         "build_plan.json",
         "derived.json",
         "launch.json",
@@ -55,16 +57,77 @@ def test_render_writes_repository_derived_plan_and_launch(
     assert len(derived["cache_key"]) == 20
     assert json.loads((out / "launch.json").read_text())["world_size"] == 1
     assert json.loads((out / "build_plan.json").read_text())["cache_key"] == derived["cache_key"]
-    assert derived["cache_key"] in capsys.readouterr().out
+    printed = capsys.readouterr().out.splitlines()
+    assert derived["cache_key"] in printed[1]
+    # One line per kind of pod, what it asks for (as status.podResources), then every file once; the
+    # list the output directory keeps is the same.
+    assert (
+        printed[2]
+        == "  resources    build pod (engine-builder): requests cpu 2, memory 27Gi; limits memory 27Gi"
+    )
+    assert (
+        printed[3]
+        == "  resources    serving pod (tritonserver): requests cpu 2, memory 20Gi; limits memory 20Gi"
+    )
+    listed = [line.strip() for line in printed[4:]]
+    assert listed == sorted(set(listed)) == sorted(set(written + manifests) - {".mmctl-rendered"})
+    assert (out / ".mmctl-rendered").read_text().split() == listed
 
 
-def test_render_again_replaces_an_earlier_repository(tmp_path: Path) -> None:
-    assert main(["render", "-f", str(EXAMPLES / "llava.yaml"), "-o", str(tmp_path)]) == 0
-    assert main(["render", "-f", str(EXAMPLES / "whisper.yaml"), "-o", str(tmp_path)]) == 0
-    assert sorted(p.name for p in (tmp_path / "model_repository").iterdir()) == [
+def out_path(tmp_path: Path) -> Path:
+    return tmp_path / "out"
+
+
+def _files(out: Path) -> set[str]:
+    return {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+
+
+def test_render_again_leaves_only_what_it_wrote_and_every_file_of_the_users(tmp_path: Path) -> None:
+    out = out_path(tmp_path)
+    assert main(["render", "-f", str(EXAMPLES / "llava.yaml"), "-o", str(out)]) == 0
+    # The user's own files, beside and inside what mmctl writes.
+    (out / "notes.md").write_text("mine\n")
+    (out / "model_repository" / "README").write_text("mine\n")
+    (out / "manifests" / "kustomization.yaml").write_text("resources: []\n")
+    assert main(["render", "-f", str(EXAMPLES / "whisper.yaml"), "-o", str(out)]) == 0
+    assert sorted(p.name for p in (out / "model_repository").iterdir()) == [
+        "README",
         "tensorrt_llm",
         "whisper_bls",
     ]
+    # Another runtime: its files, the user's, and nothing of the earlier renders.
+    assert main(["render", "-f", str(EXAMPLES / "qwen2_5_vl.yaml"), "-o", str(out)]) == 0
+    ours = set((out / ".mmctl-rendered").read_text().split())
+    assert _files(out) == ours | {
+        ".mmctl-rendered",
+        "notes.md",
+        "model_repository/README",
+        "manifests/kustomization.yaml",
+    }
+    assert not any(name.startswith("model_repository/") for name in ours)
+    assert "build_plan.json" not in ours and "download_plan.json" in ours
+    # Directories left empty by the removal are gone; one holding a file of the user's stays.
+    assert sorted(p.name for p in (out / "model_repository").iterdir()) == ["README"]
+
+
+def test_a_list_that_points_outside_the_output_directory_is_not_followed(tmp_path: Path) -> None:
+    out = out_path(tmp_path)
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep\n")
+    out.mkdir()
+    (out / ".mmctl-rendered").write_text("../precious.txt\n")
+    assert main(["render", "-f", str(EXAMPLES / "llava.yaml"), "-o", str(out)]) == 0
+    assert outside.read_text() == "keep\n"
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
+def test_rendered_manifests_have_no_yaml_anchors(tmp_path: Path, example: str) -> None:
+    out = out_path(tmp_path)
+    assert main(["render", "-f", str(EXAMPLES / example), "-o", str(out)]) == 0
+    for path in out.rglob("*.yaml"):
+        events = list(yaml.parse(path.read_text()))
+        anchored = [e for e in events if getattr(e, "anchor", None) is not None]
+        assert not anchored, (path.name, anchored[:3])
 
 
 def test_invalid_resource_lists_every_problem_and_writes_nothing(
@@ -87,7 +150,8 @@ def test_invalid_resource_lists_every_problem_and_writes_nothing(
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (None, "cannot read"),
+        (None, "no such file or directory"),
+        ("", "nothing to check: the file is empty"),
         ("spec: [unclosed", "not valid YAML"),
         ("a: 1\n---\nb: 2\n", "expected exactly one MultimodalDeployment document, found 2"),
         ("- just\n- a list\n", "expected exactly one MultimodalDeployment document"),

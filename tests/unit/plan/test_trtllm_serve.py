@@ -76,7 +76,7 @@ def test_the_config_and_argv_are_what_the_pinned_trtllm_serve_accepts(
     serve = build_command(facts).commands["serve"]
     context = serve.make_context("serve", argv[1:])  # click refuses an unknown option or a bad value
     assert context.params["host"] == "0.0.0.0" and context.params["backend"] == "pytorch"
-    assert context.params["tensor_parallel_size"] == plan.tensor_parallel_size
+    assert context.params["tensor_parallel_size"] == plan.spec.engine.tensor_parallel_size
 
 
 def test_the_version_triple_agrees() -> None:

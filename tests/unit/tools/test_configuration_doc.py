@@ -13,21 +13,21 @@ from pathlib import Path
 import pytest
 
 from mmd_operator.config import OperatorConfig
-from tools import chart
+from tools import chart, configuration_doc
 
 ROOT = Path(__file__).resolve().parents[3]
-TEMPLATE = (ROOT / chart.DEPLOYMENT_TEMPLATE).read_text()
+TEMPLATE = (ROOT / configuration_doc.DEPLOYMENT_TEMPLATE).read_text()
 
 
 def test_committed_configuration_doc_does_not_drift() -> None:
-    committed = (ROOT / chart.CONFIGURATION_DOC).read_text()
-    assert committed == chart.configuration_doc(TEMPLATE), (
-        f"{chart.CONFIGURATION_DOC} is stale; run `make generate`"
+    committed = (ROOT / configuration_doc.CONFIGURATION_DOC).read_text()
+    assert committed == configuration_doc.configuration_doc(TEMPLATE), (
+        f"{configuration_doc.CONFIGURATION_DOC} is stale; run `make generate`"
     )
 
 
 def test_every_setting_has_a_row() -> None:
-    doc = chart.configuration_doc(TEMPLATE)
+    doc = configuration_doc.configuration_doc(TEMPLATE)
     rows = re.findall(r"^\| `(MMD_[A-Z_]+)` \|", doc, flags=re.MULTILINE)
     assert rows == [f"MMD_{spec.name.upper()}" for spec in fields(OperatorConfig)]
 
@@ -35,15 +35,15 @@ def test_every_setting_has_a_row() -> None:
 def test_every_variable_the_template_sets_is_read() -> None:
     # A variable set some other way than from a value or the pod's own fields (a literal, a Secret)
     # would escape the doc.
-    from_pod = chart.pod_field_settings(TEMPLATE)
+    from_pod = configuration_doc.pod_field_settings(TEMPLATE)
     assert from_pod == {"pod_name": "metadata.name"}
-    assert len(chart.chart_settings(TEMPLATE)) + len(from_pod) == TEMPLATE.count("- name: MMD_")
+    assert len(configuration_doc.chart_settings(TEMPLATE)) + len(from_pod) == TEMPLATE.count("- name: MMD_")
 
 
 def test_the_chart_defaults_start_the_operator_with_its_own_defaults() -> None:
     values = chart.Values().model_dump(by_alias=True)
     env = {}
-    for setting, key in chart.chart_settings(TEMPLATE).items():
+    for setting, key in configuration_doc.chart_settings(TEMPLATE).items():
         value = values
         for part in key.split("."):
             value = value[part]
@@ -60,10 +60,10 @@ def test_a_variable_that_is_no_setting_is_refused() -> None:
         + "            - name: MMD_NO_SUCH_SETTING\n              value: {{ .Values.workers | quote }}\n"
     )
     with pytest.raises(ValueError, match="MMD_NO_SUCH_SETTING"):
-        chart.configuration_doc(template)
+        configuration_doc.configuration_doc(template)
 
 
 def test_a_value_the_chart_does_not_have_is_refused() -> None:
     template = TEMPLATE.replace(".Values.workers", ".Values.workerCount")
     with pytest.raises(ValueError, match="workerCount"):
-        chart.configuration_doc(template)
+        configuration_doc.configuration_doc(template)

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from engine_builder import versions
+from mmd_testbed.localcluster import image_build
 from mmd_testbed.localcluster import images as local_images
 from tools import images
 
@@ -41,7 +42,7 @@ def test_the_chart_values_point_at_the_built_images_and_the_local_hub() -> None:
         "trtllm-serve-cpu": "localhost/mmd-operator/trtllm-serve:local-1",
     }
     assert list(local) == list(local_images.LOCAL_TARGETS)
-    assert images.chart_values(local, "http://hub.mmd-hub.svc.cluster.local") == [
+    assert image_build.chart_values(local, "http://hub.mmd-hub.svc.cluster.local") == [
         "image.repository=localhost/mmd-operator/operator",
         "image.tag=local-1",
         "images.engineBuilder=localhost/mmd-operator/engine-builder:local-1",
@@ -49,7 +50,7 @@ def test_the_chart_values_point_at_the_built_images_and_the_local_hub() -> None:
         "images.trtllmServe=localhost/mmd-operator/trtllm-serve:local-1",
         "hfEndpoint=http://hub.mmd-hub.svc.cluster.local",
     ]
-    document = images.chart_values_document(local, "http://hub.mmd-hub.svc.cluster.local")
+    document = image_build.chart_values_document(local, "http://hub.mmd-hub.svc.cluster.local")
     assert document == {
         "image": {"repository": "localhost/mmd-operator/operator", "tag": "local-1"},
         "images": {
@@ -62,7 +63,7 @@ def test_the_chart_values_point_at_the_built_images_and_the_local_hub() -> None:
     # Every key is one the chart has (its schema refuses others).
     values = yaml.safe_load(CHART_VALUES.read_text())
     assert set(document["images"]) <= set(values["images"]) and "hfEndpoint" in values
-    assert "hfEndpoint" not in images.chart_values_document(local)
+    assert "hfEndpoint" not in image_build.chart_values_document(local)
 
 
 @pytest.mark.parametrize("tool", ["docker", "buildah"])

@@ -4,10 +4,12 @@ These models are the single source of the CRD schema (see `crdgen`). Field docst
 descriptions `kubectl explain` shows. Cross-field rules are written once, in CEL, on the models
 (`x-kubernetes-validations`, built by `cel_rule`, with messages that name the values they compared): the
 API server enforces them at admission and `validation` evaluates the same expressions offline. This
-module only re-exports the public names of its modules; each imports only modules listed above it, and
-of the rest only pydantic, `mmd_operator.knowledge` and `mmd_operator.scaling_metrics`. Pure, no I/O.
+module only re-exports the names other packages read: the resource and its status, and the parts of the
+spec they use; the rest is imported from its module. Each module imports only modules listed above it,
+and of the rest only pydantic, `mmd_operator.knowledge` and `mmd_operator.scaling_metrics`. Pure, no I/O.
 
 - `cel`: `cel_rule` and `cel_list`, CEL rule entries whose messages name the values they compared;
+- `parallelism`: the world of one replica, its default GPUs per pod (in Python and CEL), its shape;
 - `schema`: the base model, the name and quantity patterns, the `Quantity` and `StringMap` field types;
 - `pods`: the Kubernetes shapes the spec borrows (references, tolerations, resources, `PodSettings`);
 - `serving`: `spec.serving` and its parts (queue, instances, LoRA cache, NetworkPolicy, autoscaling);
@@ -19,14 +21,13 @@ of the rest only pydantic, `mmd_operator.knowledge` and `mmd_operator.scaling_me
 
 from mmd_operator.api.v1alpha1.cel import FORBIDDEN as FORBIDDEN
 from mmd_operator.api.v1alpha1.cel import REQUIRED as REQUIRED
-from mmd_operator.api.v1alpha1.cel import cel_list as cel_list
 from mmd_operator.api.v1alpha1.cel import cel_rule as cel_rule
+from mmd_operator.api.v1alpha1.parallelism import Parallelism as Parallelism
+from mmd_operator.api.v1alpha1.parallelism import ReplicaShape as ReplicaShape
 from mmd_operator.api.v1alpha1.pods import GPU_RESOURCE as GPU_RESOURCE
-from mmd_operator.api.v1alpha1.pods import LocalObjectReference as LocalObjectReference
 from mmd_operator.api.v1alpha1.pods import PodSettings as PodSettings
 from mmd_operator.api.v1alpha1.pods import ResourceRequirements as ResourceRequirements
 from mmd_operator.api.v1alpha1.pods import SecretKeyRef as SecretKeyRef
-from mmd_operator.api.v1alpha1.pods import Toleration as Toleration
 from mmd_operator.api.v1alpha1.resource import API_VERSION as API_VERSION
 from mmd_operator.api.v1alpha1.resource import GROUP as GROUP
 from mmd_operator.api.v1alpha1.resource import KIND as KIND
@@ -36,47 +37,17 @@ from mmd_operator.api.v1alpha1.resource import SHORT_NAMES as SHORT_NAMES
 from mmd_operator.api.v1alpha1.resource import SINGULAR as SINGULAR
 from mmd_operator.api.v1alpha1.resource import VERSION as VERSION
 from mmd_operator.api.v1alpha1.resource import MultimodalDeployment as MultimodalDeployment
-from mmd_operator.api.v1alpha1.rules import ENGINE_RUNTIME as ENGINE_RUNTIME
-from mmd_operator.api.v1alpha1.rules import SERVE_RUNTIME as SERVE_RUNTIME
-from mmd_operator.api.v1alpha1.rules import TENSOR_PARALLEL_SIZES as TENSOR_PARALLEL_SIZES
-from mmd_operator.api.v1alpha1.rules import WHISPER_TYPES as WHISPER_TYPES
 from mmd_operator.api.v1alpha1.schema import DNS_LABEL_PATTERN as DNS_LABEL_PATTERN
 from mmd_operator.api.v1alpha1.schema import DNS_SUBDOMAIN_PATTERN as DNS_SUBDOMAIN_PATTERN
 from mmd_operator.api.v1alpha1.schema import QUANTITY_HINT as QUANTITY_HINT
-from mmd_operator.api.v1alpha1.schema import QUANTITY_MAX_LENGTH as QUANTITY_MAX_LENGTH
 from mmd_operator.api.v1alpha1.schema import QUANTITY_PATTERN as QUANTITY_PATTERN
-from mmd_operator.api.v1alpha1.schema import QUANTITY_RULE as QUANTITY_RULE
-from mmd_operator.api.v1alpha1.schema import SECRET_KEY_PATTERN as SECRET_KEY_PATTERN
-from mmd_operator.api.v1alpha1.schema import Quantity as Quantity
-from mmd_operator.api.v1alpha1.schema import StringMap as StringMap
-from mmd_operator.api.v1alpha1.serving import CIDR_PATTERN as CIDR_PATTERN
-from mmd_operator.api.v1alpha1.serving import LABEL_KEY_MAX_LENGTH as LABEL_KEY_MAX_LENGTH
 from mmd_operator.api.v1alpha1.serving import AutoscalingSpec as AutoscalingSpec
 from mmd_operator.api.v1alpha1.serving import CanarySpec as CanarySpec
-from mmd_operator.api.v1alpha1.serving import EgressAllowance as EgressAllowance
-from mmd_operator.api.v1alpha1.serving import InstanceCounts as InstanceCounts
 from mmd_operator.api.v1alpha1.serving import LabelSelector as LabelSelector
-from mmd_operator.api.v1alpha1.serving import LabelSelectorRequirement as LabelSelectorRequirement
-from mmd_operator.api.v1alpha1.serving import LoraCacheSpec as LoraCacheSpec
-from mmd_operator.api.v1alpha1.serving import NetworkClient as NetworkClient
 from mmd_operator.api.v1alpha1.serving import NetworkPolicySpec as NetworkPolicySpec
 from mmd_operator.api.v1alpha1.serving import NetworkPort as NetworkPort
-from mmd_operator.api.v1alpha1.serving import ProbeSpec as ProbeSpec
-from mmd_operator.api.v1alpha1.serving import QueueSpec as QueueSpec
-from mmd_operator.api.v1alpha1.serving import RolloutSpec as RolloutSpec
-from mmd_operator.api.v1alpha1.serving import RolloutStrategy as RolloutStrategy
-from mmd_operator.api.v1alpha1.serving import ScalingMetricSpec as ScalingMetricSpec
-from mmd_operator.api.v1alpha1.serving import ServingSpec as ServingSpec
-from mmd_operator.api.v1alpha1.spec import BuildSpec as BuildSpec
-from mmd_operator.api.v1alpha1.spec import EngineCacheSpec as EngineCacheSpec
-from mmd_operator.api.v1alpha1.spec import EngineSpec as EngineSpec
-from mmd_operator.api.v1alpha1.spec import HuggingFaceSource as HuggingFaceSource
-from mmd_operator.api.v1alpha1.spec import LoraSpec as LoraSpec
 from mmd_operator.api.v1alpha1.spec import ModelSource as ModelSource
-from mmd_operator.api.v1alpha1.spec import ModelSpec as ModelSpec
 from mmd_operator.api.v1alpha1.spec import MultimodalDeploymentSpec as MultimodalDeploymentSpec
-from mmd_operator.api.v1alpha1.spec import Parallelism as Parallelism
-from mmd_operator.api.v1alpha1.spec import VisionSpec as VisionSpec
 from mmd_operator.api.v1alpha1.spec import VolumeSource as VolumeSource
 from mmd_operator.api.v1alpha1.status import MAX_WARNINGS as MAX_WARNINGS
 from mmd_operator.api.v1alpha1.status import WARNING_MAX_LENGTH as WARNING_MAX_LENGTH

@@ -4,7 +4,8 @@
 takes, immutable fields, autoscaling against replicas, the runtime's metrics and the GPU budget, and the
 pods' memory limits against their memory-backed /dev/shm.
 Rules that read one model's fields only sit on that model. Pure: imports pydantic's JSON types,
-`mmd_operator.knowledge`, `mmd_operator.scaling_metrics` and the package's `cel`; none of the models.
+`mmd_operator.knowledge`, `mmd_operator.scaling_metrics` and the package's `cel` and `parallelism`; none
+of the models.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pydantic import JsonValue
 from pydantic.config import JsonDict
 
 from mmd_operator.api.v1alpha1.cel import REQUIRED, cel_list, cel_rule
+from mmd_operator.api.v1alpha1.parallelism import DEFAULT_GPUS_PER_POD, GPUS_PER_POD, WORLD
 from mmd_operator.knowledge import (
     KNOWLEDGE,
     NODE_WORLD,
@@ -34,14 +36,12 @@ from mmd_operator.scaling_metrics import SCALING_METRICS, metrics_of
 WHISPER_TYPES = types_where("whisper_variants")
 # The tensor-parallel sizes a spec may ask for (engine.tensorParallelSize).
 TENSOR_PARALLEL_SIZES = (1, 2, 4, 8, 16, 32)
-# The world of one replica, and the GPUs of one pod with serving.gpusPerPod's default filled in.
-WORLD = "(self.engine.tensorParallelSize * self.engine.pipelineParallelSize)"
 _WORLD_WORDS = (
     "engine.tensorParallelSize x engine.pipelineParallelSize ({self.engine.tensorParallelSize} x "
-    "{self.engine.pipelineParallelSize} = "
-    "{self.engine.tensorParallelSize * self.engine.pipelineParallelSize})"
+    f"{{self.engine.pipelineParallelSize}} = {{{WORLD}}})"
 )
-_ONE_POD = f"(has(self.serving.gpusPerPod) ? {WORLD} == self.serving.gpusPerPod : {WORLD} <= {NODE_WORLD})"
+# A replica of one pod: the pod holds the whole world.
+_ONE_POD = f"{WORLD} == {GPUS_PER_POD}"
 
 
 def _only_for(attribute: str, condition: str, what: str, field_path: str) -> JsonDict:
@@ -468,7 +468,7 @@ def _parallelism_rules() -> list[JsonDict]:
             field_path=".serving.gpusPerPod",
         ),
         cel_rule(
-            f"has(self.serving.gpusPerPod) || {WORLD} <= {NODE_WORLD} || {WORLD} % {NODE_WORLD} == 0",
+            f"has(self.serving.gpusPerPod) || {WORLD} % {DEFAULT_GPUS_PER_POD} == 0",
             f"the world of one replica, {_WORLD_WORDS}, is more than one pod's default of {NODE_WORLD} GPUs "
             f"and not a multiple of it; set serving.gpusPerPod to a divisor of the world",
             field_path=".serving.gpusPerPod",
@@ -480,7 +480,7 @@ def _parallelism_rules() -> list[JsonDict]:
             "engineCache.accessMode ({self.engineCache.accessMode}) cannot serve a replica of more than one "
             "pod: every pod of a replica reads its ranks' engines from the claim, from its own node; use "
             f"ReadWriteMany (a world of {{{WORLD}}} ranks in "
-            f"{{has(self.serving.gpusPerPod) ? self.serving.gpusPerPod : {NODE_WORLD}}} GPUs per pod)",
+            f"{{{GPUS_PER_POD}}} GPUs per pod)",
             field_path=".engineCache.accessMode",
         ),
     ]

@@ -1,23 +1,23 @@
 """`spec`: the model to serve, its engine build and engine cache, and `MultimodalDeploymentSpec`.
 
 `MultimodalDeploymentSpec` assembles them with `serving.ServingSpec` and carries the cross-field rules of
-`rules`. Pure: imports pydantic, `mmd_operator.knowledge` and the package's `cel`, `schema`, `pods`,
-`serving` and `rules`.
+`rules`. Pure: imports pydantic, `mmd_operator.knowledge` and the package's `cel`, `parallelism`, `schema`,
+`pods`, `serving` and `rules`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import ConfigDict, Field
 
 from mmd_operator.api.v1alpha1.cel import REQUIRED, cel_rule
+from mmd_operator.api.v1alpha1.parallelism import Parallelism
 from mmd_operator.api.v1alpha1.pods import PodSettings, SecretKeyRef
 from mmd_operator.api.v1alpha1.rules import spec_rules
 from mmd_operator.api.v1alpha1.schema import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, Quantity, Schema
 from mmd_operator.api.v1alpha1.serving import ServingSpec
-from mmd_operator.knowledge import NODE_WORLD, ModelType, Runtime
+from mmd_operator.knowledge import ModelType, Runtime
 
 
 class EngineCacheSpec(Schema):
@@ -227,36 +227,6 @@ class EngineSpec(Schema):
     """The multimodal (vision) engine."""
 
 
-@dataclass(frozen=True)
-class Parallelism:
-    """The parallel world of one replica and how its ranks are spread over pods."""
-
-    tensor: int
-    pipeline: int
-    gpus_per_pod: int
-
-    @property
-    def world(self) -> int:
-        """MPI ranks (and GPUs) of one replica."""
-        return self.tensor * self.pipeline
-
-    @property
-    def pods_per_replica(self) -> int:
-        """Pods of one replica: one leader, and the rest its workers."""
-        return self.world // self.gpus_per_pod
-
-    @property
-    def spans_pods(self) -> bool:
-        """Whether one replica is more than one pod (a LeaderWorkerSet group, not a Deployment's pod)."""
-        return self.pods_per_replica > 1
-
-    def describe(self) -> str:
-        """How the world is made, in words: `16 ranks (tensor 16) in 2 pods of 8 GPUs`."""
-        made = f"tensor {self.tensor}" + (f" x pipeline {self.pipeline}" if self.pipeline > 1 else "")
-        pods = f"{self.pods_per_replica} pods" if self.spans_pods else "1 pod"
-        return f"{self.world} ranks ({made}) in {pods} of {self.gpus_per_pod} GPUs"
-
-
 class MultimodalDeploymentSpec(Schema):
     """Desired state: the model, how to build its engines and how to serve them."""
 
@@ -270,9 +240,10 @@ class MultimodalDeploymentSpec(Schema):
     @property
     def parallelism(self) -> Parallelism:
         """The world of one replica, with `serving.gpusPerPod`'s default (the world, up to 8) filled in."""
-        tensor, pipeline = self.engine.tensor_parallel_size, self.engine.pipeline_parallel_size
-        gpus = self.serving.gpus_per_pod or min(tensor * pipeline, NODE_WORLD)
-        return Parallelism(tensor=tensor, pipeline=pipeline, gpus_per_pod=gpus)
+        engine = self.engine
+        return Parallelism.of(
+            engine.tensor_parallel_size, engine.pipeline_parallel_size, self.serving.gpus_per_pod
+        )
 
     runtime: Runtime | None = None
     """How the model is served: `triton-trtllm-engine` (omitted: TensorRT engines built by a Job, served

@@ -1,61 +1,19 @@
-"""What the operator knows about each supported model type, in one table.
+"""What the triton-trtllm-engine runtime knows about each model type it serves, in one table (`KNOWLEDGE`).
 
-Two runtimes serve them (`Runtime`), each with its own table. `KNOWLEDGE` holds the triton-trtllm-engine
-runtime's facts: how the checkpoint is converted, which `trtllm-build` and multimodal-engine flags the
-reference workflow uses, how many visual features one image becomes, which request inputs the server can
-decode, and the serving defaults (from the Triton + TensorRT-LLM reference workflow, tensorrtllm_backend
-v0.19.0 templates and docs), and the host memory its pods' processes hold (`HostMemory`). `SERVE_KNOWLEDGE`
-holds the trtllm-serve runtime's (TensorRT-LLM 1.2.1's PyTorch backend): the Hugging Face architecture, the
-modalities, which serving features the backend's multimodal support matrix marks supported, and the heads,
-layers and parameters of known checkpoints. Adding a model type means adding one entry to the table of
-each runtime that serves it. Pure data: imports nothing of ours and does no I/O.
+How the checkpoint is converted, which `trtllm-build` and multimodal-engine flags the reference workflow
+uses, how many visual features one image becomes, which request inputs the server can decode, the serving
+defaults (from the Triton + TensorRT-LLM reference workflow, tensorrtllm_backend v0.19.0 templates and docs),
+and the host memory its pods' processes hold (`HostMemory`). Adding a model type means adding one entry to
+`_ENTRIES`. Pure data: imports only `shared` of ours and does no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
-
-class Runtime(StrEnum):
-    """How a MultimodalDeployment is served."""
-
-    # TensorRT engines built by a Job, served by Triton's TensorRT-LLM backend (tensorrtllm_backend v0.19.0).
-    TRITON_TRTLLM_ENGINE = "triton-trtllm-engine"
-    # TensorRT-LLM's PyTorch backend behind `trtllm-serve` (OpenAI API): no build, a Hugging Face snapshot.
-    TRTLLM_SERVE = "trtllm-serve"
-
-
-class Modality(StrEnum):
-    """What a request carries besides text."""
-
-    IMAGE = "image"
-    VIDEO = "video"
-    AUDIO = "audio"
-
-
-class ModelType(StrEnum):
-    """The model types a MultimodalDeployment can serve (each by one runtime or both)."""
-
-    BLIP2 = "blip2"
-    LLAVA = "llava"
-    VILA = "vila"
-    LLAVA_ONEVISION = "llava_onevision"
-    MLLAMA = "mllama"
-    QWEN2_VL = "qwen2_vl"
-    INTERNLM_XCOMPOSER2 = "internlm_xcomposer2"
-    WHISPER = "whisper"
-    DISTIL_WHISPER = "distil_whisper"
-    # trtllm-serve only.
-    QWEN2_5_VL = "qwen2_5_vl"
-    QWEN3_VL = "qwen3_vl"
-    LLAVA_NEXT = "llava_next"
-    LLAMA4 = "llama4"
-    GEMMA3 = "gemma3"
-    MISTRAL3 = "mistral3"
-    PHI4MM = "phi4mm"
+from mmd_operator.knowledge.shared import LARGE_WORLD, NODE_WORLD, Modality, ModelType
 
 
 class RepositoryLayout(StrEnum):
@@ -152,11 +110,6 @@ class HostMemory:
     preprocessing_mib: int = 1024  # a preprocessing or whisper_bls instance: tokenizer, processor, buffers
     encoder_mib: int = 2560  # rank 0's multimodal_encoders: torch, TensorRT-LLM, CUDA, the engine read whole
     published_bytes: int = 2  # per parameter, as the type's checkpoints are published (BLIP-2's: 32 bits)
-
-
-# The largest worlds (ranks of one replica) offered: one node of 8 GPUs; two, which hold a 70-90 B model
-# at 16 bits on 40 GB cards; four, for Llama 4 Maverick's 800 GB at 16 bits (with pipeline parallelism).
-NODE_WORLD, LARGE_WORLD, LARGEST_SERVE_WORLD = 8, 16, 32
 
 
 @dataclass(frozen=True)
@@ -567,227 +520,3 @@ def knowledge_of(model_type: ModelType | str) -> ModelKnowledge:
 def types_where(predicate: str) -> list[str]:
     """Return the names of the model types whose attribute `predicate` is set (true or not empty), sorted."""
     return sorted(t.value for t, k in KNOWLEDGE.items() if getattr(k, predicate))
-
-
-# -- the trtllm-serve runtime (TensorRT-LLM 1.2.1, PyTorch backend) ------------------------------------------
-#
-# Sources: the PyTorch backend's "Multimodal Feature Support Matrix" in
-# docs/source/models/supported-models.md, the 1.2-era version (it lists NemotronH_Nano_VL_V2 and Qwen3Next
-# but not yet Qwen3-VL; the v1.2.1 tag itself could not be read, see
-# docs/development/trtllm-serve-double.md), for the architectures, modalities, chunked prefill and
-# KV-cache reuse; a feature the matrix marks No or N/A, or a type it does not list, is not offered. The
-# matrix has no FP8 KV-cache column: it is offered only where the language model is of a family
-# TensorRT-LLM quantizes with an FP8 KV cache (Llama, Mistral, Qwen2), not verified for the multimodal
-# wrappers (decided conservatively). Heads and layers: each checkpoint's text model (config.json), if known.
-
-
-@dataclass(frozen=True)
-class LanguageModelShape:
-    """What parallelism splits in a checkpoint's language model: its heads (tensor) and layers (pipeline)."""
-
-    attention: int
-    key_value: int
-    layers: int
-    parameters_b: float | None = None  # the whole checkpoint's, vision included (billions, its model card)
-
-    def split_by(self, tensor_parallel_size: int) -> bool:
-        """Whether `tensor_parallel_size` ranks can share the heads (whole attention heads each)."""
-        # Key-value heads are split too or, when fewer than the ranks, replicated (ranks a multiple of them).
-        tp = tensor_parallel_size
-        return self.attention % tp == 0 and (self.key_value % tp == 0 or tp % self.key_value == 0)
-
-
-@dataclass(frozen=True)
-class ServeKnowledge:
-    """What the trtllm-serve runtime knows of one model type."""
-
-    model_type: ModelType
-    title: str
-    # `architectures[0]` of the checkpoint's config.json: the PyTorch backend picks its model class by it.
-    architecture: str
-    reference_checkpoint: str
-    modalities: frozenset[Modality]
-    # `enable_chunked_prefill` (the matrix's Chunked Prefill), `kv_cache_config.enable_block_reuse` (KV
-    # Cache Reuse), `kv_cache_config.dtype: fp8`.
-    chunked_prefill: bool = False
-    kv_cache_reuse: bool = False
-    fp8_kv_cache: bool = False
-    # Where the chat template `/v1/chat/completions` applies comes from: trtllm-serve serves the chat API
-    # only with one (its `--chat_template` flag overrides it).
-    chat_template: str = "the checkpoint's processor (chat_template.json or tokenizer_config.json)"
-    # Known checkpoints of the type, by Hugging Face repository, with their heads and layers.
-    checkpoints: Mapping[str, LanguageModelShape] = field(default_factory=dict)
-    # `--pp_size` above 1: offered where the language model's family is split into stages by the PyTorch
-    # backend (Llama, Qwen2) and a checkpoint needs more than one node; not verified for the wrappers.
-    pipeline_parallel: bool = False
-    largest_world: int = NODE_WORLD
-    # The reference checkpoint's parameters (billions), when `checkpoints` does not know them.
-    reference_parameters_b: float | None = None
-
-
-_IMAGE_ONLY = frozenset({Modality.IMAGE})
-_IMAGE_VIDEO = frozenset({Modality.IMAGE, Modality.VIDEO})
-
-_SERVE_ENTRIES = (
-    ServeKnowledge(
-        model_type=ModelType.QWEN2_VL,
-        title="Qwen2-VL",
-        architecture="Qwen2VLForConditionalGeneration",
-        reference_checkpoint="Qwen/Qwen2-VL-7B-Instruct",
-        modalities=_IMAGE_VIDEO,
-        kv_cache_reuse=True,
-        fp8_kv_cache=True,
-        pipeline_parallel=True,
-        largest_world=LARGEST_SERVE_WORLD,
-        checkpoints={
-            "Qwen/Qwen2-VL-2B-Instruct": LanguageModelShape(12, 2, 28, 2.21),
-            "Qwen/Qwen2-VL-7B-Instruct": LanguageModelShape(28, 4, 28, 8.29),
-            "Qwen/Qwen2-VL-72B-Instruct": LanguageModelShape(64, 8, 80, 73.4),
-        },
-    ),
-    ServeKnowledge(
-        model_type=ModelType.QWEN2_5_VL,
-        title="Qwen2.5-VL",
-        architecture="Qwen2_5_VLForConditionalGeneration",
-        reference_checkpoint="Qwen/Qwen2.5-VL-3B-Instruct",
-        modalities=_IMAGE_VIDEO,
-        kv_cache_reuse=True,
-        fp8_kv_cache=True,
-        pipeline_parallel=True,
-        largest_world=LARGEST_SERVE_WORLD,
-        checkpoints={
-            "Qwen/Qwen2.5-VL-3B-Instruct": LanguageModelShape(16, 2, 36, 3.75),
-            "Qwen/Qwen2.5-VL-7B-Instruct": LanguageModelShape(28, 4, 28, 8.29),
-            "Qwen/Qwen2.5-VL-32B-Instruct": LanguageModelShape(40, 8, 64, 33.5),
-            "Qwen/Qwen2.5-VL-72B-Instruct": LanguageModelShape(64, 8, 80, 73.4),
-        },
-    ),
-    # Not in the 1.2-era matrix (later ones list it): that 1.2.1 serves it is not verified.
-    ServeKnowledge(
-        model_type=ModelType.QWEN3_VL,
-        title="Qwen3-VL (dense)",
-        architecture="Qwen3VLForConditionalGeneration",
-        reference_checkpoint="Qwen/Qwen3-VL-8B-Instruct",
-        modalities=_IMAGE_VIDEO,
-        checkpoints={
-            "Qwen/Qwen3-VL-4B-Instruct": LanguageModelShape(32, 8, 36, 4.44),
-            "Qwen/Qwen3-VL-8B-Instruct": LanguageModelShape(32, 8, 36, 8.77),
-        },
-    ),
-    ServeKnowledge(
-        model_type=ModelType.VILA,
-        title="VILA / NVILA",
-        architecture="LlavaLlamaModel",
-        reference_checkpoint="Efficient-Large-Model/NVILA-8B",
-        modalities=_IMAGE_VIDEO,
-        reference_parameters_b=8.0,
-    ),
-    ServeKnowledge(
-        model_type=ModelType.LLAVA_NEXT,
-        title="LLaVA-NeXT (1.6)",
-        architecture="LlavaNextForConditionalGeneration",
-        reference_checkpoint="llava-hf/llava-v1.6-mistral-7b-hf",
-        modalities=_IMAGE_ONLY,
-        fp8_kv_cache=True,
-        checkpoints={
-            "llava-hf/llava-v1.6-mistral-7b-hf": LanguageModelShape(32, 8, 32, 7.57),
-            "llava-hf/llava-v1.6-vicuna-7b-hf": LanguageModelShape(32, 32, 32, 7.06),
-            "llava-hf/llava-v1.6-vicuna-13b-hf": LanguageModelShape(40, 40, 40, 13.4),
-        },
-    ),
-    ServeKnowledge(
-        model_type=ModelType.LLAMA4,
-        title="Llama 4",
-        architecture="Llama4ForConditionalGeneration",
-        reference_checkpoint="meta-llama/Llama-4-Scout-17B-16E-Instruct",
-        modalities=_IMAGE_ONLY,
-        fp8_kv_cache=True,
-        pipeline_parallel=True,
-        largest_world=LARGEST_SERVE_WORLD,
-        checkpoints={
-            "meta-llama/Llama-4-Scout-17B-16E-Instruct": LanguageModelShape(40, 8, 48, 109),
-            "meta-llama/Llama-4-Maverick-17B-128E-Instruct": LanguageModelShape(40, 8, 48, 402),
-        },
-    ),
-    ServeKnowledge(
-        model_type=ModelType.GEMMA3,
-        title="Gemma 3",
-        architecture="Gemma3ForConditionalGeneration",
-        reference_checkpoint="google/gemma-3-4b-it",
-        modalities=_IMAGE_ONLY,
-        checkpoints={
-            "google/gemma-3-4b-it": LanguageModelShape(8, 4, 34, 4.3),
-            "google/gemma-3-12b-it": LanguageModelShape(16, 8, 48, 12.2),
-            "google/gemma-3-27b-it": LanguageModelShape(32, 16, 62, 27.4),
-        },
-    ),
-    ServeKnowledge(
-        model_type=ModelType.MISTRAL3,
-        title="Mistral Small 3.1",
-        architecture="Mistral3ForConditionalGeneration",
-        reference_checkpoint="mistralai/Mistral-Small-3.1-24B-Instruct-2503",
-        modalities=_IMAGE_ONLY,
-        chunked_prefill=True,
-        kv_cache_reuse=True,
-        fp8_kv_cache=True,
-        checkpoints={"mistralai/Mistral-Small-3.1-24B-Instruct-2503": LanguageModelShape(32, 8, 40, 24.0)},
-    ),
-    ServeKnowledge(
-        model_type=ModelType.PHI4MM,
-        title="Phi-4-multimodal",
-        architecture="Phi4MMForCausalLM",
-        reference_checkpoint="microsoft/Phi-4-multimodal-instruct",
-        modalities=frozenset({Modality.IMAGE, Modality.AUDIO}),
-        chunked_prefill=True,
-        kv_cache_reuse=True,
-        checkpoints={"microsoft/Phi-4-multimodal-instruct": LanguageModelShape(24, 8, 32, 5.57)},
-    ),
-)
-
-SERVE_KNOWLEDGE: MappingProxyType[ModelType, ServeKnowledge] = MappingProxyType(
-    {entry.model_type: entry for entry in _SERVE_ENTRIES}
-)
-
-
-def serve_knowledge_of(model_type: ModelType | str) -> ServeKnowledge:
-    """Return the trtllm-serve knowledge entry of `model_type`."""
-    return SERVE_KNOWLEDGE[ModelType(model_type)]
-
-
-def serve_types_where(predicate: str) -> list[str]:
-    """The trtllm-serve model types whose attribute `predicate` is set, sorted."""
-    return sorted(t.value for t, k in SERVE_KNOWLEDGE.items() if getattr(k, predicate))
-
-
-# Each runtime's table, behind one face: what it serves and what requests to a type may carry.
-_TABLES: Mapping[Runtime, Mapping[ModelType, ModelKnowledge | ServeKnowledge]] = MappingProxyType(
-    {Runtime.TRITON_TRTLLM_ENGINE: KNOWLEDGE, Runtime.TRTLLM_SERVE: SERVE_KNOWLEDGE}
-)
-
-
-def types_of(runtime: Runtime) -> list[str]:
-    """The model types `runtime` serves, sorted."""
-    return sorted(t.value for t in _TABLES[runtime])
-
-
-def types_taking(runtime: Runtime, modality: Modality) -> list[str]:
-    """The model types `runtime` serves whose requests may carry `modality`, sorted."""
-    return sorted(t.value for t, known in _TABLES[runtime].items() if modality in known.modalities)
-
-
-def types_by_largest_world(runtime: Runtime) -> dict[int, list[str]]:
-    """The model types `runtime` serves, sorted, by the largest world (tensor x pipeline ranks) offered."""
-    worlds = {known.largest_world for known in _TABLES[runtime].values()}
-    return {
-        world: sorted(t for t, k in _TABLES[runtime].items() if k.largest_world == world) for world in worlds
-    }
-
-
-def pipeline_types(runtime: Runtime) -> list[str]:
-    """The model types `runtime` serves with pipeline parallelism, sorted."""
-    return sorted(t.value for t, known in _TABLES[runtime].items() if known.pipeline_parallel)
-
-
-def checkpoint_shapes() -> dict[str, LanguageModelShape]:
-    """Every known trtllm-serve checkpoint's heads and layers, by Hugging Face repository."""
-    return {repo: heads for entry in _SERVE_ENTRIES for repo, heads in entry.checkpoints.items()}

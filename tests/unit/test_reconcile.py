@@ -1,0 +1,200 @@
+"""Whole reconciles on the in-memory API server: what the operator writes for every example, and what not.
+
+Each example is created as a user applies it, reconciled, its artifact's Job ended as the Job controller
+and kubelet end it (one pod reporting the artifact), and reconciled again: the manifests applied over
+both passes are `mmctl render`'s (`desired.decision.manifests`), by kind, name and digest, and live with
+those digests; besides them only the status, the engine index and (for a replica across pods) its SSH
+Secret are written. Another pass then writes nothing. A spec the API server admits and the plan refuses
+writes its status alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+import yaml
+
+from engine_builder import result_format, weights_format
+from mmd_operator.config import OperatorConfig
+from mmd_operator.desired.decision import manifests
+from mmd_operator.knowledge import Runtime
+from mmd_operator.plan.resource_plan import AnyPlan, plan_resource
+from mmd_operator.reconcile import Reconciler
+from mmd_operator.vocabulary import hashing, kinds, labels
+from tests.support import bad_inputs
+from tests.support.builds import summary
+from tests.support.downloads import succeeded
+from tests.support.examples import ALL_EXAMPLE_PATHS
+from tests.support.in_memory_api import Request
+from tests.support.in_memory_cluster import InMemoryCluster
+
+NS = "ml"
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+CONFIG = OperatorConfig()
+APPLY = "application/apply-patch+yaml"
+# What each runtime's Job reports when it made the plan's artifact.
+REPORTS: Mapping[Runtime, Callable[[Any], str]] = MappingProxyType(
+    {
+        Runtime.TRITON_TRTLLM_ENGINE: lambda plan: result_format.termination_message(summary(plan.cache_key)),
+        Runtime.TRTLLM_SERVE: lambda plan: weights_format.termination_message(
+            succeeded(plan.download.repo, plan.download.revision)
+        ),
+    }
+)
+
+
+def prerequisites(cluster: InMemoryCluster, document: Mapping[str, Any]) -> None:
+    """The Secret and claims the spec names, as the user creates them before the resource."""
+    model = document["spec"]["model"]
+    token = (model["source"].get("huggingface") or {}).get("tokenSecretRef")
+    if token is not None:
+        secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": token["name"], "namespace": NS}}
+        cluster.create({**secret, "stringData": {token["key"]: "hf_not_a_real_token"}})
+    for source in (model["source"], (model.get("lora") or {}).get("source") or {}):
+        if "pvc" in source:
+            claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim"}
+            metadata = {"name": source["pvc"]["claimName"], "namespace": NS}
+            cluster.create({**claim, "metadata": metadata, "spec": {"accessModes": ["ReadWriteMany"]}})
+
+
+def the_operators_writes(cluster: InMemoryCluster, since: int = 0) -> list[Request]:
+    """The operator's requests that were not reads, from the `since`th request on, its Events left out.
+
+    An Event is only recorded with a status write, which these include.
+    """
+    return [
+        request
+        for request in cluster.server.requests[since:]
+        if request.method != "GET" and not request.path.endswith("/events")
+    ]
+
+
+def applied(writes: list[Request]) -> dict[tuple[str, str], str | None]:
+    """The digests of what the operator applied or created (not its status nor the hand-over), by kind, name.
+
+    A create (POST) is a group's SSH Secret, made once and never applied again.
+    """
+    return {
+        (request.body["kind"], request.body["metadata"]["name"]): hashing.applied_hash(request.body)
+        for request in writes
+        if (request.content_type == APPLY or request.method == "POST")
+        and request.query.get("fieldManager") == CONFIG.field_manager
+        and not request.path.endswith("/status")
+    }
+
+
+@pytest.fixture
+def cluster() -> InMemoryCluster:
+    return InMemoryCluster()
+
+
+@pytest.fixture
+def reconciler(cluster: InMemoryCluster) -> Any:
+    running = Reconciler(cluster.client, cluster.store, CONFIG, clock=lambda: NOW)
+    yield running
+    running.events.close()
+
+
+def reconcile(cluster: InMemoryCluster, reconciler: Reconciler, name: str) -> Any:
+    """One reconcile, then the watch events its writes brought, fed into the cache."""
+    outcome = reconciler.reconcile(NS, name)
+    cluster.feed()
+    return outcome
+
+
+@pytest.mark.parametrize("path", ALL_EXAMPLE_PATHS, ids=lambda path: path.stem)
+def test_every_example_writes_what_mmctl_render_shows_and_then_nothing(
+    path: Path, cluster: InMemoryCluster, reconciler: Reconciler
+) -> None:
+    document = yaml.safe_load(path.read_text())
+    document["metadata"]["namespace"] = NS
+    name = document["metadata"]["name"]
+    prerequisites(cluster, document)
+    resource, plan = plan_resource(cluster.create(document))
+    cluster.feed()
+    start = len(cluster.server.requests)
+
+    reconcile(cluster, reconciler, name)
+    for job in cluster.server.all(kinds.JOB, NS):
+        cluster.finish_job(NS, job["metadata"]["name"], REPORTS[plan.runtime](plan))
+    cluster.feed()
+    reconcile(cluster, reconciler, name)
+
+    rendered = {
+        (m["kind"], m["metadata"]["name"]): hashing.applied_hash(m)
+        for m in manifests(resource, plan, config=CONFIG)
+    }
+    written = the_operators_writes(cluster, start)
+    made = applied(written)
+    groups = any(kind == kinds.LEADER_WORKER_SET.kind for kind, _ in rendered)
+    secrets = {key for key in made if key[0] == kinds.SECRET.kind}
+    assert len(secrets) == (1 if groups else 0), "a group's SSH Secret, which render does not show"
+    assert set(made) - secrets == set(rendered)
+    differing = {key for key in rendered if rendered[key] != made[key]}
+    assert differing == (_branch_workload(rendered) if _branch(plan) else set())
+    for (kind, child), digest in made.items():
+        found = cluster.server.get(next(k for k in kinds.ALL if k.kind == kind), NS, child)
+        assert found is not None and (kind == "Secret" or hashing.applied_hash(found) == digest)
+    others = {
+        (r.method, r.path.rsplit("/", 1)[-1])
+        for r in written
+        if (r.content_type != APPLY and r.method != "POST") or "/status" in r.path
+    }
+    index = f"{CONFIG.engine_cache_claim}-index"
+    assert others <= {("PATCH", "status"), ("PATCH", index), ("POST", "configmaps")}
+    assert ("PATCH", "status") in others
+
+    settled = len(cluster.server.requests)
+    outcome = reconcile(cluster, reconciler, name)
+    reconcile(cluster, reconciler, name)
+    assert the_operators_writes(cluster, settled) == [] and outcome.writes == 0
+    status = cluster.server.get(kinds.MULTIMODAL_DEPLOYMENT, NS, name)
+    assert status is not None and status["status"]["observedGeneration"] == 1
+
+
+def _branch(plan: AnyPlan) -> bool:
+    """A trtllm-serve download of a branch: render cannot know the commit its Job resolves."""
+    download = getattr(plan, "download", None)
+    return download is not None and plan.artifact_location is None
+
+
+def _branch_workload(rendered: Mapping[tuple[str, str], Any]) -> set[tuple[str, str]]:
+    return {key for key in rendered if key[0] in (kinds.DEPLOYMENT.kind, kinds.LEADER_WORKER_SET.kind)}
+
+
+INVALID = [case for case in bad_inputs.CASES if case.outcome == bad_inputs.INVALID]
+
+
+@pytest.mark.parametrize("case", INVALID, ids=lambda case: case.id)
+def test_an_invalid_spec_writes_its_status_alone(
+    case: bad_inputs.BadInput, cluster: InMemoryCluster, reconciler: Reconciler
+) -> None:
+    document = {**case.document, "metadata": {**case.document["metadata"], "namespace": NS}}
+    cluster.create(document)
+    cluster.feed()
+    start = len(cluster.server.requests)
+    outcome = reconcile(cluster, reconciler, case.name)
+    (status,) = the_operators_writes(cluster, start)
+    assert status.path.endswith(f"/{case.name}/status") and status.content_type == APPLY
+    reported = status.body["status"]
+    ready = next(c for c in reported["conditions"] if c["type"] == "Ready")
+    assert (
+        reported["phase"] == "Failed" and ready["reason"] == "InvalidSpec" and case.path in ready["message"]
+    )
+    assert outcome.writes == 1
+    children = [
+        obj
+        for kind in kinds.ALL
+        if kind not in (kinds.MULTIMODAL_DEPLOYMENT, kinds.EVENT)
+        for obj in cluster.server.all(kind, NS)
+        if (obj["metadata"].get("labels") or {}).get(labels.MANAGED_BY) == labels.OPERATOR
+    ]
+    assert children == []
+    settled = len(cluster.server.requests)
+    reconcile(cluster, reconciler, case.name)
+    assert the_operators_writes(cluster, settled) == []
