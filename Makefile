@@ -38,7 +38,7 @@ lint: venv ## ruff, mypy --strict, import-linter, the house rules, vulture
 	$(BIN)/mypy
 	@echo "==> import-linter (layering and distributions in docs/architecture.md)"
 	$(BIN)/lint-imports
-	@echo "==> house rules: sizes, the README's bound, package docstrings, no pointers out of the repository"
+	@echo "==> house rules: sizes, the README's bound, package docstrings, no pointers out of the repository, no path that leads nowhere"
 	$(BIN)/python -m tools.lint.house
 	@echo "==> the runtime is asked once (tools/lint/runtime_branches.py)"
 	$(BIN)/python -m tools.lint.runtime_branches
@@ -116,7 +116,7 @@ autoscale-demo: venv node-deps ## a real scale-up and scale-down on real nodes, 
 clean: ## remove the virtualenvs and the tools' caches (not the cluster caches)
 	rm -rf $(VENV) .venv-dist-* .mypy_cache .pytest_cache .ruff_cache
 
-# The four real images from the Dockerfile, tagged for REGISTRY (docs/install.md#images); PUSH=1 pushes them,
+# The four real images from the Dockerfile, tagged for REGISTRY (README.md, "Install"); PUSH=1 pushes them,
 # TOOL=buildah builds without Docker. Prints the chart values that point at them.
 images: venv ## the four real images for REGISTRY (PUSH=1 pushes, TOOL=buildah); prints chart values
 	$(BIN)/python -m tools.images --registry $(REGISTRY) $(if $(PUSH),--push) $(if $(TOOL),--tool $(TOOL)) $(ARGS)
