@@ -68,6 +68,7 @@ FOREIGN_PATHS = {
     "deploy/operator/internal/dynamo/backend_trtllm.go": "ai-dynamo/dynamo",
     "tools/multimodal/client.py": "tensorrtllm_backend",
     "tools/whisper/client.py": "tensorrtllm_backend",
+    "docs/introduction/compatibility.md": "triton-inference-server/server",
 }
 # Files whose `#` lines are comments (the Python modules' comments are read with the tokenizer).
 _HASH_COMMENTED = (".sh", ".yaml", ".yml", ".toml", ".tpl", ".txt", ".cfg", ".ini")
