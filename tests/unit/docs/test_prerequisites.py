@@ -87,3 +87,10 @@ def test_python_for_mmctl_is_what_every_distribution_requires() -> None:
         assert project["requires-python"] == f">={_minimum_python()}"
     assert f"**Python {_minimum_python()} or later**" in _section("Python for mmctl")
     assert _operator_base() == f"python:{_minimum_python()}-slim"
+
+
+def test_the_leaderworkerset_version_the_other_pages_name_is_the_pin() -> None:
+    pinned = LAYOUT.lws_versions.lws
+    for page in ("docs/multi-node.md", "charts/mmd-operator/README.md"):
+        named = re.findall(r"tested with (v[\d.]+)\)", (ROOT / page).read_text())
+        assert named == [pinned], page
