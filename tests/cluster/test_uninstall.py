@@ -40,9 +40,10 @@ RELEASE, NAMESPACE = "mmd-operator", chart.PLAIN_NAMESPACE
 OURS = "app.kubernetes.io/managed-by=mmd-operator"
 THE_CHARTS = "app.kubernetes.io/part-of=mmd-operator"
 CRD = crdgen.crd()["metadata"]["name"]
-EXAMPLES = {
-    name: ROOT / "examples" / f"{name}.yaml" for name in ("llava", "qwen2_5_vl", "llava-tp16-two-nodes")
-}
+# An engine, a download and a replica across pods: every kind of object the operator makes.
+EXAMPLES = tuple(
+    ROOT / "examples" / f"{name}.yaml" for name in ("llava", "qwen2_5_vl", "llava-tp16-two-nodes")
+)
 
 
 def _block_after(text: str, marker: str) -> str:
@@ -108,8 +109,8 @@ PATHS = {
 
 
 def _serve_three(kube: Kube, resources: Resources, namespace: str) -> None:
-    """An engine, a download and a replica across pods: every kind of object the operator makes."""
-    for path in EXAMPLES.values():
+    """The three examples, served: the engine's and the download's resources Ready, the group's keys made."""
+    for path in EXAMPLES:
         resources.apply(yaml.safe_load(path.read_text()))
     resources.wait_phase("llava", "Ready")
     resources.wait_phase("qwen2-5-vl", "Ready")
