@@ -71,20 +71,28 @@ test-pods: venv triton-server node-deps ## tests/pods on real nodes (builds the 
 	$(BIN)/python -m tests.support.prepare --tier pods
 	$(BIN)/pytest --with-pods tests/pods testbed/tests/pods
 
-# Every tier, each phase timed; the times go to docs/development/times.md (tools/times.py).
+# Every tier, each phase timed; the times go to docs/development/times.md (tools/times.py). The builds run
+# beside lint, the distributions' installs and the tritonserver's (make -j2: the builds keep the cores busy,
+# the others wait mostly on PyPI, the Debian mirror and the disk); pytest starts when both are done.
 test: ## lint, each distribution alone, every tier; writes docs/development/times.md (CI runs this)
 	@$(PYTHON) -m tools.times start test
 	@$(TIMED) test "virtualenv" -- $(SUBMAKE) venv
-	@$(TIMED) test "lint" -- $(SUBMAKE) lint
-	@$(TIMED) test "each distribution alone" -- $(SUBMAKE) runtime-deps
-	@$(TIMED) test "tritonserver and Open MPI" -- $(SUBMAKE) triton-server
 	@$(TIMED) test "node packages (Debian)" -- $(SUBMAKE) node-deps
-	@echo "==> test prerequisites (control plane and node binaries, GitOps checker, local images)"
-	@$(TIMED) test "builds (Go, images)" -- $(BIN)/python -m tests.support.prepare
+	@$(SUBMAKE) -j2 test-builds test-checks
 	@echo "==> pytest, every tier ($(TEST_WORKERS) workers)"
 	@$(TIMED) test "pytest, every tier" -- $(PYTEST_GROUPS) --with-triton --with-cluster --with-pods \
 		--record-times out/times/test/pytest.json
 	@$(PYTHON) -m tools.times render test
+
+.PHONY: test-builds test-checks
+test-builds: venv node-deps ## what every tier needs built: the Go caches and the images
+	@echo "==> test prerequisites (control plane and node binaries, GitOps checker, metrics, local images)"
+	@$(TIMED) test "builds (Go, images)" -- $(BIN)/python -m tests.support.prepare
+
+test-checks: venv ## lint, each distribution alone, the test tritonserver
+	@$(TIMED) test "lint" -- $(SUBMAKE) lint
+	@$(TIMED) test "each distribution alone" -- $(SUBMAKE) runtime-deps
+	@$(TIMED) test "tritonserver and Open MPI" -- $(SUBMAKE) triton-server
 
 # Each distribution installed alone, as its image or its users install it (scripts/check-distributions.sh).
 runtime-deps: ## each distribution installed alone in a fresh venv, as its image or users install it
