@@ -133,22 +133,29 @@ def misdocumented(root: Path = REPO_ROOT) -> list[str]:
     return breaches
 
 
-def outside_pointers(root: Path = REPO_ROOT) -> list[str]:
-    """Lines of tracked files that point at a file outside the repository."""
+def tracked_texts(root: Path = REPO_ROOT) -> Iterator[tuple[str, str]]:
+    """(name, text) of every file git tracks that reads as text, but this module."""
     tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True)
-    breaches = []
     for name in tracked.stdout.splitlines():
         path = root / name
         if path.suffix in (".tar", ".png", ".binpb", ".sum") or not path.is_file():
             continue
+        if path == Path(__file__).resolve():
+            continue
         try:
-            text = path.read_text()
+            yield name, path.read_text()
         except UnicodeDecodeError:
             continue
-        for number, line in enumerate(text.splitlines(), 1):
-            if _OUTSIDE.search(line) and path != Path(__file__).resolve():
-                breaches.append(f"{name}:{number}: points outside the repository: {line.strip()[:80]}")
-    return breaches
+
+
+def outside_pointers(root: Path = REPO_ROOT) -> list[str]:
+    """Lines of tracked files that point at a file outside the repository."""
+    return [
+        f"{name}:{number}: points outside the repository: {line.strip()[:80]}"
+        for name, text in tracked_texts(root)
+        for number, line in enumerate(text.splitlines(), 1)
+        if _OUTSIDE.search(line)
+    ]
 
 
 def broken_links(root: Path = REPO_ROOT) -> list[str]:
@@ -230,20 +237,12 @@ def missing_paths(name: str, text: str, root: Path = REPO_ROOT) -> list[str]:
 
 def stale_paths(root: Path = REPO_ROOT) -> list[str]:
     """Repository paths named in the prose of tracked files (pages, comments, docstrings), leading nowhere."""
-    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True)
-    breaches = []
-    for name in tracked.stdout.splitlines():
-        path = root / name
-        if name.startswith(_GENERATED) or not path.is_file() or path == Path(__file__).resolve():
-            continue
-        try:
-            text = path.read_text()
-        except UnicodeDecodeError:
-            continue
-        breaches += [
-            f"{name}: names {missing}, which does not exist" for missing in missing_paths(name, text, root)
-        ]
-    return breaches
+    return [
+        f"{name}: names {missing}, which does not exist"
+        for name, text in tracked_texts(root)
+        if not name.startswith(_GENERATED)
+        for missing in missing_paths(name, text, root)
+    ]
 
 
 def index_installs(text: str) -> list[str]:
