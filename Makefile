@@ -38,7 +38,7 @@ lint: venv ## ruff, mypy --strict, import-linter, the house rules, vulture
 	$(BIN)/mypy
 	@echo "==> import-linter (layering and distributions in docs/architecture.md)"
 	$(BIN)/lint-imports
-	@echo "==> house rules: sizes, the README's bound, package docstrings, no pointers out of the repository"
+	@echo "==> house rules: sizes, the README's bound, package docstrings, no pointers out of the repository, no path that leads nowhere"
 	$(BIN)/python -m tools.lint.house
 	@echo "==> the runtime is asked once (tools/lint/runtime_branches.py)"
 	$(BIN)/python -m tools.lint.runtime_branches
@@ -71,20 +71,28 @@ test-pods: venv triton-server node-deps ## tests/pods on real nodes (builds the 
 	$(BIN)/python -m tests.support.prepare --tier pods
 	$(BIN)/pytest --with-pods tests/pods testbed/tests/pods
 
-# Every tier, each phase timed; the times go to docs/development/times.md (tools/times.py).
+# Every tier, each phase timed; the times go to docs/development/times.md (tools/times.py). The builds run
+# beside lint, the distributions' installs and the tritonserver's (make -j2: the builds keep the cores busy,
+# the others wait mostly on PyPI, the Debian mirror and the disk); pytest starts when both are done.
 test: ## lint, each distribution alone, every tier; writes docs/development/times.md (CI runs this)
 	@$(PYTHON) -m tools.times start test
 	@$(TIMED) test "virtualenv" -- $(SUBMAKE) venv
-	@$(TIMED) test "lint" -- $(SUBMAKE) lint
-	@$(TIMED) test "each distribution alone" -- $(SUBMAKE) runtime-deps
-	@$(TIMED) test "tritonserver and Open MPI" -- $(SUBMAKE) triton-server
 	@$(TIMED) test "node packages (Debian)" -- $(SUBMAKE) node-deps
-	@echo "==> test prerequisites (control plane and node binaries, GitOps checker, local images)"
-	@$(TIMED) test "builds (Go, images)" -- $(BIN)/python -m tests.support.prepare
+	@$(SUBMAKE) -j2 test-builds test-checks
 	@echo "==> pytest, every tier ($(TEST_WORKERS) workers)"
 	@$(TIMED) test "pytest, every tier" -- $(PYTEST_GROUPS) --with-triton --with-cluster --with-pods \
 		--record-times out/times/test/pytest.json
 	@$(PYTHON) -m tools.times render test
+
+.PHONY: test-builds test-checks
+test-builds: venv node-deps ## what every tier needs built: the Go caches and the images
+	@echo "==> test prerequisites (control plane and node binaries, GitOps checker, metrics, local images)"
+	@$(TIMED) test "builds (Go, images)" -- $(BIN)/python -m tests.support.prepare
+
+test-checks: venv ## lint, each distribution alone, the test tritonserver
+	@$(TIMED) test "lint" -- $(SUBMAKE) lint
+	@$(TIMED) test "each distribution alone" -- $(SUBMAKE) runtime-deps
+	@$(TIMED) test "tritonserver and Open MPI" -- $(SUBMAKE) triton-server
 
 # Each distribution installed alone, as its image or its users install it (scripts/check-distributions.sh).
 runtime-deps: ## each distribution installed alone in a fresh venv, as its image or users install it
@@ -116,7 +124,7 @@ autoscale-demo: venv node-deps ## a real scale-up and scale-down on real nodes, 
 clean: ## remove the virtualenvs and the tools' caches (not the cluster caches)
 	rm -rf $(VENV) .venv-dist-* .mypy_cache .pytest_cache .ruff_cache
 
-# The four real images from the Dockerfile, tagged for REGISTRY (docs/install.md#images); PUSH=1 pushes them,
+# The four real images from the Dockerfile, tagged for REGISTRY (README.md, "Install"); PUSH=1 pushes them,
 # TOOL=buildah builds without Docker. Prints the chart values that point at them.
 images: venv ## the four real images for REGISTRY (PUSH=1 pushes, TOOL=buildah); prints chart values
 	$(BIN)/python -m tools.images --registry $(REGISTRY) $(if $(PUSH),--push) $(if $(TOOL),--tool $(TOOL)) $(ARGS)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Each distribution installed alone, as its image or its users install it (docs/development/distributions.md):
+# Each distribution installed alone, as its image or its users install it (CONTRIBUTING.md, "Layout"):
 #
 #   .venv-dist-operator  mmd-engine-builder + mmd-operator (what the operator image installs), then mmctl
 #                        without extras (a user's base install);

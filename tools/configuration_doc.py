@@ -91,7 +91,7 @@ def _chart_values(model: BaseModel, prefix: str = "") -> dict[str, tuple[Any, st
 
 
 def _setting_default(value: object) -> str:
-    if value is None or value == () or value == "":
+    if value is None or (isinstance(value, (str, tuple, list)) and not value):
         return "empty"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
@@ -148,9 +148,13 @@ def configuration_doc(deployment_template: str) -> str:
         where = f"`{value}`" if value else "not set"
         if spec.name in from_pod:
             where = f"the pod's `{from_pod[spec.name]}`"
+        shown = _setting_default(default)
+        if value is not None and _setting_default(values[value][0]) != shown:
+            # The chart sets the variable from a value whose own default differs: say both.
+            shown += f"; the chart: {_setting_default(values[value][0])}"
         settings.append(
             f"| `MMD_{spec.name.upper()}` | {where} "
-            f"| {options.get(spec.name, '')} | {_setting_type(default)} | {_setting_default(default)} "
+            f"| {options.get(spec.name, '')} | {_setting_type(default)} | {shown} "
             f"| {_cell(about)} |"
         )
     others = ["| chart value | default | what it does |", "|---|---|---|"]
@@ -169,8 +173,9 @@ The operator reads its settings once, at start-up, from `MMD_*` environment vari
 comma-separated (`MMD_NAMESPACES=ml,vision`); an unset or empty variable keeps the default. A value the
 operator cannot use stops it at start-up with a message naming the variable (exit code 2).
 
-The Helm chart sets each variable from the chart value beside it; a setting the chart does not set keeps
-its default in the chart's pod too. `python -m mmd_operator` also takes the
+The Helm chart sets each variable from the chart value beside it, whose default is the setting's unless
+the default column says what the chart's is; a setting the chart does not set keeps its default in the
+chart's pod too. `python -m mmd_operator` also takes the
 command-line options beside it, which win over the environment.
 
 The images, the model code path and the engine-cache settings are defaults for resources that say

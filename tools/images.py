@@ -2,11 +2,12 @@
 
     python -m tools.images --registry registry.example.com/ml [--push] [--tool buildah] [--dry-run]
 
-The `operator`, `engine-builder` and `serving` targets FROM the NGC Triton image and `trtllm-serve` FROM
-TensorRT-LLM's release image, with docker buildx (or buildah), tagged for the registry as the chart's
-defaults are; then it prints the chart values that point at them (`--values FILE` also writes them as a
-values file). Before any build, `wheelhouse/` receives the operator's and the builder's wheels and their
-dependencies, so no stage that installs our packages reaches a package index for them.
+The `operator` target (FROM a slim Python image), `engine-builder` and `serving` FROM the NGC Triton image
+and `trtllm-serve` FROM TensorRT-LLM's release image, with docker buildx (or buildah), tagged for the
+registry as the chart's defaults are; then it prints the chart values that point at them (`--values FILE`
+also writes them as a values file). Before any build, `wheelhouse/` receives the operator's and the
+builder's wheels and their dependencies, so no stage that installs our packages reaches a package index
+for them.
 
 The local cluster's CPU stand-ins of these images are the test bed's (`mmd_testbed.localcluster.images`);
 both fill the wheelhouse and print the chart values with the test bed's `image_build`. Maintainer

@@ -133,10 +133,14 @@ def section(command: str, out: Path = OUT, now: float | None = None) -> str:
         f"{datetime.fromtimestamp(began, UTC):%Y-%m-%d %H:%M} UTC; {_machine()}; "
         + (f"cold: built {', '.join(name for name, _ in built)}." if built else "every cache warm."),
         "",
-        "| phase | time |",
-        "|---|---|",
+        "| phase | time | from |",
+        "|---|---|---|",
     ]
-    lines += [f"| {p['phase']} | {_minutes(float(str(p['seconds'])))} |" for p in phases]
+    lines += [
+        f"| {p['phase']} | {_minutes(float(str(p['seconds'])))} "
+        f"| {_minutes(max(0.0, float(str(p['began'])) - began))} |"
+        for p in phases
+    ]
     if built:
         lines += ["", "Built during the run (seconds per step, from each cache's manifest):", ""]
         lines += ["| cache | steps |", "|---|---|"]

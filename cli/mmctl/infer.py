@@ -191,7 +191,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--beam-width",
         type=int,
-        help="must equal the served beam width (serving.maxBeamWidth, default 1); prints one line per beam",
+        help="beams, from 1 up to the served width (status.derived.tritonMaxBeamWidth); one line per beam",
     )
     parser.add_argument("--end-id", type=int, help="default: the model type's end token")
     parser.add_argument("--pad-id", type=int, help="default: the model type's pad token")

@@ -42,12 +42,11 @@ def test_a_synthetic_snapshot_is_what_the_trtllm_serve_double_loads(tmp_path: Pa
         model = load_model(str(directory))
         config = json.loads(files["config.json"])
         assert model.model_id == repo.split("/")[1] and model.architecture.name == config["architectures"][0]
-        shape = checkpoint_shapes()[repo]
-        assert (
-            config["num_attention_heads"],
-            config["num_key_value_heads"],
-            config["num_hidden_layers"],
-        ) == (shape.attention, shape.key_value, shape.layers)
+        # The heads and layers where the knowledge has them (NVILA's it has not).
+        shape = checkpoint_shapes().get(repo)
+        keys = ("num_attention_heads", "num_key_value_heads", "num_hidden_layers")
+        heads = [config.get(key) for key in keys]
+        assert heads == ([shape.attention, shape.key_value, shape.layers] if shape else [None, None, None])
         assert "chat_template" in json.loads(files["tokenizer_config.json"])
         # Valid safetensors shards (its header's length, the header, then exactly the tensor's bytes),
         # each named in the index.

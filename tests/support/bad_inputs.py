@@ -2,7 +2,7 @@
 
 Beyond `invalid_specs.CASES` (which the unit tier checks offline and the cluster tier by dry-run): these
 cases are sent to a real API server with the real operator running (tests/cluster/test_bad_inputs.py)
-and, where the check is offline, checked by `plan_resource` too (tests/unit/test_bad_inputs.py).
+and, where the check is offline, checked by `plan_resource` too (tests/unit/api/test_bad_inputs.py).
 
 Every case is one of:
 

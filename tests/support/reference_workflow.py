@@ -86,7 +86,7 @@ REFERENCE_ARGV: dict[str, dict[str, tuple[str, str]]] = {
             "--gemm_plugin float16 --lora_plugin float16 --max_lora_rank 256 --max_input_len 1536 "
             "--max_batch_size 48 --max_multimodal_len 58800",
         ),
-        # The ViT plan comes from the fork's recipe, run by our step (tests/unit/test_build_plan.py).
+        # The ViT plan comes from the fork's recipe, run by our step (tests/unit/plan/test_build_plan.py).
         "convert-lora": ("hf_lora_convert.py", "--storage-type float16"),
     },
     "whisper": {

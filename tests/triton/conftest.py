@@ -22,7 +22,7 @@ from tests.triton.serving import EXAMPLES
 
 HERE = Path(__file__).parent
 _ENGINE_RUNTIME = "triton-trtllm-engine"
-# The engine runtime's examples: a trtllm-serve example has no Triton repository (tests/trtllm_serve).
+# The engine runtime's examples: a trtllm-serve example has no Triton repository (testbed/tests/trtllm_serve).
 EXAMPLE_NAMES = sorted(
     path.stem
     for path in EXAMPLES.glob("*.yaml")

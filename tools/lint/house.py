@@ -8,6 +8,10 @@
   modules and sub-packages;
 - nothing in the repository points at a file outside it (the sibling `shared/` folder of a developer's
   checkout, say), and every relative link of a Markdown page leads to a file that exists;
+- every repository path the prose names exists: in the Markdown pages, the comments of the Makefile, the
+  Dockerfile, the scripts, the YAML and TOML files, and the comments and docstrings of the Python modules,
+  a path that starts with one of the repository's folders (`docs/...`, `scripts/...`, `tests/...`) or a
+  distribution's package (`mmd_operator/...`), other projects' paths excepted (`FOREIGN_PATHS`);
 - no `pip install` in the repository (docs, messages, scripts, the Dockerfile) names one of our
   distributions as a package index would serve it, unless with `--no-index`: this project registers no
   name on an index, so whoever does would be installed; a hint names the checkout's paths instead.
@@ -20,9 +24,11 @@ Prints every breach and exits 1 if there is one. Maintainer tooling; imports the
 from __future__ import annotations
 
 import ast
+import io
 import re
 import subprocess
 import sys
+import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,6 +53,28 @@ OUR_DISTRIBUTIONS = frozenset({"mmctl", "mmd-operator", "mmd-engine-builder", "m
 _PIP_INSTALL = re.compile(r"pip3? install\b([^\n;&|)`]*)")
 # Paths out of the repository: a sibling checkout's shared folder, or the workspace it lives in.
 _OUTSIDE = re.compile(r"\.\./shared\b|(?<![\w.])/work/(?:shared|main)\b")
+# A distribution's package, where a path may start, and the source folder it lives in.
+PACKAGE_FOLDERS = {
+    "mmd_operator": "operator",
+    "engine_builder": "engine_builder",
+    "mmctl": "cli",
+    "mmd_testbed": "testbed",
+}
+# Paths of other projects that the prose names and that start like ours, with the project they are in.
+FOREIGN_PATHS = {
+    "docs/source/models/supported-models.md": "TensorRT-LLM",
+    "docs/source/models/": "TensorRT-LLM",
+    "docs/source/commands/trtllm-serve.rst": "TensorRT-LLM",
+    "deploy/operator/internal/dynamo/backend_trtllm.go": "ai-dynamo/dynamo",
+    "tools/multimodal/client.py": "tensorrtllm_backend",
+    "tools/whisper/client.py": "tensorrtllm_backend",
+    "docs/introduction/compatibility.md": "triton-inference-server/server",
+}
+# Files whose `#` lines are comments (the Python modules' comments are read with the tokenizer).
+_HASH_COMMENTED = (".sh", ".yaml", ".yml", ".toml", ".tpl", ".txt", ".cfg", ".ini")
+_HASH_COMMENTED_NAMES = ("Makefile", "Dockerfile", ".gitignore", ".dockerignore")
+# Generated files: they say what their source says.
+_GENERATED = ("tests/golden/",)
 
 
 def _modules(root: Path) -> Iterator[Path]:
@@ -105,22 +133,29 @@ def misdocumented(root: Path = REPO_ROOT) -> list[str]:
     return breaches
 
 
-def outside_pointers(root: Path = REPO_ROOT) -> list[str]:
-    """Lines of tracked files that point at a file outside the repository."""
+def tracked_texts(root: Path = REPO_ROOT) -> Iterator[tuple[str, str]]:
+    """(name, text) of every file git tracks that reads as text, but this module."""
     tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True)
-    breaches = []
     for name in tracked.stdout.splitlines():
         path = root / name
         if path.suffix in (".tar", ".png", ".binpb", ".sum") or not path.is_file():
             continue
+        if path == Path(__file__).resolve():
+            continue
         try:
-            text = path.read_text()
+            yield name, path.read_text()
         except UnicodeDecodeError:
             continue
-        for number, line in enumerate(text.splitlines(), 1):
-            if _OUTSIDE.search(line) and path != Path(__file__).resolve():
-                breaches.append(f"{name}:{number}: points outside the repository: {line.strip()[:80]}")
-    return breaches
+
+
+def outside_pointers(root: Path = REPO_ROOT) -> list[str]:
+    """Lines of tracked files that point at a file outside the repository."""
+    return [
+        f"{name}:{number}: points outside the repository: {line.strip()[:80]}"
+        for name, text in tracked_texts(root)
+        for number, line in enumerate(text.splitlines(), 1)
+        if _OUTSIDE.search(line)
+    ]
 
 
 def broken_links(root: Path = REPO_ROOT) -> list[str]:
@@ -136,6 +171,78 @@ def broken_links(root: Path = REPO_ROOT) -> list[str]:
             if path and "://" not in target and not (page.parent / path).exists():
                 breaches.append(f"{name}: the link to {target} leads nowhere")
     return breaches
+
+
+def _docstrings(tree: ast.AST) -> Iterator[str]:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            docstring = ast.get_docstring(node, clean=False)
+            if docstring:
+                yield docstring
+
+
+def prose(name: str, text: str) -> list[str]:
+    """The prose of the file `name` (its text `text`): a page's text, a program's comments and docstrings."""
+    path = Path(name)
+    if path.suffix == ".md":
+        return [text]
+    if path.suffix == ".py":
+        try:
+            tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+            tree = ast.parse(text)
+        except (SyntaxError, tokenize.TokenError):
+            return []
+        return [t.string for t in tokens if t.type == tokenize.COMMENT] + list(_docstrings(tree))
+    if path.suffix in _HASH_COMMENTED or path.name in _HASH_COMMENTED_NAMES:
+        comments = [line.split("#", 1)[1] for line in text.splitlines() if "#" in line]
+        return comments + re.findall(r"\{\{-?\s*/\*(.*?)\*/", text, re.DOTALL)  # and a template's comments
+    return []
+
+
+def _path_pattern(root: Path) -> re.Pattern[str]:
+    """A path that starts with a folder of the repository or a package, not inside a URL or another path."""
+    folders = {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    folders |= set(PACKAGE_FOLDERS)
+    starts = "|".join(sorted(map(re.escape, folders), key=len, reverse=True))
+    return re.compile(rf"(?<![\w./:@~$-])((?:{starts})/[\w.+/-]*[\w+/-])(?![\w.+/-]*[{{*<$])")
+
+
+def _exists(root: Path, path: str) -> bool:
+    """Whether `path` is a file or folder of the repository, or of a package's source folder.
+
+    A Python name after its module's path (`tests/support/downloads.commit_of`) counts as the module.
+    """
+    first = path.split("/", 1)[0]
+    candidates = [root / path]
+    if first in PACKAGE_FOLDERS:
+        candidates.append(root / PACKAGE_FOLDERS[first] / path)
+    stem, dot, _ = path.rpartition(".")
+    if dot and "/" not in path[len(stem) :]:
+        candidates += [
+            candidate.with_name(candidate.name.rpartition(".")[0] + ".py") for candidate in list(candidates)
+        ]
+    return any(candidate.exists() for candidate in candidates)
+
+
+def missing_paths(name: str, text: str, root: Path = REPO_ROOT) -> list[str]:
+    """The repository paths the prose of `name` names that lead nowhere."""
+    pattern = _path_pattern(root)
+    found = []
+    for chunk in prose(name, text):
+        for path in pattern.findall(chunk):
+            if path not in FOREIGN_PATHS and not _exists(root, path) and path not in found:
+                found.append(path)
+    return found
+
+
+def stale_paths(root: Path = REPO_ROOT) -> list[str]:
+    """Repository paths named in the prose of tracked files (pages, comments, docstrings), leading nowhere."""
+    return [
+        f"{name}: names {missing}, which does not exist"
+        for name, text in tracked_texts(root)
+        if not name.startswith(_GENERATED)
+        for missing in missing_paths(name, text, root)
+    ]
 
 
 def index_installs(text: str) -> list[str]:
@@ -175,7 +282,9 @@ def index_names(root: Path = REPO_ROOT) -> list[str]:
 
 def main() -> int:
     """Print every breach of the house rules; 1 if there is one."""
-    breaches = oversized() + misdocumented() + outside_pointers() + broken_links() + index_names()
+    breaches = (
+        oversized() + misdocumented() + outside_pointers() + broken_links() + stale_paths() + index_names()
+    )
     for breach in breaches:
         print(breach)
     print(f"house rules: {len(breaches)} breach{'es' if len(breaches) != 1 else ''}")

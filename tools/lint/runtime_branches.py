@@ -71,20 +71,27 @@ def branches(root: Path = REPO_ROOT) -> list[tuple[str, int]]:
     return tests_naming(root, _names_a_runtime, EXEMPT)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Print the count (and with --list each place); exit 1 above --max."""
-    parser = argparse.ArgumentParser(prog="python -m tools.lint.runtime_branches")
-    parser.add_argument("--max", type=int, default=LIMIT)
+def count(
+    what: str, find: Callable[[Path], list[tuple[str, int]]], limit: int, argv: Sequence[str] | None
+) -> int:
+    """The command line of a branch count: print it (and with --list each place); exit 1 above --max."""
+    parser = argparse.ArgumentParser(prog=f"python -m tools.lint.{what}_branches")
+    parser.add_argument("--max", type=int, default=limit)
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--root", type=Path, default=REPO_ROOT)
     args = parser.parse_args(argv)
-    found = branches(args.root)
+    found = find(args.root)
     files = {path for path, _ in found}
     if args.list:
         for path, line in found:
             print(f"{path}:{line}")
-    print(f"{len(found)} runtime branches in {len(files)} files (at most {args.max})")
+    print(f"{len(found)} {what} branches in {len(files)} files (at most {args.max})")
     return 0 if len(found) <= args.max else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the count (and with --list each place); exit 1 above --max."""
+    return count("runtime", branches, LIMIT, argv)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,12 @@ and `runtime_branches`.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tools.lint.runtime_branches import REPO_ROOT, tests_naming
+from tools.lint.runtime_branches import REPO_ROOT, count, tests_naming
 
 # The one decision: the shape of a replica, from its world and its GPUs per pod.
 EXEMPT = frozenset({"operator/mmd_operator/api/v1alpha1/parallelism.py"})
@@ -50,18 +49,7 @@ def branches(root: Path = REPO_ROOT) -> list[tuple[str, int]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the count (and with --list each place); exit 1 above --max."""
-    parser = argparse.ArgumentParser(prog="python -m tools.lint.shape_branches")
-    parser.add_argument("--max", type=int, default=LIMIT)
-    parser.add_argument("--list", action="store_true")
-    parser.add_argument("--root", type=Path, default=REPO_ROOT)
-    args = parser.parse_args(argv)
-    found = branches(args.root)
-    files = {path for path, _ in found}
-    if args.list:
-        for path, line in found:
-            print(f"{path}:{line}")
-    print(f"{len(found)} shape branches in {len(files)} files (at most {args.max})")
-    return 0 if len(found) <= args.max else 1
+    return count("shape", branches, LIMIT, argv)
 
 
 if __name__ == "__main__":

@@ -45,11 +45,18 @@ ENDPOINT = f"http://{NAME}.{NAMESPACE}.svc.cluster.local"
 # The Hub double, from the test bed's wheel in the CPU builder image (Dockerfile, engine-builder-cpu).
 PROGRAM = ("python3", "-m", "mmd_testbed.build_tools.hub")
 SNAPSHOTS = "/snapshots"
-# The repositories of the trtllm-serve examples (examples/qwen2_5_vl.yaml, examples/phi4mm.yaml).
+# The repositories of the trtllm-serve examples (`spec.runtime: trtllm-serve` under examples/).
 REPOSITORIES = {
+    "Efficient-Large-Model/NVILA-8B": ModelType.VILA,
+    "Qwen/Qwen2-VL-7B-Instruct": ModelType.QWEN2_VL,
     "Qwen/Qwen2.5-VL-3B-Instruct": ModelType.QWEN2_5_VL,
     "Qwen/Qwen2.5-VL-72B-Instruct": ModelType.QWEN2_5_VL,
+    "Qwen/Qwen3-VL-8B-Instruct": ModelType.QWEN3_VL,
+    "google/gemma-3-12b-it": ModelType.GEMMA3,
+    "llava-hf/llava-v1.6-mistral-7b-hf": ModelType.LLAVA_NEXT,
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": ModelType.LLAMA4,
     "microsoft/Phi-4-multimodal-instruct": ModelType.PHI4MM,
+    "mistralai/Mistral-Small-3.1-24B-Instruct-2503": ModelType.MISTRAL3,
 }
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 _LABELS = {"app.kubernetes.io/name": "hub-double"}

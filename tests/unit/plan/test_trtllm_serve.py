@@ -20,7 +20,7 @@ from mmd_operator.facts import JobFacts, Meta, Observed, PodFacts, PodPhase
 from mmd_operator.judgement.availability import serving_state
 from mmd_operator.judgement.placement import GpuDemand, serving_demand
 from mmd_operator.judgement.trtllm_serve import WORDS, weights_state
-from mmd_operator.knowledge import Runtime
+from mmd_operator.knowledge import Runtime, serve_knowledge_of
 from mmd_operator.kube.engine_index import EngineIndex
 from mmd_operator.plan.resource_plan import plan_resource
 from mmd_operator.plan.triton import TritonPlan
@@ -60,8 +60,9 @@ VARIANTS = [
 def test_the_config_and_argv_are_what_the_pinned_trtllm_serve_accepts(
     path: Path, variant: dict[str, Any], tmp_path: Path
 ) -> None:
-    if path.stem == "phi4mm" and "kvCacheDtype" in str(variant):
-        pytest.skip("phi4mm offers no FP8 KV cache")
+    model_type = yaml.safe_load(path.read_text())["spec"]["model"]["type"]
+    if "kvCacheDtype" in str(variant) and not serve_knowledge_of(model_type).fp8_kv_cache:
+        pytest.skip(f"{model_type} offers no FP8 KV cache")
     _, plan = serve_plan(path, **copy.deepcopy(variant))
     facts = load()
     config_file = tmp_path / "config.yaml"

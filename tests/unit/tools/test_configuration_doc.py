@@ -54,6 +54,23 @@ def test_the_chart_defaults_start_the_operator_with_its_own_defaults() -> None:
     assert OperatorConfig.from_env(env) == OperatorConfig(leader_election=True)
 
 
+def test_a_chart_default_unlike_the_settings_is_shown_beside_it() -> None:
+    rows = {
+        row.split(" | ")[0].strip("| `"): row.split(" | ")[4]
+        for row in configuration_doc.configuration_doc(TEMPLATE).splitlines()
+        if row.startswith("| `MMD_")
+    }
+    # The chart elects a leader by default; the operator run alone does not.
+    assert rows["MMD_LEADER_ELECTION"] == "`false`; the chart: `true`"
+    # The chart leaves the Lease's name empty: the release's full name.
+    assert rows["MMD_LEASE_NAME"] == "`mmd-operator`; the chart: empty"
+    assert rows["MMD_WORKERS"] == "`8`"
+    assert [name for name, default in rows.items() if "the chart" in default] == [
+        "MMD_LEADER_ELECTION",
+        "MMD_LEASE_NAME",
+    ]
+
+
 def test_a_variable_that_is_no_setting_is_refused() -> None:
     template = (
         TEMPLATE

@@ -9,11 +9,13 @@ import pytest
 import yaml
 
 from engine_builder import versions
+from mmd_operator import __version__
 from mmd_testbed.localcluster import image_build
 from mmd_testbed.localcluster import images as local_images
 from tools import images
 
-CHART_VALUES = Path(__file__).resolve().parents[3] / "charts" / "mmd-operator" / "values.yaml"
+ROOT = Path(__file__).resolve().parents[3]
+CHART_VALUES = ROOT / "charts" / "mmd-operator" / "values.yaml"
 
 
 def test_registry_images_are_tagged_as_the_pinned_defaults_name_them() -> None:
@@ -101,3 +103,15 @@ def test_make_images_dry_run_prints_the_commands_and_the_helm_install(
     assert f"docker buildx build --target trtllm-serve -t {serve} --push" in out
     assert "--set images.trtllmServe=registry.example.com/ml/trtllm-serve:0.1.0-trtllm1.2.1" in out
     assert "helm install mmd-operator charts/mmd-operator" in out
+
+
+@pytest.mark.parametrize("page", ["README.md", "charts/mmd-operator/README.md"])
+def test_the_install_command_a_page_shows_is_what_make_images_prints(page: str) -> None:
+    printed: list[str] = []
+    references = images.registry_images("registry.example.com/ml", __version__)
+    image_build.print_values(references, None, printed.append)
+    command = [line.strip() for line in printed if not line.startswith("==>")]
+    text = (ROOT / page).read_text()
+    start = text.index("helm install mmd-operator charts/mmd-operator")
+    shown = [line.strip().lstrip("$ ") for line in text[start:].splitlines()[: len(command)]]
+    assert shown == command

@@ -12,6 +12,7 @@ def test_the_repository_keeps_its_house_rules() -> None:
     assert house.misdocumented() == []
     assert house.outside_pointers() == []
     assert house.broken_links() == []
+    assert house.stale_paths() == []
     assert house.index_names() == []
     assert len(runtime_branches.branches()) <= runtime_branches.LIMIT
     assert len(shape_branches.branches()) <= shape_branches.LIMIT
@@ -27,6 +28,43 @@ def test_a_package_docstring_must_list_exactly_its_modules(tmp_path: Path) -> No
     )
     assert house.listed_modules(package / "__init__.py") == {"alpha", "beta", "sub"}
     assert house.package_modules(package) == {"alpha", "sub"}
+
+
+def test_a_path_named_in_prose_must_exist_wherever_the_prose_is(tmp_path: Path) -> None:
+    for folder in ("docs", "scripts", "operator/mmd_operator/kube"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "docs" / "here.md").write_text("# here\n")
+    (tmp_path / "scripts" / "check.sh").write_text("#!/bin/sh\n")
+    (tmp_path / "operator" / "mmd_operator" / "kube" / "writes.py").write_text('"""Writes."""\n')
+    files = {
+        "Makefile": "# See docs/here.md and docs/install.md#images.\nx:\n\techo docs/not-prose.md\n",
+        "scripts/run.sh": "#!/bin/sh\n# Like scripts/check.sh; docs/development/distributions.md says why.\n",
+        "Dockerfile": "# docs/gone.md\nRUN cp docs/not-a-comment.md /x\n",
+        "chart/values.yaml": "# Read by docs/values.md.\nkey: docs/not-a-comment.md\n",
+        "chart/_helpers.tpl": "{{/* The rules, said in docs/rules.md. */}}\n",
+        "tool.py": (
+            '"""Reads scripts/check.sh and mmd_operator/kube/writes.py, not mmd_operator/kube/reads.py."""\n'
+            "# A name after its module: mmd_operator/kube/writes.apply; a module gone: docs/gone.py\n"
+            'PATH = "docs/in-code-is-not-prose.md"\n'
+            "def f():\n"
+            '    """Say docs/inner.md."""\n'
+        ),
+        "docs/page.md": (
+            "See docs/here.md, `docs/nowhere.md`, https://example.com/docs/remote.md, out/docs/built.md,\n"
+            "`docs/{a,b}.md`, `docs/*.md`, `docs/<page>.md` and TensorRT-LLM's\n"
+            "docs/source/models/supported-models.md.\n"
+        ),
+    }
+    found = {name: house.missing_paths(name, text, tmp_path) for name, text in files.items()}
+    assert found == {
+        "Makefile": ["docs/install.md"],
+        "scripts/run.sh": ["docs/development/distributions.md"],
+        "Dockerfile": ["docs/gone.md"],
+        "chart/values.yaml": ["docs/values.md"],
+        "chart/_helpers.tpl": ["docs/rules.md"],
+        "tool.py": ["docs/gone.py", "mmd_operator/kube/reads.py", "docs/inner.md"],
+        "docs/page.md": ["docs/nowhere.md"],
+    }
 
 
 def test_a_test_naming_the_runtime_counts_and_a_table_does_not(tmp_path: Path) -> None:
