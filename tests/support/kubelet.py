@@ -82,7 +82,8 @@ def held_pod_status(
             {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady"},
             {"type": "PodScheduled", "status": "True"},
         ],
-        "qosClass": "BestEffort",
+        # The operator's pods request CPU and memory and limit only memory; the class is immutable.
+        "qosClass": "Burstable",
         "containerStatuses": _waiting(containers, reason, message, image),
     }
     if node_ip is not None:
