@@ -6,8 +6,10 @@ module only re-exports the public names of its modules. Pure data: imports nothi
 package and does no I/O.
 
 - `shared`: the runtimes, the model types, the modalities and the largest worlds, which every table names;
-- `triton`: the triton-trtllm-engine runtime's table (`KNOWLEDGE`): conversion, build and serving facts;
-- `trtllm_serve`: the trtllm-serve runtime's table (`SERVE_KNOWLEDGE`): architectures, features, heads;
+- `triton`: the triton-trtllm-engine runtime's table (`KNOWLEDGE`): conversion, build and serving facts,
+  the host memory of its pods' processes;
+- `trtllm_serve`: the trtllm-serve runtime's table (`SERVE_KNOWLEDGE`): architectures, features, heads,
+  checkpoints' sizes;
 - `lookups`: each runtime's table behind one face (`types_of`, `types_taking`, the largest worlds).
 """
 
