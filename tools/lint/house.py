@@ -200,8 +200,14 @@ def prose(name: str, text: str) -> list[str]:
 
 
 def _path_pattern(root: Path) -> re.Pattern[str]:
-    """A path that starts with a folder of the repository or a package, not inside a URL or another path."""
-    folders = {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    """A path that starts with a folder of the repository or a package, not inside a URL or another path.
+
+    The repository's folders are those git tracks: what a run writes (`out/`, `wheelhouse/`) is no
+    repository path, and a page may name what a command writes there.
+    """
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True)
+    folders = {name.split("/", 1)[0] for name in tracked.stdout.splitlines() if "/" in name}
+    folders = {folder for folder in folders if not folder.startswith(".")}
     folders |= set(PACKAGE_FOLDERS)
     starts = "|".join(sorted(map(re.escape, folders), key=len, reverse=True))
     return re.compile(rf"(?<![\w./:@~$-])((?:{starts})/[\w.+/-]*[\w+/-])(?![\w.+/-]*[{{*<$])")

@@ -265,6 +265,7 @@ def _build_local(layout: Layout, say: Printer, targets: Sequence[str], out: Path
         filled = pool.submit(cpu_wheelhouse, layout, say)
         bases = {name: future.result() for name, future in made.items()}
         wheelhouse = filled.result()
+    inputs_seconds = time.monotonic() - started
     tag = "local-" + _inputs_digest(layout, wheelhouse, bases)
     buildah = Buildah(images_cache(layout) / "buildah")
     built: dict[str, BuiltImage] = {}
@@ -301,14 +302,17 @@ def _build_local(layout: Layout, say: Printer, targets: Sequence[str], out: Path
     for stale in out.glob("*.tar"):
         if stale not in {image.archive for image in built.values()}:
             stale.unlink()  # archives of earlier builds: a few hundred MB each
+    seconds = {"bases and wheels": inputs_seconds} | {
+        target: image.seconds for target, image in built.items()
+    }
     record = {
-        target: {
-            "name": image.name,
-            "archive": str(image.archive),
-            "seconds": round(image.seconds, 1),
-            "bytes": image.size,
-        }
-        for target, image in built.items()
+        "seconds": {
+            step: round(value, 1) for step, value in (seconds | {"total": time.monotonic() - started}).items()
+        },
+        "images": {
+            target: {"name": image.name, "archive": str(image.archive), "bytes": image.size}
+            for target, image in built.items()
+        },
     }
     (out / "images.json").write_text(json.dumps(record, indent=2) + "\n")
     say(f"==> local images ready in {time.monotonic() - started:.0f} s")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from tools.lint import house, runtime_branches, shape_branches
@@ -36,6 +37,10 @@ def test_a_path_named_in_prose_must_exist_wherever_the_prose_is(tmp_path: Path) 
     (tmp_path / "docs" / "here.md").write_text("# here\n")
     (tmp_path / "scripts" / "check.sh").write_text("#!/bin/sh\n")
     (tmp_path / "operator" / "mmd_operator" / "kube" / "writes.py").write_text('"""Writes."""\n')
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "-A"], check=True)
+    # What a run writes is no repository folder: a page may name what a command writes there.
+    (tmp_path / "out" / "demo").mkdir(parents=True)
     files = {
         "Makefile": "# See docs/here.md and docs/install.md#images.\nx:\n\techo docs/not-prose.md\n",
         "scripts/run.sh": "#!/bin/sh\n# Like scripts/check.sh; docs/development/distributions.md says why.\n",
@@ -51,7 +56,7 @@ def test_a_path_named_in_prose_must_exist_wherever_the_prose_is(tmp_path: Path) 
         ),
         "docs/page.md": (
             "See docs/here.md, `docs/nowhere.md`, https://example.com/docs/remote.md, out/docs/built.md,\n"
-            "`docs/{a,b}.md`, `docs/*.md`, `docs/<page>.md` and TensorRT-LLM's\n"
+            "`docs/{a,b}.md`, `docs/*.md`, `docs/<page>.md`, out/rollouts/ and TensorRT-LLM's\n"
             "docs/source/models/supported-models.md.\n"
         ),
     }
