@@ -8,9 +8,11 @@ index is written by the operator's own `record_build`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 
 from engine_builder.result_format import BuildFailed, BuildSucceeded, termination_message
 from mmd_operator.judgement.triton import pod_result
@@ -31,8 +33,11 @@ INDEX = names.engine_index(CLAIM)
 
 
 @pytest.fixture
-def client(api_client: Any) -> KubeClient:
-    return KubeClient(api_client, field_manager="mmd-operator-test")
+def client(api_client: k8s.ApiClient) -> Iterator[KubeClient]:
+    # A client of its own: KubeClient sets the user agent of the ApiClient it is given, and the session's
+    # is shared with every other test of this worker (whose requests must not pass for the operator's).
+    with k8s.ApiClient(api_client.configuration) as own:
+        yield KubeClient(own, field_manager="mmd-operator-test", agent="mmd-operator-test/1")
 
 
 def job_build_result(
