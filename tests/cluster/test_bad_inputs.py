@@ -42,11 +42,13 @@ from tests.support.nodes import extra_gpu_nodes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
-# Every fixed case serves one pod with one GPU (two for the TP case): the session's 4 x 8 GPUs are not
-# enough, so this test adds 8 more such nodes, and one node of 2 GPUs that a TP 4 pod cannot fit on. Only
-# the tensor-parallel case may use the small node (it tolerates its taint), so no other pod takes its GPUs.
+# Every fixed case serves one pod with one GPU (two for the TP case), about 90 GPUs in all: the session's
+# 4 x 8 are not enough, and the other pytest workers' tests take some of them meanwhile, so this test adds
+# 12 more such nodes (room for the fixes with a third to spare), and one node of 2 GPUs that a TP 4 pod
+# cannot fit on. Only the tensor-parallel case may use the small node (it tolerates its taint), so no
+# other pod takes its GPUs.
 MORE_NODES = (
-    NodePool(count=8, name_prefix="bad-input-gpu"),
+    NodePool(count=12, name_prefix="bad-input-gpu"),
     NodePool(count=1, gpus_per_node=2, name_prefix="bad-input-small"),
 )
 
@@ -132,6 +134,14 @@ def _ready(body: dict[str, Any]) -> bool:
         and status.get("phase") == "Ready"
         and ready.get("status") == "True"
     )
+
+
+def _brief(status: dict[str, Any] | None) -> str:
+    """A status in one short line: phase and the Ready condition's reason and message."""
+    if not status:
+        return "no status"
+    ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
+    return f"{status.get('phase')}, {ready.get('reason')}: {str(ready.get('message', ''))[:160]}"
 
 
 def _kubectl_apply(tools: Tools, namespace: str, path: Path, text: str) -> Any:
@@ -276,7 +286,9 @@ def test_every_bad_input_is_refused_or_reported_creates_nothing_and_its_fix_conv
             break
         time.sleep(2)
     bodies = listed()
-    assert not not_ready, "\n".join(f"{name}: {(bodies.get(name) or {}).get('status')}" for name in not_ready)
+    assert not not_ready, f"{len(not_ready)} of {len(fixed_names)} fixes not Ready:\n" + "\n".join(
+        f"{name}: {_brief((bodies.get(name) or {}).get('status'))}" for name in not_ready
+    )
 
     counts = Counter(case.outcome for case in CASES)
     at_admission = sum(counts[outcome] for outcome in AT_ADMISSION)
