@@ -43,10 +43,10 @@ from tests.support.nodes import extra_gpu_nodes
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
 # Every fixed case serves one pod with one GPU (two for the TP case), about 90 GPUs in all: the session's
-# 4 x 8 are not enough, and the other pytest workers' tests take some of them meanwhile, so this test adds
-# 12 more such nodes (room for the fixes with a third to spare), and one node of 2 GPUs that a TP 4 pod
-# cannot fit on. Only the tensor-parallel case may use the small node (it tolerates its taint), so no
-# other pod takes its GPUs.
+# 4 x 8 are not enough, and pods of this worker's earlier tests may hold some while their namespaces go
+# (deleted in the background), so this test adds 12 more such nodes (room for the fixes with a third to
+# spare), and one node of 2 GPUs that a TP 4 pod cannot fit on. Only the tensor-parallel case may use the
+# small node (it tolerates its taint), so no other pod takes its GPUs.
 MORE_NODES = (
     NodePool(count=12, name_prefix="bad-input-gpu"),
     NodePool(count=1, gpus_per_node=2, name_prefix="bad-input-small"),

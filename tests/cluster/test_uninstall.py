@@ -239,7 +239,9 @@ def test_the_documented_uninstall_leaves_nothing_of_ours(
             f"namespace {NAMESPACE} to go", lambda: _gone(lambda: kube.core.read_namespace(NAMESPACE))
         )
         kube.wait_for("the CRD to go", lambda: _gone(lambda: extensions.read_custom_resource_definition(CRD)))
-        assert _ours(tools, OURS) == []
+        # The garbage collector removes what the resources owned in the background (a LeaderWorkerSet has no
+        # pods here to wait for: kwok runs no LeaderWorkerSet controller), so it may lag the last command.
+        kube.wait_for("the garbage collector to remove what they owned", lambda: not _ours(tools, OURS))
         assert _ours(tools, THE_CHARTS) == []
         assert _named_ours(kube) == []
         kube.wait_for("the built-in roles to lose the chart's rules", lambda: _aggregated_rules(kube) == [])
