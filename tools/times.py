@@ -105,13 +105,21 @@ def _machine() -> str:
 
 
 def _commit() -> str:
-    result = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return result.stdout.strip() or "unknown"
+    """The commit that ran, with `-dirty` when a tracked file other than this page differs.
+
+    The page aside: each command's run rewrites it, so `make demo` after `make test` would never be clean.
+    """
+
+    def git(*argv: str) -> str:
+        result = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), *argv], capture_output=True, text=True, check=False
+        )
+        return result.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    page = TIMES_PAGE.relative_to(REPO_ROOT).as_posix()
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", f":(exclude){page}")
+    return f"{commit}-dirty" if changed else commit
 
 
 def _minutes(seconds: float) -> str:
