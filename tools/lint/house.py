@@ -133,10 +133,17 @@ def misdocumented(root: Path = REPO_ROOT) -> list[str]:
     return breaches
 
 
+def tracked(root: Path, *patterns: str) -> list[str]:
+    """The names of the files git tracks under `root` (those matching `patterns`, when given)."""
+    listed = subprocess.run(
+        ["git", "ls-files", *patterns], cwd=root, capture_output=True, text=True, check=True
+    )
+    return listed.stdout.splitlines()
+
+
 def tracked_texts(root: Path = REPO_ROOT) -> Iterator[tuple[str, str]]:
     """(name, text) of every file git tracks that reads as text, but this module."""
-    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True)
-    for name in tracked.stdout.splitlines():
+    for name in tracked(root):
         path = root / name
         if path.suffix in (".tar", ".png", ".binpb", ".sum") or not path.is_file():
             continue
@@ -160,11 +167,8 @@ def outside_pointers(root: Path = REPO_ROOT) -> list[str]:
 
 def broken_links(root: Path = REPO_ROOT) -> list[str]:
     """Relative links of the Markdown pages that lead nowhere."""
-    tracked = subprocess.run(
-        ["git", "ls-files", "*.md"], cwd=root, capture_output=True, text=True, check=True
-    )
     breaches = []
-    for name in tracked.stdout.splitlines():
+    for name in tracked(root, "*.md"):
         page = root / name
         for target in _LINK.findall(page.read_text()):
             path = target.split("#", 1)[0]
@@ -205,8 +209,7 @@ def _path_pattern(root: Path) -> re.Pattern[str]:
     The repository's folders are those git tracks: what a run writes (`out/`, `wheelhouse/`) is no
     repository path, and a page may name what a command writes there.
     """
-    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True)
-    folders = {name.split("/", 1)[0] for name in tracked.stdout.splitlines() if "/" in name}
+    folders = {name.split("/", 1)[0] for name in tracked(root) if "/" in name}
     folders = {folder for folder in folders if not folder.startswith(".")}
     folders |= set(PACKAGE_FOLDERS)
     starts = "|".join(sorted(map(re.escape, folders), key=len, reverse=True))
@@ -230,9 +233,11 @@ def _exists(root: Path, path: str) -> bool:
     return any(candidate.exists() for candidate in candidates)
 
 
-def missing_paths(name: str, text: str, root: Path = REPO_ROOT) -> list[str]:
-    """The repository paths the prose of `name` names that lead nowhere."""
-    pattern = _path_pattern(root)
+def missing_paths(
+    name: str, text: str, root: Path = REPO_ROOT, pattern: re.Pattern[str] | None = None
+) -> list[str]:
+    """The repository paths the prose of `name` names that lead nowhere (`pattern`: `_path_pattern(root)`)."""
+    pattern = pattern or _path_pattern(root)
     found = []
     for chunk in prose(name, text):
         for path in pattern.findall(chunk):
@@ -243,11 +248,12 @@ def missing_paths(name: str, text: str, root: Path = REPO_ROOT) -> list[str]:
 
 def stale_paths(root: Path = REPO_ROOT) -> list[str]:
     """Repository paths named in the prose of tracked files (pages, comments, docstrings), leading nowhere."""
+    pattern = _path_pattern(root)  # one listing of the tracked folders for every file
     return [
         f"{name}: names {missing}, which does not exist"
         for name, text in tracked_texts(root)
         if not name.startswith(_GENERATED)
-        for missing in missing_paths(name, text, root)
+        for missing in missing_paths(name, text, root, pattern)
     ]
 
 
@@ -269,21 +275,12 @@ def index_installs(text: str) -> list[str]:
 
 def index_names(root: Path = REPO_ROOT) -> list[str]:
     """Lines of tracked files whose `pip install` would take one of our names from a package index."""
-    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True)
-    breaches = []
-    for name in tracked.stdout.splitlines():
-        path = root / name
-        if path.suffix in (".tar", ".png", ".binpb", ".sum", ".json") or not path.is_file():
-            continue
-        try:
-            text = path.read_text()
-        except UnicodeDecodeError:
-            continue
-        breaches += [
-            f"{name}: `{command}` would install a stranger's package: name the checkout's path instead"
-            for command in index_installs(text)
-        ]
-    return breaches
+    return [
+        f"{name}: `{command}` would install a stranger's package: name the checkout's path instead"
+        for name, text in tracked_texts(root)
+        if not name.endswith(".json")
+        for command in index_installs(text)
+    ]
 
 
 def main() -> int:

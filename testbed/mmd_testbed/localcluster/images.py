@@ -302,13 +302,13 @@ def _build_local(layout: Layout, say: Printer, targets: Sequence[str], out: Path
     for stale in out.glob("*.tar"):
         if stale not in {image.archive for image in built.values()}:
             stale.unlink()  # archives of earlier builds: a few hundred MB each
-    seconds = {"bases and wheels": inputs_seconds} | {
-        target: image.seconds for target, image in built.items()
+    seconds = {
+        "bases and wheels": inputs_seconds,
+        **{target: image.seconds for target, image in built.items()},
+        "total": time.monotonic() - started,
     }
     record = {
-        "seconds": {
-            step: round(value, 1) for step, value in (seconds | {"total": time.monotonic() - started}).items()
-        },
+        "seconds": {step: round(value, 1) for step, value in seconds.items()},
         "images": {
             target: {"name": image.name, "archive": str(image.archive), "bytes": image.size}
             for target, image in built.items()
