@@ -91,7 +91,7 @@ from mmd_operator.vocabulary import labels, names
 from mmd_testbed.localcluster import audit
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.objects import NodePool
-from mmd_testbed.localcluster.processes import free_port
+from mmd_testbed.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

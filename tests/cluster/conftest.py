@@ -164,7 +164,7 @@ class OperatorProcess:
 
     def _start(self, timeout: float, ready: tuple[str, ...]) -> str | None:
         """Start the process once; which of `ready` its log said, or None when it exited first."""
-        from mmd_testbed.localcluster.processes import free_port
+        from mmd_testbed.ports import free_port
 
         self.metrics_port, self.health_port = free_port(), free_port()
         env = {

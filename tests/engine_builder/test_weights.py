@@ -245,7 +245,7 @@ def test_the_hub_program_serves_a_directory_as_a_repository_whose_main_downloads
     """`hub.py --repository REPO=DIR`, as the local cluster's Hub pod runs it from a mounted ConfigMap."""
     from mmd_operator.knowledge import ModelType
     from mmd_testbed.localcluster import hub as local_hub
-    from mmd_testbed.localcluster.processes import free_port
+    from mmd_testbed.ports import free_port
 
     snapshot = tmp_path / "configmap"
     snapshot.mkdir()

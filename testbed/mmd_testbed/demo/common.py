@@ -27,10 +27,10 @@ from mmd_operator.api import crdgen
 from mmd_testbed.localcluster import images
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.layout import find_repo_root
-from mmd_testbed.localcluster.processes import free_port
 from mmd_testbed.localcluster.stages import (
     BUILD_DURATION_ANNOTATION,
 )
+from mmd_testbed.ports import free_port
 
 ROOT = find_repo_root()
 EXAMPLES = ROOT / "examples"

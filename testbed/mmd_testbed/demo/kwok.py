@@ -39,11 +39,11 @@ from mmd_testbed.demo.common import (
 )
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.layout import default_state_dir
-from mmd_testbed.localcluster.processes import free_port
 from mmd_testbed.localcluster.stages import (
     FAULT_LABEL,
     FAULT_MESSAGE_ANNOTATION,
 )
+from mmd_testbed.ports import free_port
 from mmd_testbed.triton import media
 from mmd_testbed.triton.localserver import TritonInstall
 from mmd_testbed.triton.serving import serve

@@ -42,6 +42,7 @@ from mmd_testbed.localcluster.state import (
     ClusterStatus,
     ComponentStatus,
 )
+from mmd_testbed.ports import free_port
 
 Printer = Callable[[str], None]
 
@@ -302,7 +303,7 @@ class LocalCluster:
                 self._down()
 
         state = ClusterState(
-            ports={name: processes.free_port() for name in PORT_NAMES},
+            ports={name: free_port() for name in PORT_NAMES},
             binaries=str(binaries.root),
             pool=pool or NodePool(),
             real_pool=real,

@@ -18,7 +18,6 @@ import ctypes
 import fcntl
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -76,14 +75,6 @@ def exclusive_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Ite
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that is free now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _start_ticks(pid: int) -> int | None:

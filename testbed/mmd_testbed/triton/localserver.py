@@ -14,7 +14,6 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 import psutil
 
 from mmd_operator.plan.launch import Ports
+from mmd_testbed.ports import free_ports
 
 INSTALL_HINT = "run `make triton-server` (scripts/install-tritonserver.sh) first"
 # Overrides where the install is looked for (default: <sys.prefix>/tritonserver, i.e. inside the venv).
@@ -79,20 +79,6 @@ class TritonInstall:
         if not os.access(install.tritonserver, os.X_OK) or not install.stub_site.is_dir():
             raise TritonNotInstalledError(f"no test tritonserver in {home}: {INSTALL_HINT}")
         return install
-
-
-def free_ports(count: int) -> list[int]:
-    """Return `count` distinct loopback ports that are free right now."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def free_port_set() -> Ports:

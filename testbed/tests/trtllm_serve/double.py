@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from mmd_testbed.ports import free_port
 
 MODULE = "mmd_testbed.trtllm_serve"
 START_TIMEOUT_SECONDS = 20.0
@@ -29,14 +30,6 @@ def model_dir(root: Path, architecture: str, model_type: str, name: str | None =
     config = {"architectures": [architecture], "model_type": model_type, "torch_dtype": "bfloat16"}
     (path / "config.json").write_text(json.dumps(config))
     return path
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def run_cli(args: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from mmctl import main, reconnect
+from mmd_testbed.ports import free_port
 from mmd_testbed.triton import media
 
 
@@ -71,17 +72,11 @@ def test_the_tries_are_bounded_and_the_last_failure_is_raised() -> None:
     assert len(calls) == 3
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_infer_over_grpc_tries_a_refused_connection_again_then_says_why(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     pytest.importorskip("tritonclient.grpc")
-    url = f"grpc://127.0.0.1:{_free_port()}"
+    url = f"grpc://127.0.0.1:{free_port()}"
     picture = media.image(tmp_path / "picture.jpg")
     arguments = ["--model-type", "llava", "--image", str(picture), "--connect-retries", "2"]
     code = main.main(["infer", "--url", url, *arguments])
@@ -133,7 +128,7 @@ class LateServer:
 
 @pytest.fixture
 def late_server() -> Iterator[LateServer]:
-    late = LateServer(_free_port(), type("Handler", (_ChatServer,), {}))
+    late = LateServer(free_port(), type("Handler", (_ChatServer,), {}))
     servers: list[http.server.ThreadingHTTPServer] = []
     listening = threading.Event()
 

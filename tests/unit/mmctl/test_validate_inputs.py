@@ -6,7 +6,6 @@ codes are documented in `--help`; JSON problems carry their field's line."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import yaml
 
 from mmctl import validate
 from mmctl.main import main
+from mmd_testbed.ports import free_port
 from tests.support.examples import EXAMPLES_DIR
 
 LLAVA = (EXAMPLES_DIR / "llava.yaml").read_text()
@@ -194,12 +194,6 @@ def test_the_exit_codes_are_in_the_help(capsys: pytest.CaptureFixture[str]) -> N
     assert sorted(validate.EXIT_CODES) == [0, 1, 2, 3, 4]
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _kubeconfig(path: Path, server: str) -> Path:
     path.write_text(
         yaml.safe_dump(
@@ -219,7 +213,7 @@ def _kubeconfig(path: Path, server: str) -> Path:
 def test_an_unreachable_api_server_is_one_line_and_exit_code_4(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    server = f"https://127.0.0.1:{_closed_port()}"
+    server = f"https://127.0.0.1:{free_port()}"
     kubeconfig = _kubeconfig(tmp_path / "kubeconfig", server)
     code, out, err = _run(
         capsys, "--cluster", "--kubeconfig", str(kubeconfig), "-f", str(EXAMPLES_DIR / "llava.yaml")
