@@ -8,7 +8,7 @@ that need infrastructure built first run only when asked, as `make test` asks fo
 and promtool, built from Go) and `--with-pods` (real nodes and the images).
 
 `make test` runs pytest-xdist with `--dist loadgroup`: each group runs whole on one worker, so session
-fixtures that cost minutes (the real-node cluster, the tritonserver repositories) start once per group's
+fixtures that cost minutes (a real-node cluster, the tritonserver repositories) start once per group's
 worker, and the groups start longest first so that the run's wall time is the longest group's rather than
 an accident of the order. Every session also unmounts what dead sessions left mounted (see
 tests/support/leftovers.py), before it starts and again before pytest's own clean-up of old directories.
@@ -68,10 +68,24 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 # Tiers that share one expensive session fixture across their modules run as one group; elsewhere a
 # group is a module (a worker that runs any tests/cluster module starts its own control plane).
-_ONE_GROUP_TIERS = frozenset({"pods", "triton", "trtllm_serve", "gitops", "engine_builder"})
-# The longest groups, longest first, from the per-test durations of a full run (`--durations=0`).
+_ONE_GROUP_TIERS = frozenset({"triton", "trtllm_serve", "gitops", "engine_builder"})
+# The real-pod tier runs as two groups, each on a real-node cluster of its own: run as one, it was the
+# run's critical path (27 of 28 minutes) while the cores sat half idle, its tests waiting on pods. The
+# halves are balanced by the modules' seconds (docs/development/times.md, "Per worker").
+_FIRST_POD_HALF = frozenset(
+    {
+        "test_multinode.py",
+        "test_autoscaling_under_load.py",
+        "test_lifecycle.py",
+        "test_serving.py",
+        "test_leaderworkerset_controller.py",
+        "test_observability.py",
+    }
+)
+# The longest groups, longest first, from the modules' seconds of a full run (docs/development/times.md).
 _LONGEST_FIRST = (
-    "pods",
+    "pods-1",
+    "pods-2",
     "cluster/test_fault_loops.py",
     "triton",
     "cluster/test_operator.py",
@@ -85,6 +99,8 @@ def work_group(nodeid: str) -> str:
     module = nodeid.split("::", 1)[0].removeprefix("testbed/")
     parts = module.split("/")
     tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+    if tier == "pods":
+        return "pods-1" if parts[-1] in _FIRST_POD_HALF else "pods-2"
     return tier if tier in _ONE_GROUP_TIERS else module.removeprefix("tests/")
 
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OUT = REPO_ROOT / "out" / "times"
@@ -183,8 +184,34 @@ def _pytest_lines(path: Path) -> list[str]:
             f"| {name} | {tier['tests']} | {_minutes(tier['seconds'])} | {_minutes(tier['span'])} "
             f"| {_minutes(tier['from'])} |"
         )
+    lines += _worker_lines(record.get("modules", {}))
     lines += ["", "The longest tests (setup, call and teardown):", "", "| test | time |", "|---|---|"]
     lines += [f"| `{t['test']}` | {_minutes(t['seconds'])} |" for t in record["longest"]]
+    return lines
+
+
+def _worker_lines(modules: dict[str, dict[str, Any]]) -> list[str]:
+    """Per xdist worker: how long it was busy, when it ended, and its modules of a minute or more."""
+    if not modules:
+        return []
+    lines = [
+        "",
+        "Per worker (each runs whole work groups, longest first; the run ends with the last worker), "
+        "with the modules that took a minute or more:",
+        "",
+        "| worker | seconds in tests | ends at | modules (seconds) |",
+        "|---|---|---|---|",
+    ]
+    for worker in sorted({module["worker"] for module in modules.values()}):
+        own = {name: module for name, module in modules.items() if module["worker"] == worker}
+        busy = sum(module["seconds"] for module in own.values())
+        ends = max(module["to"] for module in own.values())
+        long = ", ".join(
+            f"`{name.removeprefix('tests/')}` {module['seconds']:.0f}"
+            for name, module in own.items()
+            if module["seconds"] >= 60
+        )
+        lines.append(f"| {worker} | {_minutes(busy)} | {_minutes(ends)} | {long or '-'} |")
     return lines
 
 

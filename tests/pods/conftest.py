@@ -3,13 +3,13 @@
 Right after collection, if any test of this tier was selected (outside the per-test timeout, with live
 progress): the host is checked (a missing prerequisite fails the tier with the reason, never a skip), the
 control plane and node binaries are built or found in the cache, and the Dockerfile's `operator`,
-`engine-builder-cpu`, `serving-cpu` and `trtllm-serve-cpu` images are built. The session then starts one
-cluster with two real nodes (kubelet, containerd, runc, CNI, kube-proxy, kube-router, CoreDNS,
-local-path-provisioner) and no kwok node, imports the images into both nodes, starts the Hub double
-(`localcluster.hub`: synthetic snapshots of the trtllm-serve examples' repositories, served from a pod of
-the builder image), and installs the chart into `mmd-system` under Pod Security `restricted`, pointed at
-the local images and at that Hub: the operator runs as a real pod on its ServiceAccount token alone.
-Each test gets a fresh `restricted` namespace.
+`engine-builder-cpu`, `serving-cpu` and `trtllm-serve-cpu` images are built. The session (under `make
+test`, each of the tier's two xdist groups) then starts one cluster with two real nodes (kubelet,
+containerd, runc, CNI, kube-proxy, kube-router, CoreDNS, local-path-provisioner) and no kwok node,
+imports the images into both nodes, starts the Hub double (`localcluster.hub`: synthetic snapshots of the
+trtllm-serve examples' repositories, served from a pod of the builder image), and installs the chart into
+`mmd-system` under Pod Security `restricted`, pointed at the local images and at that Hub: the operator
+runs as a real pod on its ServiceAccount token alone. Each test gets a fresh `restricted` namespace.
 
 Nothing here reaches beyond this machine: pods and Services live on the cluster's private /16, which the
 host reaches over its bridge (a Service through the first node's kube-proxy).
@@ -17,6 +17,7 @@ host reaches over its bridge (a Service through the first node's kube-proxy).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,8 @@ def _short_cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.getbasetemp()
     if base.name.startswith("popen-"):
         base = base.parent
-    directory = base / "real-nodes"  # one per session: the tier is one xdist group
+    # One per worker: the tier runs as two xdist groups, each with a cluster of its own.
+    directory = base / f"real-nodes-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
     directory.mkdir()
     return directory
 

@@ -3,7 +3,8 @@
 `make test` asks for it; `tools.times render` turns the file into docs/development/times.md. Under
 pytest-xdist the reports of every worker reach the controller, which alone writes the file: per tier the
 tests, the seconds spent in them (setup, call and teardown, summed over workers) and the span from the
-tier's first test starting to its last one ending; the longest tests; the session's wall time.
+tier's first test starting to its last one ending; per worker, the modules it ran (their seconds and
+span); the longest tests; the session's wall time.
 Imports pytest and the standard library.
 """
 
@@ -14,6 +15,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,12 +49,16 @@ class _Recorder:
         self.seconds: dict[str, float] = defaultdict(float)
         self.spans: dict[str, tuple[float, float]] = {}
         self.outcomes: dict[str, str] = {}
+        self.workers: dict[str, str] = {}
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] += report.duration
         first, last = self.spans.get(report.nodeid, (report.start, report.stop))
         self.spans[report.nodeid] = (min(first, report.start), max(last, report.stop))
+        # Under xdist the controller's report carries the worker it came from.
+        gateway = getattr(getattr(report, "node", None), "gateway", None)
+        self.workers[report.nodeid] = str(getattr(gateway, "id", "main"))
         if report.when == "call" or report.outcome != "passed":
             self.outcomes.setdefault(report.nodeid, report.outcome)
             if report.outcome != "passed":
@@ -70,6 +76,15 @@ class _Recorder:
             tier["seconds"] += seconds
             tier["start"] = min(tier["start"], start)
             tier["stop"] = max(tier["stop"], stop)
+        modules: dict[str, dict[str, Any]] = {}
+        for nodeid, seconds in self.seconds.items():
+            start, stop = self.spans[nodeid]
+            module = modules.setdefault(
+                nodeid.split("::", 1)[0],
+                {"worker": self.workers[nodeid], "seconds": 0.0, "start": start, "stop": stop},
+            )
+            module["seconds"] += seconds
+            module["start"], module["stop"] = min(module["start"], start), max(module["stop"], stop)
         longest = sorted(self.seconds.items(), key=lambda item: item[1], reverse=True)[:LONGEST]
         record = {
             "wall": time.time() - self.started,
@@ -83,6 +98,15 @@ class _Recorder:
                     "from": round(tier["start"] - self.started, 1),
                 }
                 for name, tier in sorted(tiers.items())
+            },
+            "modules": {
+                name: {
+                    "worker": module["worker"],
+                    "seconds": round(module["seconds"], 1),
+                    "from": round(module["start"] - self.started, 1),
+                    "to": round(module["stop"] - self.started, 1),
+                }
+                for name, module in sorted(modules.items(), key=lambda item: item[1]["start"])
             },
             "longest": [{"test": nodeid, "seconds": round(seconds, 1)} for nodeid, seconds in longest],
         }

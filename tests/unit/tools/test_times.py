@@ -66,12 +66,32 @@ def test_the_pytest_record_becomes_a_tier_table_and_the_longest_tests(tmp_path: 
     assert data["tiers"]["unit"]["tests"] == 2
     assert data["longest"][0]["test"].endswith("test_slow")
     assert data["longest"][0]["seconds"] >= 0.2
+    (module,) = data["modules"].values()
+    assert module["worker"] == "main" and module["seconds"] >= 0.2
 
     times.start("test", tmp_path / "out")  # forgets the record: write it again
     record.write_text(json.dumps(data))
     text = times.section("test", tmp_path / "out")
     assert "| unit | 2 |" in text
     assert "test_slow` |" in text
+    assert "| main | 0 s |" in text
+
+
+def test_under_xdist_each_module_names_the_worker_that_ran_it(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "tests" / "unit").mkdir(parents=True)
+    for name in ("a", "b"):
+        (project / "tests" / "unit" / f"test_{name}.py").write_text("def test_one(): pass\n")
+    record = tmp_path / "pytest.json"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile", "-p", "tests.support.timing",
+         "-p", "no:cacheprovider", "--rootdir", str(project), "--record-times", str(record),
+         str(project / "tests")],
+        cwd=ROOT, check=True, capture_output=True,
+    )  # fmt: skip
+    modules = json.loads(record.read_text())["modules"]
+    assert sorted(modules) == ["tests/unit/test_a.py", "tests/unit/test_b.py"]
+    assert {module["worker"] for module in modules.values()} <= {"gw0", "gw1"}
 
 
 def test_a_test_belongs_to_the_tier_of_its_folder() -> None:
