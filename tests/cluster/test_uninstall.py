@@ -121,11 +121,23 @@ def _serve_three(kube: Kube, resources: Resources, namespace: str) -> None:
     )
 
 
-def _ours(tools: Tools, selector: str) -> list[str]:
-    """Every object of any listable kind, in any namespace, that `selector` selects (`kind/name`)."""
-    kinds = tools.run("kubectl", "api-resources", "--verbs=list", "-o", "name").stdout.split()
-    listed = tools.run("kubectl", "get", ",".join(kinds), "--all-namespaces", "-l", selector, "-o", "name")
-    return sorted(listed.stdout.split())
+def _ours(tools: Tools, selector: str, namespaces: tuple[str, ...] = ()) -> list[str]:
+    """Every object of any listable kind that `selector` selects (`kind/name`): cluster-scoped ones and
+    those in `namespaces`, or in any namespace when none is given."""
+
+    def kinds(*scope: str) -> str:
+        listed = tools.run("kubectl", "api-resources", "--verbs=list", *scope, "-o", "name")
+        return ",".join(listed.stdout.split())
+
+    def names(*where: str) -> list[str]:
+        return tools.run("kubectl", "get", *where, "-l", selector, "-o", "name").stdout.split()
+
+    if not namespaces:
+        return sorted(names(kinds(), "--all-namespaces"))
+    found = names(kinds("--namespaced=false"))
+    for namespace in namespaces:
+        found += names(kinds("--namespaced=true"), "-n", namespace)
+    return sorted(found)
 
 
 def _named_ours(kube: Kube) -> list[str]:
@@ -173,6 +185,34 @@ def _install_lws_crds(api_client: k8s.ApiClient) -> list[str]:
     return created
 
 
+def _wait_until_the_gc_collects_lws(kube: Kube, namespace: str) -> None:
+    """Until a LeaderWorkerSet whose owner is deleted goes: the garbage collector watches a kind only from
+    its next discovery (every 30 s), and a group made before then, whose owner's kind is gone by the time
+    it looks, would stay for good ("unable to get REST mapping")."""
+    custom = k8s.CustomObjectsApi(kube.core.api_client)
+    lws = (leaderworkerset.GROUP, leaderworkerset.VERSION, namespace, leaderworkerset.PLURAL)
+
+    def collected() -> bool:
+        owner = kube.core.create_namespaced_config_map(namespace, {"metadata": {"generateName": "gc-probe-"}})
+        group = leaderworkerset.probe_group(owner.metadata.name, "probe")
+        group["metadata"].update(
+            namespace=namespace,
+            ownerReferences=[{"apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name,
+                              "uid": owner.metadata.uid}],
+        )  # fmt: skip
+        custom.create_namespaced_custom_object(*lws, group)
+        kube.core.delete_namespaced_config_map(owner.metadata.name, namespace)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if _gone(lambda: custom.get_namespaced_custom_object(*lws, owner.metadata.name)):
+                return True
+            time.sleep(0.5)
+        custom.delete_namespaced_custom_object(*lws, owner.metadata.name)
+        return False
+
+    kube.wait_for("the garbage collector to collect LeaderWorkerSets", collected, timeout=120)
+
+
 @pytest.mark.parametrize("path", list(PATHS))
 def test_the_documented_uninstall_leaves_nothing_of_ours(
     path: str,
@@ -194,6 +234,7 @@ def test_the_documented_uninstall_leaves_nothing_of_ours(
         timeout=120,
     )
     lws_crds = [] if _lws_served(api_client) else _install_lws_crds(api_client)
+    _wait_until_the_gc_collects_lws(kube, namespace)
     operator.stop()  # the session's cluster-admin operator: the installed one does the work
     installed = OperatorProcess(
         tmp_path / "token.kubeconfig",
@@ -241,7 +282,12 @@ def test_the_documented_uninstall_leaves_nothing_of_ours(
         kube.wait_for("the CRD to go", lambda: _gone(lambda: extensions.read_custom_resource_definition(CRD)))
         # The garbage collector removes what the resources owned in the background (a LeaderWorkerSet has no
         # pods here to wait for: kwok runs no LeaderWorkerSet controller), so it may lag the last command.
-        kube.wait_for("the garbage collector to remove what they owned", lambda: not _ours(tools, OURS))
+        # Earlier tests' namespaces, still being deleted on a busy cluster, are not this test's to judge.
+        kube.wait_for(
+            "the garbage collector to remove what they owned",
+            lambda: not _ours(tools, OURS, (namespace, NAMESPACE)),
+            explain=lambda: f"left: {_ours(tools, OURS, (namespace, NAMESPACE))}",
+        )
         assert _ours(tools, THE_CHARTS) == []
         assert _named_ours(kube) == []
         kube.wait_for("the built-in roles to lose the chart's rules", lambda: _aggregated_rules(kube) == [])
