@@ -3,8 +3,8 @@
 The kube adapter reduces live objects (Jobs, pods, Deployments, claims, the engine index) to these facts;
 the pure layers (`desired`, `status`) decide from them alone. Keeping them small keeps the operator's
 cache small at a thousand resources, and keeping them plain makes every decision testable without a
-cluster. Nodes are facts too, read only while a pod cannot be scheduled (`kube.nodes`). Pure: imports
-only the builder's result and progress formats.
+cluster. Nodes are facts too (`kube.nodes`), and the kind of GPU a node offers (`GpuKind`). Pure:
+imports only the builder's result and progress formats.
 """
 
 from __future__ import annotations
@@ -115,6 +115,38 @@ class NodeFacts:
     # Allocatable CPU (millicores) and memory (bytes); None when the node does not say.
     cpu_millis: int | None = None
     memory_bytes: int | None = None
+
+
+# The labels NVIDIA's GPU feature discovery puts on a GPU node.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_COMPUTE_MAJOR_LABEL = "nvidia.com/gpu.compute.major"
+GPU_COMPUTE_MINOR_LABEL = "nvidia.com/gpu.compute.minor"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+
+
+@dataclass(frozen=True, order=True)
+class GpuKind:
+    """One kind of GPU, what an engine is built for.
+
+    The product as GPU feature discovery names it, and its compute capability ("9.0"; "" when nothing
+    says).
+    """
+
+    product: str
+    compute_capability: str = ""
+
+    def describe(self) -> str:
+        """`NVIDIA-H100-80GB-HBM3 (compute capability 9.0)`."""
+        return f"{self.product} (compute capability {self.compute_capability or 'unknown'})"
+
+    @classmethod
+    def of_labels(cls, labels: Mapping[str, str]) -> GpuKind | None:
+        """The kind a node's labels say it offers, or None without the product label."""
+        product = labels.get(GPU_PRODUCT_LABEL)
+        if not product:
+            return None
+        major, minor = labels.get(GPU_COMPUTE_MAJOR_LABEL, ""), labels.get(GPU_COMPUTE_MINOR_LABEL, "")
+        return cls(product, f"{major}.{minor}" if major.isdigit() and minor.isdigit() else "")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@
 - `triton`: the triton-trtllm-engine runtime's artifact, the engine;
 - `trtllm_serve`: the trtllm-serve runtime's artifact, the weights;
 - `placement`: where a GPU pod may run and what keeps it off (also `mmctl validate --cluster`'s rule);
+- `gpu_kinds`: the kinds of GPU (product, compute capability) a pod's placement reaches;
 - `quotas`: which ResourceQuota refuses a pod the operator asked for, and by how much;
 - `rollout`: whether a change surges or goes on in place, and why;
 - `revisions`: the last revision whose every pod was ready, and when a new one is undone;
