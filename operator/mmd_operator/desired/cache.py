@@ -71,12 +71,14 @@ def artifact_job(
     mounts: Sequence[Manifest] = (),
     tail: Manifest | None = None,
     volumes: Sequence[Manifest] = (),
+    scheduling: Manifest | None = None,
 ) -> Manifest:
     """The Job `name` with the claim at `/engines`, `owned`'s resource its first user.
 
     `component` is its kind's label value (engine-build, weights-download) and `key` what it makes. Its
     one container is `head` (name, image, arguments), the claim and `mounts`, the settings every Job's
-    container has, then `tail`; its pod has the claim's volume and `volumes`.
+    container has, then `tail`; its pod has the claim's volume and `volumes`, and runs where `scheduling`
+    says (by default, where `spec.build.pod` does).
     """
     build = owned.resource.spec.build
     job_labels = {**labels.common(component), labels.CACHE_KEY: key, labels.ENGINE_CACHE_CLAIM: owned.claim}
@@ -95,7 +97,7 @@ def artifact_job(
             "metadata": pods.pod_metadata(build.pod, job_labels, {}),
             "spec": {
                 "restartPolicy": "Never",
-                **pods.scheduling(build.pod),
+                **(pods.scheduling(build.pod) if scheduling is None else scheduling),
                 **pods.NO_API_TOKEN,
                 "securityContext": pods.pod_security_context(),
                 "containers": [container],

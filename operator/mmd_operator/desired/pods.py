@@ -8,6 +8,8 @@ Pure; imports the api models.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from mmd_operator.api.v1alpha1 import PodSettings
@@ -48,11 +50,16 @@ def pod_metadata(
     return metadata
 
 
-def scheduling(settings: PodSettings) -> dict[str, Any]:
-    """The pod spec fields of `settings` that decide where and as whom a pod runs."""
+def scheduling(
+    settings: PodSettings, gpu_selector: Mapping[str, str] = MappingProxyType({})
+) -> dict[str, Any]:
+    """The pod spec fields of `settings` that decide where and as whom a pod runs.
+
+    `gpu_selector` (the engine's kind of GPU) joins the nodeSelector and wins over the user's same key.
+    """
     spec: dict[str, Any] = {}
-    if settings.node_selector:
-        spec["nodeSelector"] = dict(settings.node_selector)
+    if settings.node_selector or gpu_selector:
+        spec["nodeSelector"] = {**settings.node_selector, **gpu_selector}
     if settings.tolerations:
         spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in settings.tolerations]
     if settings.affinity:
@@ -63,4 +70,26 @@ def scheduling(settings: PodSettings) -> dict[str, Any]:
         spec["imagePullSecrets"] = [{"name": secret.name} for secret in settings.image_pull_secrets]
     if settings.service_account_name:
         spec["serviceAccountName"] = settings.service_account_name
+    return spec
+
+
+def engine_build_scheduling(
+    build: PodSettings, serving: PodSettings, gpu_selector: Mapping[str, str]
+) -> dict[str, Any]:
+    """Where an engine build runs: on the kind of GPU its engine is built for, reached as serving is.
+
+    The build pod's own settings, plus `gpu_selector`, the serving pods' tolerations (a tainted GPU pool
+    admits the build only with them) and, when the build names no affinity of its own, the serving pods'
+    node affinity; never their pod affinity, which speaks of serving pods.
+    """
+    spec = scheduling(build, gpu_selector)
+    tolerations = [*spec.get("tolerations", [])]
+    for toleration in scheduling(serving).get("tolerations", []):
+        if toleration not in tolerations:
+            tolerations.append(toleration)
+    if tolerations:
+        spec["tolerations"] = tolerations
+    node_affinity = (serving.affinity or {}).get("nodeAffinity")
+    if not build.affinity and node_affinity:
+        spec["affinity"] = {"nodeAffinity": node_affinity}
     return spec

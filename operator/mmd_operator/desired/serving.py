@@ -222,17 +222,18 @@ def deployment(
     segments: Sequence[Segment],
     init_containers: Sequence[Manifest] = (),
     worker: PodResources | None = None,
+    gpu_selector: Mapping[str, str] = MappingProxyType({}),
 ) -> Manifest:
     """The serving Deployment of `server`, its pods marked with `cache_key` and mounting `configmap`.
 
     With a replica across pods, the LeaderWorkerSet of the same pods (`groups`), whose leaders run the
     world's `segments` and whose workers' server containers have the `worker` resources (the plan's, for
-    a shape with workers).
+    a shape with workers). `gpu_selector` keeps the pods on the kind of GPU their engine is built for.
     """
     serving = owned.resource.spec.serving
     pod_labels = {**labels.for_instance(owned.instance, labels.SERVING), labels.CACHE_KEY: cache_key}
     pod_spec: Manifest = {
-        **pods.scheduling(serving.pod),
+        **pods.scheduling(serving.pod, gpu_selector),
         **pods.NO_API_TOKEN,
         "securityContext": pods.pod_security_context(),
         "terminationGracePeriodSeconds": ENDPOINT_DRAIN_SECONDS + SERVER_EXIT_SECONDS + 5,

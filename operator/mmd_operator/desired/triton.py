@@ -79,6 +79,9 @@ def build_job(owned: Owner, plan: TritonPlan) -> Manifest:
         },
         mounts=mounts,
         tail=env,
+        scheduling=pods.engine_build_scheduling(
+            owned.resource.spec.build.pod, owned.resource.spec.serving.pod, plan.settings.gpu_selector()
+        ),
         volumes=volumes,
     )
 
@@ -147,6 +150,7 @@ def deployment(owned: Owner, plan: TritonPlan, *, repository: str) -> Manifest:
         segments=plan.launch.group_segments,
         init_containers=[assemble],
         worker=plan.resources.worker,
+        gpu_selector=plan.settings.gpu_selector(),
         volumes=[
             {"name": "model-repository", "emptyDir": {}},
             {"name": "repository-config", "configMap": {"name": repository}},

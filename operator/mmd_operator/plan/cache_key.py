@@ -4,7 +4,8 @@ Two deployments with the same key share one build and one engine; a change that 
 (replicas, streaming, queue delays) never rebuilds. The key covers the model source and revision, the
 model type and variant, the builder image and TensorRT-LLM version, dtype, parallelism, every build limit
 (derived ones included), quantization, LoRA build settings, the paged context FMHA that KV-cache reuse
-needs, and the format of the key itself. It is the
+needs, the kind of GPU it is built for (when known: `judgement.gpu_kinds` says why the product), and the
+format of the key itself. It is the
 hex digest's first 20 characters, so `build-<key>` is a valid Kubernetes name. Pure.
 """
 
@@ -67,6 +68,13 @@ def cache_key_inputs(settings: Settings) -> dict[str, Any]:
         # KV-cache reuse builds with paged context FMHA said explicitly (`build_plan`); only then is it
         # an input, so the keys of every other engine stay what they were.
         **({"paged_context_fmha": "enable"} if spec.serving.kv_cache_reuse else {}),
+        # TensorRT loads an engine only on the kind of GPU it was built on. Unknown (no GPU feature
+        # discovery), it is no input, and the key is what it was before kinds were read.
+        **(
+            {"gpu": {"product": kind.product, "compute_capability": kind.compute_capability}}
+            if (kind := settings.gpu_kind) is not None
+            else {}
+        ),
     }
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from mmd_operator.api.v1alpha1 import MultimodalDeployment, MultimodalDeploymentSpec
 from mmd_operator.api.validation import InvalidSpecError, Problem, check_resource, check_spec
+from mmd_operator.facts import GpuKind
 from mmd_operator.knowledge import KNOWLEDGE, Runtime
 from mmd_operator.plan.limits import derive_limits
 from mmd_operator.plan.triton import TritonPlan, plan_triton
@@ -24,21 +25,24 @@ from mmd_operator.plan.trtllm_serve import TrtllmServePlan, plan_trtllm_serve
 # The plan of either runtime.
 AnyPlan = TritonPlan | TrtllmServePlan
 
-# Each runtime's planner: a third runtime is one plan module and one row here.
-PLANNERS: Mapping[Runtime, Callable[[MultimodalDeploymentSpec], AnyPlan]] = MappingProxyType(
+# Each runtime's planner (the spec, the kind of GPU its pods land on): a third runtime is one plan
+# module and one row here.
+PLANNERS: Mapping[Runtime, Callable[[MultimodalDeploymentSpec, GpuKind | None], AnyPlan]] = MappingProxyType(
     {Runtime.TRITON_TRTLLM_ENGINE: plan_triton, Runtime.TRTLLM_SERVE: plan_trtllm_serve}
 )
 
 
-def plan_spec(spec: MultimodalDeploymentSpec) -> AnyPlan:
+def plan_spec(spec: MultimodalDeploymentSpec, gpu_kind: GpuKind | None = None) -> AnyPlan:
     """Derive and check everything the operator needs from `spec`, with its runtime's planner.
+
+    `gpu_kind` is the kind of GPU an engine is built for (None: not known).
 
     Raises:
         InvalidSpecError: when the spec's values contradict derived limits.
         RenderError: when a template leaves a placeholder (a bug, never a user error).
         RepositoryError: when the rendered repository would not load in Triton (a bug, never a user error).
     """
-    return PLANNERS[spec.serving_runtime](spec)
+    return PLANNERS[spec.serving_runtime](spec, gpu_kind)
 
 
 def _derives_limits(spec: MultimodalDeploymentSpec) -> bool:
@@ -75,7 +79,7 @@ def plan_resource(document: Mapping[str, Any]) -> tuple[MultimodalDeployment, An
     return resource, plan_spec(resource.spec)
 
 
-def plan_spec_document(document: object) -> AnyPlan:
+def plan_spec_document(document: object, gpu_kind: GpuKind | None = None) -> AnyPlan:
     """Validate a `spec` alone (as the API server holds it) and derive its plan, every problem at once.
 
     Nothing in a plan depends on the resource's name or namespace.
@@ -89,4 +93,4 @@ def plan_spec_document(document: object) -> AnyPlan:
     problems = _with_derivation_problems(spec, problems)
     if spec is None or problems:
         raise InvalidSpecError(problems)
-    return plan_spec(spec)
+    return plan_spec(spec, gpu_kind)

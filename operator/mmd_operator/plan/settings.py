@@ -1,8 +1,10 @@
 """Resolve a spec into effective settings: every per-model-type default filled in, once.
 
 Rendering, the build plan, the cacheKey and the launch argv all read `Settings`, so a default is decided
-in exactly one place and `render` shows the same values the operator uses. Pure: imports the api
-models, the knowledge table, the limits derivation and the pinned versions.
+in exactly one place and `render` shows the same values the operator uses. The kind of GPU the engine
+is built for is an input beside the spec (the operator reads it from the nodes the placement reaches).
+Pure: imports the api models, the facts' `GpuKind`, the knowledge table, the limits derivation and the
+pinned versions.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 
 from engine_builder import versions
 from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeploymentSpec, Parallelism
+from mmd_operator.facts import GPU_PRODUCT_LABEL, GpuKind
 from mmd_operator.knowledge import LoraCacheDefaults, ModelKnowledge, WhisperVariant, knowledge_of
 from mmd_operator.plan.limits import MemoryPool, derive_limits, memory_pool
 
@@ -56,14 +59,20 @@ class Settings:
     max_tokens_in_paged_kv_cache: int | None
     batch_scheduler_policy: str
     lora_cache: LoraCacheDefaults | None
+    # The kind of GPU the engine is built for and served on; None when nothing says (no feature discovery).
+    gpu_kind: GpuKind | None = None
+
+    def gpu_selector(self) -> dict[str, str]:
+        """The node label that keeps the build and serving pods on the engine's kind of GPU."""
+        return {GPU_PRODUCT_LABEL: self.gpu_kind.product} if self.gpu_kind is not None else {}
 
     def engine_dir(self, cache_key: str, part: str) -> str:
         """Absolute path of `part` of the cache entry `cache_key`, as the serving pods see it."""
         return f"{ENGINE_MOUNT}/{cache_key}/{part}"
 
 
-def resolve(spec: MultimodalDeploymentSpec) -> Settings:
-    """Return the effective settings of `spec`.
+def resolve(spec: MultimodalDeploymentSpec, gpu_kind: GpuKind | None = None) -> Settings:
+    """Return the effective settings of `spec`, its engine built for `gpu_kind`.
 
     Raises:
         InvalidSpecError: when derived limits contradict values in the spec.
@@ -118,4 +127,5 @@ def resolve(spec: MultimodalDeploymentSpec) -> Settings:
         ),
         batch_scheduler_policy=serving.batch_scheduler_policy or knowledge.serving.batch_scheduler_policy,
         lora_cache=lora_cache,
+        gpu_kind=gpu_kind,
     )

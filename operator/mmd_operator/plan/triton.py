@@ -19,6 +19,7 @@ from engine_builder import versions
 from engine_builder.plan_format import BuildPlan
 from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeploymentSpec, Parallelism
 from mmd_operator.api.v1alpha1.rules import BUILD_SHARED_MEMORY
+from mmd_operator.facts import GpuKind
 from mmd_operator.knowledge import ImageInput, Modality, Runtime
 from mmd_operator.plan.build_plan import build_plan
 from mmd_operator.plan.cache_key import cache_key, cache_key_inputs
@@ -131,15 +132,15 @@ class TritonPlan:
         return self.cache_key
 
 
-def plan_triton(spec: MultimodalDeploymentSpec) -> TritonPlan:
-    """The plan of a valid triton-trtllm-engine spec.
+def plan_triton(spec: MultimodalDeploymentSpec, gpu_kind: GpuKind | None = None) -> TritonPlan:
+    """The plan of a valid triton-trtllm-engine spec, its engine built for `gpu_kind`.
 
     Raises:
         InvalidSpecError: when the spec's values contradict derived limits.
         RenderError: when a template leaves a placeholder (a bug, never a user error).
         RepositoryError: when the rendered repository would not load in Triton (a bug, never a user error).
     """
-    settings = resolve(spec)
+    settings = resolve(spec, gpu_kind)
     key = cache_key(settings)
     repository = render_repository(settings, cache_key=key)
     models = check_repository(repository.configs)

@@ -31,6 +31,7 @@ import yaml
 from engine_builder import versions
 from engine_builder.weights_format import DownloadPlan, is_commit, snapshot_directory, weights_key
 from mmd_operator.api.v1alpha1 import MultimodalDeploymentSpec, Parallelism
+from mmd_operator.facts import GpuKind
 from mmd_operator.knowledge import Modality, Runtime, ServeKnowledge, serve_knowledge_of
 from mmd_operator.plan.launch import HTTP_PORT, Segment
 from mmd_operator.plan.pod_resources import (
@@ -211,8 +212,13 @@ def llm_args(spec: MultimodalDeploymentSpec, knowledge: ServeKnowledge) -> dict[
     return config
 
 
-def plan_trtllm_serve(spec: MultimodalDeploymentSpec) -> TrtllmServePlan:
-    """The trtllm-serve plan of a valid spec."""
+def plan_trtllm_serve(spec: MultimodalDeploymentSpec, gpu_kind: GpuKind | None = None) -> TrtllmServePlan:
+    """The trtllm-serve plan of a valid spec.
+
+    `gpu_kind` changes nothing: the weights' snapshot serves on any kind of GPU, so its pods go where the
+    placement lets them.
+    """
+    del gpu_kind
     knowledge = serve_knowledge_of(spec.model.type)
     hub, pvc = spec.model.source.huggingface, spec.model.source.pvc
     download = None
