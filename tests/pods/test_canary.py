@@ -41,6 +41,8 @@ from tests.support.pods import container_processes, serving_pods, signal_process
 pytestmark = pytest.mark.pods
 PER_REQUEST = 0.2
 ANALYSIS_SECONDS = 30
+# A bound on one rollout's requests (and `MAX_SECONDS` on its time): about one a second, for four minutes.
+CANARY_REQUESTS = 240
 # Latency within 3 times the stable pods': every pod here shares two cores, and a fresh canary's first few
 # requests (5 judged) may take 1.8 times a warm pod's on a busy machine; the slow canary takes 5 times.
 CANARY = {
@@ -188,7 +190,11 @@ class Rollout:
         """
         stable = self.case.checkpoint(self.kube, self.namespace, "stable", seconds_per_request=PER_REQUEST)
         self.resources.apply(self.case.document(self.namespace, stable, **serving))
-        with watching(self.case.served, self.kube, self.resources, self.namespace, picture) as watched:
+        # Requests enough to last until the canary's analysis ends on a busy machine: the canary needs
+        # minRequests of them in its window, and the window opens only once the canary is ready.
+        with watching(
+            self.case.served, self.kube, self.resources, self.namespace, picture, max_requests=CANARY_REQUESTS
+        ) as watched:
             watched.marks = self.marks  # the rollout's steps on its timeline
             self.before = _stable_hashes(self.kube, self.namespace, self.name)
             self.marks["change"] = time.monotonic()

@@ -204,9 +204,16 @@ def rollout_reason(resources: Resources, name: str) -> str:
 
 @contextlib.contextmanager
 def watching(
-    served: Served, kube: Kube, resources: Resources, namespace: str, picture: Path, clients: int = 1
+    served: Served,
+    kube: Kube,
+    resources: Resources,
+    namespace: str,
+    picture: Path,
+    clients: int = 1,
+    max_requests: int = MAX_REQUESTS,
 ) -> Iterator[Watch]:
-    """Watch `served` once it is Ready: the sampler and `clients` clients run until the block ends."""
+    """Watch `served` once it is Ready: the sampler and `clients` clients run until the block ends, or
+    `max_requests` were sent, or `MAX_SECONDS` passed."""
     name = served.instance
     resources.wait_phase(name, "Ready", timeout=240)
     address = service_ip(kube, namespace, name)
@@ -224,7 +231,7 @@ def watching(
         started = time.monotonic()
         while (
             not watched.stop.is_set()
-            and len(watched.requests) < MAX_REQUESTS
+            and len(watched.requests) < max_requests
             and time.monotonic() - started < MAX_SECONDS
         ):
             sent = time.monotonic()
