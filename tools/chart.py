@@ -98,10 +98,11 @@ class Rbac(_Values):
     create: bool = True
     """Create the roles and their bindings (cluster-wide, or one Role per watched namespace)."""
     read_nodes: bool = _DEFAULTS.read_nodes
-    """Let the operator list nodes, read-only, so that a pod it cannot place is reported with the GPUs
-    of the nodes it may use. The cost: a ClusterRole and binding even with `watchNamespaces`, and the
-    operator sees every node's name, labels, taints, capacity and status. Off: those messages give the
-    spec's side of the sum only."""
+    """Let the operator list nodes, read-only, so that an engine is built for the kind of GPU its
+    serving pods reach (the nodes' `nvidia.com/gpu.product`) and a pod it cannot place is reported with
+    the GPUs of the nodes it may use. The cost: a ClusterRole and binding even with `watchNamespaces`,
+    and the operator sees every node's name, labels, taints, capacity and status. Off: engines are keyed
+    and placed without a kind, and those messages give the spec's side of the sum only."""
     user_roles: bool = True
     """Add MultimodalDeployments to Kubernetes' own user roles by ClusterRole aggregation: whoever is
     bound to `view` may get, list and watch them (their status and scale too), whoever is bound to `edit`

@@ -1,12 +1,13 @@
 """Plans memoised by spec, and which resources use which cacheKey and claim: one owner, one lock.
 
 A plan (settings, limits, rendered repository, build and launch plans) is about 55 KiB and derived from
-the spec alone, as are the spec's warnings (tens of milliseconds of CEL), so resources with the same spec
-share them, held while some resource has that spec: with
-specs changing all day, an LRU of plans held megabytes for specs nobody had any more (the soak). What a
-resource's current plan uses (its cacheKey and engine-cache claim) routes the event of a shared child (a
-build Job, a claim) to every resource it concerns; the controller asks `users_of_engine` (a Job: its
-cacheKey in its claim), `users_of_cache_key` and `users_of_claim`. Safe to call from several worker threads.
+the spec and the kind of GPU its engine is built for; the spec's warnings (tens of milliseconds of CEL)
+from the spec alone. Resources with the same spec and kind share them, held while some resource has that
+spec: with specs changing all day, an LRU of plans held megabytes for specs nobody had any more (the
+soak). What a resource's current plan uses (its cacheKey and engine-cache claim) routes the event of a
+shared child (a build Job, a claim) to every resource it concerns; the controller asks `users_of_engine`
+(a Job: its cacheKey in its claim), `users_of_cache_key` and `users_of_claim`. Safe to call from several
+worker threads.
 
 Imports the api's name rule and warning rules, the config, the planner and the digests; no I/O.
 """
@@ -23,6 +24,7 @@ from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.api.validation import InvalidSpecError, name_problem
 from mmd_operator.api.warning_rules import spec_warnings
 from mmd_operator.config import OperatorConfig
+from mmd_operator.facts import GpuKind
 from mmd_operator.plan import model_repository
 from mmd_operator.plan.resource_plan import AnyPlan, plan_spec_document
 from mmd_operator.vocabulary import hashing
@@ -61,8 +63,13 @@ class PlanMemory:
         self._by_cache_key: dict[Key, set[str]] = {}
         self._by_claim: dict[Key, set[str]] = {}
 
-    def plan(self, body: Mapping[str, Any]) -> tuple[MultimodalDeployment, Planned] | InvalidSpecError:
-        """The resource of `body` with its checked plan and warnings, or every problem of its spec."""
+    def plan(
+        self, body: Mapping[str, Any], gpu_kind: GpuKind | None = None
+    ) -> tuple[MultimodalDeployment, Planned] | InvalidSpecError:
+        """The resource of `body` with its checked plan and warnings, or every problem of its spec.
+
+        The plan's engine is built for `gpu_kind`; each kind of one spec is a plan of its own.
+        """
         metadata = dict(body.get("metadata", {}))
         name_problems = name_problem(str(metadata.get("name", "")))
         if name_problems:
@@ -70,13 +77,13 @@ class PlanMemory:
         spec = body.get("spec")
         # The spec as stored, not as filled with the operator's defaults: the warnings speak of what the
         # user wrote. The settings are the same for every spec, so this identifies the plan as well.
-        fingerprint = hashing.digest(spec)
+        fingerprint = hashing.digest(spec if gpu_kind is None else {"spec": spec, "gpu": gpu_kind.describe()})
         key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
         with self._lock:
             planned = self._plans.get(fingerprint)
         if planned is None:
             # Outside the lock: planning takes milliseconds, and other workers need not wait for it.
-            planned = self._planned(spec)
+            planned = self._planned(spec, gpu_kind)
         with self._lock:
             if self._spec_of.get(key) != fingerprint:
                 self._release(key)
@@ -87,9 +94,9 @@ class PlanMemory:
             return planned
         return MultimodalDeployment(metadata=metadata, spec=planned.plan.spec), planned
 
-    def _planned(self, spec: object) -> Planned | InvalidSpecError:
+    def _planned(self, spec: object, gpu_kind: GpuKind | None) -> Planned | InvalidSpecError:
         try:
-            plan = plan_spec_document(self._config.with_spec_defaults(spec))
+            plan = plan_spec_document(self._config.with_spec_defaults(spec), gpu_kind)
         except InvalidSpecError as invalid:
             return invalid
         assert isinstance(spec, Mapping)  # planning refuses anything else

@@ -28,7 +28,7 @@ from mmd_operator.api.v1alpha1 import (
     MultimodalDeploymentStatus,
     Phase,
 )
-from mmd_operator.api.validation import InvalidSpecError, spec_runtime
+from mmd_operator.api.validation import InvalidSpecError, Problem, spec_runtime
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import cache, scaling
 from mmd_operator.desired.decision import Desired, desired_state
@@ -36,10 +36,12 @@ from mmd_operator.facts import Observed, Reading
 from mmd_operator.judgement import Judgement, judge
 from mmd_operator.judgement.artifact import JobWords
 from mmd_operator.judgement.canary import analysis_window
+from mmd_operator.judgement.gpu_kinds import KindChoice, choose_kind, kinds_in_reach
 from mmd_operator.judgement.judge import ARTIFACT_WORDS
 from mmd_operator.judgement.revisions import RETRY_ANNOTATION
 from mmd_operator.knowledge import Runtime
 from mmd_operator.kube import cache as cached
+from mmd_operator.kube import object_facts
 from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.events import EventRecorder
 from mmd_operator.kube.nodes import NodeDirectory
@@ -48,9 +50,9 @@ from mmd_operator.kube.prometheus import read_counts
 from mmd_operator.kube.quotas import QuotaDirectory
 from mmd_operator.kube.settling import REREAD_SECONDS, UNSETTLED, SpecSettling
 from mmd_operator.kube.writes import WriteCount, Writer
-from mmd_operator.plan.resource_plan import AnyPlan
+from mmd_operator.plan.resource_plan import AnyPlan, kind_bound
 from mmd_operator.plan_memory import PlanMemory, Planned, Use
-from mmd_operator.status import Findings, Report, previous_status, report, transition
+from mmd_operator.status import Findings, Report, previous_status, recorded_kind, report, transition
 from mmd_operator.status.assessment import assess
 from mmd_operator.vocabulary import ownership
 
@@ -216,10 +218,13 @@ class Reconciler:
     def _reconcile(self, body: Mapping[str, Any]) -> Outcome:
         """Observe, judge, decide, write, and after any write observe and judge again; assess, report."""
         now, count = self.clock(), WriteCount()
-        planned = self.plans.plan(body)
+        kind = self._gpu_kind(body)
+        planned = self.plans.plan(body, kind.kind)
         if isinstance(planned, InvalidSpecError):
             return self._refuse(body, planned, now, count)
-        case = self._case(body, *planned, now)
+        if kind.refusal is not None:
+            return self._refuse(body, InvalidSpecError([Problem(*kind.refusal)]), now, count)
+        case = self._case(body, *planned, now, kind.notice)
         observed = self._observe(case, first=True)
         judging, judged = self._judge_first(case, observed)
         decision = self._decide(case, observed, judged, judging.stable_template)
@@ -255,8 +260,29 @@ class Reconciler:
         self.series.publish(key, sample)
         return Outcome(phase=result.status.phase, writes=count.total)
 
+    def _gpu_kind(self, body: Mapping[str, Any]) -> KindChoice:
+        """The kind of GPU the resource's engine is built for.
+
+        Of the nodes its serving placement reaches, or the kind it was built for; nothing for an artifact
+        that serves on any GPU.
+        """
+        spec = body.get("spec")
+        if not kind_bound(spec):
+            return KindChoice()
+        serving = (spec.get("serving") if isinstance(spec, Mapping) else None) or {}
+        nodes = self.nodes.nodes()
+        reach = None
+        if nodes is not None and isinstance(serving, Mapping):
+            reach = kinds_in_reach(object_facts.pod_placement(serving.get("pod") or {}), nodes)
+        return choose_kind(reach, recorded_kind(previous_status(body)))
+
     def _case(
-        self, body: Mapping[str, Any], resource: MultimodalDeployment, checked: Planned, now: datetime
+        self,
+        body: Mapping[str, Any],
+        resource: MultimodalDeployment,
+        checked: Planned,
+        now: datetime,
+        notice: str = "",
     ) -> _Case:
         """What the steps of the reconcile of `resource` read, its plan's use recorded."""
         metadata = body["metadata"]
@@ -271,7 +297,7 @@ class Reconciler:
             now=now,
             resource=resource,
             plan=plan,
-            warnings=checked.warnings,
+            warnings=checked.warnings + ((f"spec.serving.pod: {notice}",) if notice else ()),
             claim=claim,
             first_look=self.plans.record_use(key, Use(plan.cache_key, claim)),
             counted=metrics.ARTIFACT_METRICS[plan.runtime],

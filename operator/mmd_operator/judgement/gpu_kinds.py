@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mmd_operator.facts import GPU_MEMORY_LABEL, GpuKind, NodeFacts, Nodes, PodPlacement
+from mmd_operator.facts import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GpuKind, NodeFacts, Nodes, PodPlacement
 from mmd_operator.judgement.placement import match
 
 
@@ -60,3 +60,62 @@ def kinds_in_reach(pod: PodPlacement, nodes: Nodes) -> KindsInReach:
     return KindsInReach(
         tuple((kind, tuple(names)) for kind, names in sorted(by_kind.items())), tuple(unlabelled)
     )
+
+
+@dataclass(frozen=True)
+class KindChoice:
+    """The kind an engine is built for, or why the spec must say which; and what the status should add."""
+
+    kind: GpuKind | None = None
+    # The spec field to change and why, when the placement reaches several kinds and none is chosen.
+    refusal: tuple[str, str] | None = None
+    # Said in the status beside a choice: kinds in reach that will not serve, nodes of no known kind.
+    notice: str = ""
+
+
+def _kinds_and_nodes(reach: KindsInReach, kinds: tuple[GpuKind, ...]) -> str:
+    return "; ".join(
+        f"{kind.describe()} on {len(reach.nodes_of(kind))} node(s): {', '.join(reach.nodes_of(kind)[:3])}"
+        + (", ..." if len(reach.nodes_of(kind)) > 3 else "")
+        for kind in kinds
+    )
+
+
+def choose_kind(reach: KindsInReach | None, recorded: GpuKind | None) -> KindChoice:
+    """The kind to build the engine for, from the kinds in reach and the one its engine was built for.
+
+    One kind in reach: that one. Several: the recorded kind if it is among them (a pool of another kind
+    joining the placement never moves a serving resource), else a refusal that names the kinds and the
+    fix. None known (no feature discovery, nodes not readable, no GPU node yet): the recorded kind, else
+    none (the engine is keyed as before kinds were read and built wherever its pod lands).
+    """
+    if reach is None:
+        return KindChoice(recorded)
+    unlabelled = ""
+    if reach.unlabelled:
+        unlabelled = (
+            f"{len(reach.unlabelled)} GPU node(s) in reach carry no {GPU_PRODUCT_LABEL} label "
+            f"({', '.join(reach.unlabelled[:3])}{', ...' if len(reach.unlabelled) > 3 else ''}): "
+            "what GPU they hold is not known, so "
+            + ("no pod of this engine runs there" if reach.kinds else "the engine is built for whichever one "
+               "its build pod lands on; install GPU feature discovery, or select nodes by their product")
+        )  # fmt: skip
+    if len(reach.kinds) == 1:
+        return KindChoice(reach.kinds[0], notice=unlabelled)
+    if not reach.kinds:
+        return KindChoice(recorded, notice=unlabelled)
+    others = tuple(kind for kind in reach.kinds if kind != recorded)
+    if recorded is not None and recorded in reach.kinds:
+        notice = (
+            f"the placement also reaches {_kinds_and_nodes(reach, others)}; this resource's engine is built "
+            f"for {recorded.describe()} and its pods run only there"
+        )
+        return KindChoice(recorded, notice="; ".join(filter(None, (notice, unlabelled))))
+    products = ", ".join(kind.product for kind in reach.kinds)
+    message = (
+        f"reaches {len(reach.kinds)} kinds of GPU: {_kinds_and_nodes(reach, reach.kinds)}. An engine runs "
+        "only on the kind it was built for, and one resource serves one kind (one latency profile for its "
+        f"Service, autoscaler and canary): add {GPU_PRODUCT_LABEL}: <one of {products}> to "
+        "spec.serving.pod.nodeSelector, and make one resource per kind to serve on several"
+    )
+    return KindChoice(refusal=("spec.serving.pod.nodeSelector", message))

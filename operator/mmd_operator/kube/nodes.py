@@ -1,10 +1,10 @@
-"""The cluster's nodes as placement reads them, listed only while some pod cannot be scheduled.
+"""The cluster's nodes as placement and the GPU kinds read them, listed at most once a minute.
 
-A scheduling failure is explained with the nodes' figures (`judgement.placement`). Nodes are not
-watched: a reconcile asks for them only when it finds a pod the scheduler cannot place, and one listing
-then serves every reconcile for `MAX_AGE` seconds, so a cluster where everything is scheduled costs no
-request at all. A listing is renewed sooner when the scheduler counts another number of nodes than the
-one held (a node came or went). Only nodes with allocatable GPUs are kept, as small frozen facts.
+A scheduling failure is explained with the nodes' figures (`judgement.placement`), and an engine is built
+for the kind of GPU its placement reaches (`judgement.gpu_kinds`). Nodes are not watched: one listing
+serves every reconcile for `MAX_AGE` seconds, so a thousand resources cost one request a minute. A
+listing is renewed sooner when the scheduler counts another number of nodes than the one held (a node
+came or went). Only nodes with allocatable GPUs are kept, as small frozen facts.
 
 Reading nodes is optional (the chart's `rbac.readNodes`): without the setting nothing is asked; without
 the permission (403) the operator says so once in its log, reports the spec's side of the sum only, and

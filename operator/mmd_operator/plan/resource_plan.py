@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from mmd_operator.api.v1alpha1 import MultimodalDeployment, MultimodalDeploymentSpec
-from mmd_operator.api.validation import InvalidSpecError, Problem, check_resource, check_spec
+from mmd_operator.api.validation import InvalidSpecError, Problem, check_resource, check_spec, spec_runtime
 from mmd_operator.facts import GpuKind
 from mmd_operator.knowledge import KNOWLEDGE, Runtime
 from mmd_operator.plan.limits import derive_limits
@@ -30,6 +30,16 @@ AnyPlan = TritonPlan | TrtllmServePlan
 PLANNERS: Mapping[Runtime, Callable[[MultimodalDeploymentSpec, GpuKind | None], AnyPlan]] = MappingProxyType(
     {Runtime.TRITON_TRTLLM_ENGINE: plan_triton, Runtime.TRTLLM_SERVE: plan_trtllm_serve}
 )
+
+
+# The runtimes whose artifact runs only on the kind of GPU it was made on: a TensorRT engine. A
+# snapshot of weights serves on any.
+_KIND_BOUND = frozenset({Runtime.TRITON_TRTLLM_ENGINE})
+
+
+def kind_bound(spec: object) -> bool:
+    """Whether the artifact of a spec document's runtime belongs to one kind of GPU."""
+    return spec_runtime(spec) in _KIND_BOUND
 
 
 def plan_spec(spec: MultimodalDeploymentSpec, gpu_kind: GpuKind | None = None) -> AnyPlan:

@@ -13,8 +13,9 @@ from mmd_operator.status.report import (
     Findings,
     Report,
     previous_status,
+    recorded_kind,
     report,
     transition,
 )
 
-__all__ = ["ConfigMapState", "Findings", "Report", "previous_status", "report", "transition"]
+__all__ = ["ConfigMapState", "Findings", "Report", "previous_status", "recorded_kind", "report", "transition"]

@@ -23,12 +23,13 @@ from mmd_operator.api.v1alpha1 import (
     DerivedLimits,
     Endpoints,
     EngineStatus,
+    GpuStatus,
     MultimodalDeployment,
     RevisionStatus,
     WeightsSource,
     WeightsStatus,
 )
-from mmd_operator.facts import Meta, Observed
+from mmd_operator.facts import GpuKind, Meta, Observed
 from mmd_operator.judgement import Judgement, Rendered
 from mmd_operator.judgement.autoscaling import autoscaling_state
 from mmd_operator.judgement.availability import serving_state
@@ -83,6 +84,7 @@ def _triton(
         job=_live_job(observed),
         source=judgement.artifact.source,
         progress=judgement.artifact.progress,
+        gpu=_gpu(plan.settings.gpu_kind),
     )
     return RuntimeFindings(
         validated=f"engine cacheKey {plan.cache_key}",
@@ -94,6 +96,12 @@ def _triton(
         artifact_status={"engine": engine},
         derived=plan.limits,
     )
+
+
+def _gpu(kind: GpuKind | None) -> GpuStatus | None:
+    if kind is None:
+        return None
+    return GpuStatus(product=kind.product, compute_capability=kind.compute_capability or None)
 
 
 def _trtllm_serve(

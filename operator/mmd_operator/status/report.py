@@ -41,6 +41,7 @@ from mmd_operator.api.v1alpha1 import (
 )
 from mmd_operator.api.v1alpha1.status import MAX_GROUPS, GroupStatus, PodResources
 from mmd_operator.api.validation import Problem
+from mmd_operator.facts import GpuKind
 from mmd_operator.judgement.artifact import ArtifactState
 from mmd_operator.judgement.autoscaling import AUTOSCALING, AutoscalingState
 from mmd_operator.judgement.availability import ServingState
@@ -457,6 +458,12 @@ def previous_status(resource: Mapping[str, Any]) -> MultimodalDeploymentStatus |
         return MultimodalDeploymentStatus.model_validate(resource["status"])
     except ValidationError:
         return None
+
+
+def recorded_kind(previous: MultimodalDeploymentStatus | None) -> GpuKind | None:
+    """The kind of GPU the status says the resource's engine is built for."""
+    gpu = previous.engine.gpu if previous is not None and previous.engine is not None else None
+    return None if gpu is None else GpuKind(gpu.product, gpu.compute_capability or "")
 
 
 def _autoscaling_status(state: AutoscalingState | None) -> AutoscalingStatus | None:

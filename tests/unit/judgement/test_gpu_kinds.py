@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mmd_operator.facts import GpuKind, NodeRequirement, PodPlacement, Toleration
-from mmd_operator.judgement.gpu_kinds import kinds_in_reach, memory_mib
+from mmd_operator.judgement.gpu_kinds import KindChoice, KindsInReach, choose_kind, kinds_in_reach, memory_mib
 from mmd_operator.kube.nodes import nodes_of
 from mmd_testbed.localcluster.objects import NodePool, gpu_node
 
@@ -73,3 +73,17 @@ def test_gpu_nodes_without_feature_discovery_labels_are_counted_apart() -> None:
     reach = kinds_in_reach(PodPlacement(gpus=1), nodes_of([*items, bare]))
     assert reach.kinds == (H100,)
     assert reach.unlabelled == ("bare-0",)
+
+
+def test_the_choice_keeps_the_recorded_kind_when_nothing_or_more_is_known() -> None:
+    mixed = kinds_in_reach(PodPlacement(gpus=1), nodes_of(_nodes(*MIXED)))
+    assert choose_kind(None, H100) == KindChoice(H100)  # nodes not readable
+    assert choose_kind(KindsInReach(), H100) == KindChoice(H100)  # no GPU node in reach now
+    assert choose_kind(KindsInReach(), None) == KindChoice()
+    kept = choose_kind(mixed, L40S)
+    assert kept.kind == L40S and kept.refusal is None
+    assert "also reaches NVIDIA-A100-SXM4-80GB (compute capability 8.0) on 2 node(s)" in kept.notice
+    refused = choose_kind(mixed, GpuKind("NVIDIA-A30", "8.0"))  # its kind left the placement
+    assert refused.kind is None and refused.refusal is not None
+    assert refused.refusal[0] == "spec.serving.pod.nodeSelector"
+    assert refused.refusal[1].startswith("reaches 3 kinds of GPU: NVIDIA-A100-SXM4-80GB")

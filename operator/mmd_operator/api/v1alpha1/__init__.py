@@ -62,6 +62,7 @@ from mmd_operator.api.v1alpha1.status import DerivedLimits as DerivedLimits
 from mmd_operator.api.v1alpha1.status import Endpoints as Endpoints
 from mmd_operator.api.v1alpha1.status import EngineSource as EngineSource
 from mmd_operator.api.v1alpha1.status import EngineStatus as EngineStatus
+from mmd_operator.api.v1alpha1.status import GpuStatus as GpuStatus
 from mmd_operator.api.v1alpha1.status import MultimodalDeploymentStatus as MultimodalDeploymentStatus
 from mmd_operator.api.v1alpha1.status import Phase as Phase
 from mmd_operator.api.v1alpha1.status import RevisionStatus as RevisionStatus

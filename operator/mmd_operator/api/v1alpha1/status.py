@@ -153,6 +153,15 @@ class ArtifactProgress(Schema):
     """Nothing moved for the stall window (5 minutes for a download, 30 for a build)."""
 
 
+class GpuStatus(Schema):
+    """A kind of GPU, as NVIDIA's GPU feature discovery labels its nodes."""
+
+    product: str = Field(max_length=253)
+    """`nvidia.com/gpu.product`, e.g. NVIDIA-H100-80GB-HBM3."""
+    compute_capability: str | None = Field(None, max_length=16)
+    """`nvidia.com/gpu.compute.major` and `.minor`, e.g. 9.0; empty when the nodes do not say."""
+
+
 class EngineStatus(Schema):
     """The engine this resource serves, or is building."""
 
@@ -168,6 +177,9 @@ class EngineStatus(Schema):
     """CacheHit (found in the engine index, no Job) or Built (by the Job); empty until ready."""
     progress: ArtifactProgress | None = None
     """The build's progress, while its Job runs."""
+    gpu: GpuStatus | None = None
+    """The kind of GPU the engine is built for, and its pods run on; empty when no node says (no GPU
+    feature discovery): the engine is then built for whatever GPU its build pod lands on."""
 
 
 class WeightsSource(StrEnum):
