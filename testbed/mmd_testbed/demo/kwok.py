@@ -18,8 +18,9 @@ from pathlib import Path
 
 from engine_builder.result_format import BuildFailed, termination_message
 from mmd_operator.plan.model_repository import ModelRepository
-from mmd_operator.plan.resource_plan import plan_resource
+from mmd_operator.plan.resource_plan import plan_resource, plan_spec
 from mmd_operator.plan.triton import TritonPlan
+from mmd_operator.status import previous_status, recorded_kind
 from mmd_testbed.demo.common import (
     GROUP,
     LLAVA_STREAM,
@@ -156,7 +157,10 @@ def kwok_demo(args: argparse.Namespace) -> int:
             )
             configmap = demo.core.read_namespaced_config_map(repository, NAMESPACE)
             configs = {key.removesuffix(".pbtxt"): text for key, text in configmap.data.items()}
-            _, plan = plan_resource(demo.get("llava"))
+            # The plan of the kind of GPU its engine was built for (the cacheKey names it in every path).
+            live = demo.get("llava")
+            resource, _ = plan_resource(live)
+            plan = plan_spec(resource.spec, recorded_kind(previous_status(live)))
             assert isinstance(plan, TritonPlan)
             assert configs == dict(plan.repository.configs), "the ConfigMap is not what the plan renders"
             served_plan = dataclasses.replace(
