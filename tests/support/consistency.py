@@ -26,7 +26,8 @@ from mmd_operator.api.v1alpha1 import GROUP, PLURAL, VERSION, MultimodalDeployme
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired.decision import manifests
 from mmd_operator.kube.engine_index import EngineIndex
-from mmd_operator.plan.resource_plan import plan_resource
+from mmd_operator.plan.resource_plan import plan_resource, plan_spec
+from mmd_operator.status import previous_status, recorded_kind
 from mmd_operator.vocabulary import hashing, labels, names
 
 MANAGED = f"{labels.MANAGED_BY}={labels.OPERATOR}"
@@ -40,11 +41,16 @@ def _plain(api: k8s.ApiClient, obj: Any) -> dict[str, Any]:
 def expected_children(body: Mapping[str, Any], config: OperatorConfig) -> dict[str, dict[str, Any]]:
     """The claim, Job, ConfigMap, Deployment and Service the operator's pure code wants for `body`, by kind.
 
-    Planned as the operator plans: the operator's spec defaults filled in first.
+    Planned as the operator plans: the operator's spec defaults filled in first, the engine for the kind
+    of GPU the status records.
     """
     filled = config.with_spec_defaults(body["spec"])
     document = {"apiVersion": body["apiVersion"], "kind": body["kind"], "metadata": {"name": "plan"}}
     _, plan = plan_resource({**document, "spec": filled})
+    # For the kind of GPU the status says its engine is built for: the cacheKey and the pods name it.
+    kind = recorded_kind(previous_status(body))
+    if kind is not None:
+        plan = plan_spec(plan.settings.spec, kind)
     resource = MultimodalDeployment(metadata=dict(body["metadata"]), spec=plan.settings.spec)
     return {manifest["kind"]: manifest for manifest in manifests(resource, plan, config=config)}
 
