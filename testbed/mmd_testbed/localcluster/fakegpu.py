@@ -9,11 +9,17 @@ the second: a container given GPUs gets `NVIDIA_VISIBLE_DEVICES` (their IDs, `GP
 double (`mmd_testbed.build_tools.nvidia_smi`) prints as the real one prints the GPUs it sees. No device,
 driver or mount reaches a container: this machine has none.
 
-The plugin is built once per digest of its sources and the Go toolchain into a cache of its own beside
-the node components' (so changing it rebuilds nothing else), with the same `go` environment and
+The plugin is built once per digest of its sources and the Go toolchain into a cache of its own beside the
+node components' (so changing it rebuilds nothing else), with the same `go` environment and
 scratch-then-rename under a file lock as every other cache (`binaries.build_cache`). It runs as one more
 node component (`fake-gpu`, logging to `<cluster dir>/logs/<node>.fake-gpu.log`), in the node's network
-namespace, and finds the kubelet's registration socket in `<kubelet root>/device-plugins/`.
+namespace. It registers through the kubelet's plugin watcher, with a socket in the node's `<kubelet
+root>/plugins_registry/`: the kubelet's own registration socket,
+`/var/lib/kubelet/device-plugins/kubelet.sock`, is a constant whatever its `--root-dir`, one path for
+every real node of every cluster on this machine (each kubelet deletes the others' socket when it starts).
+That directory also holds the kubelet's device checkpoint, so a restarted kubelet may read another node's:
+it only matters for pods that outlive a kubelet restart, and a lost node (`realnodes.NodeRunner.lose`)
+loses its containers with its kubelet.
 
 Imports: the standard library and `binaries`, `layout`, `nodes`, `objects`, `processes`.
 """
@@ -26,7 +32,7 @@ from pathlib import Path
 
 from mmd_testbed.localcluster.binaries import BinarySpec, Printer, build_cache
 from mmd_testbed.localcluster.layout import Layout, Toolchain
-from mmd_testbed.localcluster.nodes import RealNode
+from mmd_testbed.localcluster.nodes import FAKE_GPU_HEALTH_PORT, RealNode
 from mmd_testbed.localcluster.objects import GpuModel
 from mmd_testbed.localcluster.processes import exclusive_lock
 
@@ -65,14 +71,19 @@ def ensure_fake_gpu(layout: Layout, say: Printer = print) -> Path:
     with exclusive_lock(lock, partial(say, f"==> another build holds {lock}; waiting for it")):
         if not binary.is_file():
             say(f"==> building the fake GPU device plugin ({sources.name}) with {toolchain.version}")
-            spec = BinarySpec(BINARY, BINARY, ".", (), ("-s", "-w"))
-            build_cache(toolchain, root, [spec], lambda _wrapper: sources, {"sources": str(sources)}, say)
+            record = {"sources": str(sources)}
+            build_cache(toolchain, root, fake_gpu_specs(), lambda _wrapper: sources, record, say)
     return binary
 
 
-def device_plugin_dir(node: RealNode) -> Path:
-    """The kubelet's device-plugins directory: its `kubelet.sock`, and the plugins' sockets."""
-    return node.kubelet_root / "device-plugins"
+def registry_dir(node: RealNode) -> Path:
+    """The kubelet's plugin watcher directory, where the plugin's socket goes."""
+    return node.kubelet_root / "plugins_registry"
+
+
+def fake_gpu_specs() -> list[BinarySpec]:
+    """The plugin's build recipe (its own module is its wrapper)."""
+    return [BinarySpec(BINARY, BINARY, f"mmd-operator/testbed/go/nodes/{BINARY}", (), ("-s", "-w"))]
 
 
 def plugin_command(node: RealNode, binary: Path, model: GpuModel, gpus: int) -> list[str]:
@@ -81,11 +92,12 @@ def plugin_command(node: RealNode, binary: Path, model: GpuModel, gpus: int) -> 
         node.name,
         [
             str(binary),
-            f"--plugin-dir={device_plugin_dir(node)}",
+            f"--registry-dir={registry_dir(node)}",
             f"--node={node.name}",
             f"--gpus={gpus}",
             f"--product-name={model.name}",
             f"--compute-capability={model.compute_capability}",
+            f"--health-address={node.address}:{FAKE_GPU_HEALTH_PORT}",
         ],
     )
 

@@ -55,6 +55,8 @@ KUBELET_PORT = 10250
 KUBELET_HEALTHZ_PORT = 10248
 KUBE_PROXY_HEALTHZ_PORT = 10256
 KUBE_ROUTER_HEALTH_PORT = 20244
+# The fake GPU device plugin's /healthz: 200 while the kubelet watches its devices.
+FAKE_GPU_HEALTH_PORT = 10290
 # The label that tells real nodes from kwok's (kwok nodes carry `type: kwok`).
 NODE_KIND_LABEL = "localcluster.mmd.dev/node-kind"
 REAL = "real"
@@ -386,6 +388,7 @@ def health_url(node: RealNode, component: str) -> str | None:
         "kubelet": KUBELET_HEALTHZ_PORT,
         "kube-proxy": KUBE_PROXY_HEALTHZ_PORT,
         "kube-router": KUBE_ROUTER_HEALTH_PORT,
+        "fake-gpu": FAKE_GPU_HEALTH_PORT,
     }
     if component not in ports:
         return None

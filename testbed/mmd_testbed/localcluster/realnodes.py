@@ -223,7 +223,7 @@ class NodeRunner:
                 for component in ("kube-proxy", "kube-router"):
                     self._start(node, component, argv[component])
             for node in self.nodes:
-                for component in ("kubelet", "kube-proxy", "kube-router"):
+                for component in ("kubelet", fakegpu.COMPONENT, "kube-proxy", "kube-router"):
                     self._wait(node, component, partial(_healthy, node, component), "healthy", timeout)
                 self._wait(node, "kubelet", partial(_ready, core, node.name), "node Ready", timeout)
                 self._wait_gpus(core, node, timeout)
@@ -322,9 +322,9 @@ class NodeRunner:
     def _wait_gpus(self, core: k8s.CoreV1Api, node: RealNode, timeout: float) -> None:
         """Wait until the node's allocatable `nvidia.com/gpu` is the plugin's count.
 
-        The kubelet reports a plugin's devices in its next node status update (about every 10 s), and after
-        a restart only once the plugin registered again; until then the scheduler could place a GPU pod
-        that the kubelet's device manager refuses at admission.
+        The kubelet reports a plugin's devices in its next node status update (about every 10 s); until
+        then the scheduler sees none. After a restart the status may still hold the count of before: the
+        plugin's health (a kubelet watches its devices) is what says the kubelet has them again.
         """
         wanted = str(self.pool.gpus_per_node)
         check = partial(_allocatable_gpus_are, core, node.name, wanted)
@@ -367,7 +367,7 @@ class NodeRunner:
         self._start(node, fakegpu.COMPONENT, self._plugin_command(node))
         with self.host.api_client() as api_client:
             core = k8s.CoreV1Api(api_client)
-            for component in ("kubelet", "kube-proxy", "kube-router"):
+            for component in ("kubelet", fakegpu.COMPONENT, "kube-proxy", "kube-router"):
                 self._wait(node, component, partial(_healthy, node, component), "healthy", timeout)
             self._wait(node, "kubelet", partial(_ready, core, node.name), "node Ready", timeout)
             self._label(core, node)

@@ -6,13 +6,16 @@
 // `<product name>,<major>.<minor>` per allocated GPU, ';'-separated), which the images' nvidia-smi double
 // reads. No device node, mount or driver reaches the container: this machine has no GPU.
 //
-// The kubelet forgets every plugin when it restarts (it deletes the sockets in its device-plugins
-// directory and makes a new kubelet.sock); the plugin notices either and serves and registers again, as
-// the real plugin does.
+// It registers through the kubelet's plugin watcher (a socket in `<kubelet root>/plugins_registry` serving
+// the plugin registration API, type DevicePlugin), not through `/var/lib/kubelet/device-plugins/kubelet.sock`:
+// the kubelet takes that path as a constant, whatever its --root-dir, so every kubelet on this machine
+// would share it. The watcher finds the socket again when the kubelet restarts and registers it anew; the
+// plugin only has to keep its socket, which it serves again if it is removed. Its health endpoint
+// (--health-address, /healthz) answers 200 while a kubelet watches its devices, 503 before and between.
 //
 // Usage:
 //
-//	fake-gpu --plugin-dir <kubelet root>/device-plugins --node <name> --gpus 8 \
+//	fake-gpu --registry-dir <kubelet root>/plugins_registry --node <name> --gpus 8 \
 //	    --product-name "NVIDIA H100 80GB HBM3" --compute-capability 9.0
 package main
 
@@ -24,22 +27,24 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
 const (
 	visibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
 	fakeGpusEnv       = "FAKE_NVIDIA_GPUS"
-	// How often the plugin looks whether the kubelet restarted (its own socket gone, a new kubelet.sock).
+	// How often the plugin looks whether its socket is still there.
 	watchInterval = 500 * time.Millisecond
 )
 
@@ -78,6 +83,8 @@ type plugin struct {
 	ids   []string
 	gpu   identity
 	known map[string]bool
+	// How many ListAndWatch streams are open: a kubelet has the devices while there is one.
+	watchers *atomic.Int32
 	// Closed when this server stops, which ends ListAndWatch's stream.
 	stopped chan struct{}
 }
@@ -94,6 +101,8 @@ func (p *plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 	if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devices}); err != nil {
 		return err
 	}
+	p.watchers.Add(1)
+	defer p.watchers.Add(-1)
 	log.Printf("advertised %d healthy device(s)", len(devices))
 	// The devices never change; the stream stays open until the kubelet or this server goes.
 	select {
@@ -122,8 +131,33 @@ func (p *plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
-// serve listens on `socket` and serves a fresh plugin until stop is called.
-func serve(socket string, template *plugin) (stop func(), err error) {
+// registration answers the kubelet's plugin watcher: a device plugin for `resource` at `endpoint`.
+type registration struct {
+	registerapi.UnimplementedRegistrationServer
+	resource string
+	endpoint string
+}
+
+func (r *registration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	return &registerapi.PluginInfo{
+		Type:              registerapi.DevicePlugin,
+		Name:              r.resource,
+		Endpoint:          r.endpoint,
+		SupportedVersions: []string{pluginapi.Version},
+	}, nil
+}
+
+func (r *registration) NotifyRegistrationStatus(_ context.Context, status *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	if status.PluginRegistered {
+		log.Printf("registered %s with the kubelet", r.resource)
+	} else {
+		log.Printf("the kubelet refused %s: %s", r.resource, status.Error)
+	}
+	return &registerapi.RegistrationStatusResponse{}, nil
+}
+
+// serve listens on `socket` and serves the registration and device plugin APIs until stop is called.
+func serve(socket, resource string, template *plugin) (stop func(), err error) {
 	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
@@ -134,6 +168,7 @@ func serve(socket string, template *plugin) (stop func(), err error) {
 	served := *template
 	served.stopped = make(chan struct{})
 	server := grpc.NewServer()
+	registerapi.RegisterRegistrationServer(server, &registration{resource: resource, endpoint: socket})
 	pluginapi.RegisterDevicePluginServer(server, &served)
 	go func() {
 		if err := server.Serve(listener); err != nil {
@@ -147,85 +182,68 @@ func serve(socket string, template *plugin) (stop func(), err error) {
 	}, nil
 }
 
-func register(ctx context.Context, kubeletSocket, endpoint, resource string) error {
-	connection, err := grpc.NewClient("unix://"+kubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer connection.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_, err = pluginapi.NewRegistrationClient(connection).Register(ctx, &pluginapi.RegisterRequest{
-		Version:      pluginapi.Version,
-		Endpoint:     endpoint,
-		ResourceName: resource,
-		Options:      &pluginapi.DevicePluginOptions{},
+// serveHealth answers /healthz: 200 while a kubelet watches the devices, else 503.
+func serveHealth(address string, watchers *atomic.Int32) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(writer http.ResponseWriter, _ *http.Request) {
+		if watchers.Load() > 0 {
+			_, _ = writer.Write([]byte("ok"))
+			return
+		}
+		http.Error(writer, "no kubelet watches the devices", http.StatusServiceUnavailable)
 	})
-	return err
-}
-
-// sameFile tells whether `path` is still the file `before` was (false when either is missing).
-func sameFile(before os.FileInfo, path string) bool {
-	now, err := os.Stat(path)
-	return err == nil && before != nil && os.SameFile(before, now)
+	server := &http.Server{Addr: address, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	log.Fatal(server.ListenAndServe())
 }
 
 func main() {
-	pluginDir := flag.String("plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugins directory")
+	registryDir := flag.String("registry-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin watcher directory")
 	node := flag.String("node", "", "the node's name (makes the device IDs)")
 	gpus := flag.Int("gpus", 8, "how many GPUs to advertise")
 	resource := flag.String("resource", "nvidia.com/gpu", "the extended resource's name")
 	productName := flag.String("product-name", "", "each GPU's name as nvidia-smi prints it")
 	computeCapability := flag.String("compute-capability", "", "each GPU's compute capability, <major>.<minor>")
-	socketName := flag.String("socket-name", "fake-nvidia-gpu.sock", "the plugin's socket in --plugin-dir")
+	socketName := flag.String("socket-name", "fake-nvidia-gpu.sock", "the plugin's socket in --registry-dir")
+	healthAddress := flag.String("health-address", "", "host:port of /healthz (none when empty)")
 	flag.Parse()
 	if *node == "" || *productName == "" || *computeCapability == "" || *gpus < 0 {
 		log.Fatal("--node, --product-name, --compute-capability and --gpus (0 or more) are required")
 	}
 	ids := deviceIDs(*node, *gpus)
-	template := &plugin{ids: ids, gpu: identity{*productName, *computeCapability}, known: map[string]bool{}}
+	template := &plugin{
+		ids:      ids,
+		gpu:      identity{*productName, *computeCapability},
+		known:    map[string]bool{},
+		watchers: &atomic.Int32{},
+	}
 	for _, id := range ids {
 		template.known[id] = true
 	}
-	socket := filepath.Join(*pluginDir, *socketName)
-	kubeletSocket := filepath.Join(*pluginDir, filepath.Base(pluginapi.KubeletSocket))
-	log.Printf("%s: %d x %s (compute capability %s) as %s", *node, *gpus, *productName, *computeCapability, *resource)
+	if err := os.MkdirAll(*registryDir, 0o750); err != nil {
+		log.Fatalf("creating %s: %v", *registryDir, err)
+	}
+	socket := filepath.Join(*registryDir, *socketName)
+	log.Printf("%s: %d x %s (compute capability %s) as %s, at %s", *node, *gpus, *productName, *computeCapability, *resource, socket)
 
+	if *healthAddress != "" {
+		go serveHealth(*healthAddress, template.watchers)
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
 	ticker := time.NewTicker(watchInterval)
 	defer ticker.Stop()
 	for ctx.Err() == nil {
-		kubeletBefore, err := os.Stat(kubeletSocket)
-		if err != nil {
-			// No kubelet yet (or one starting): look again soon.
-			select {
-			case <-ctx.Done():
-			case <-ticker.C:
-			}
-			continue
-		}
-		stop, err := serve(socket, template)
+		stop, err := serve(socket, *resource, template)
 		if err != nil {
 			log.Fatalf("listening on %s: %v", socket, err)
 		}
-		if err := register(ctx, kubeletSocket, *socketName, *resource); err != nil {
-			log.Printf("registering with the kubelet at %s: %v; trying again", kubeletSocket, err)
-			stop()
-			select {
-			case <-ctx.Done():
-			case <-ticker.C:
-			}
-			continue
-		}
-		log.Printf("registered %s with the kubelet at %s", *resource, kubeletSocket)
 		for ctx.Err() == nil {
 			select {
 			case <-ctx.Done():
 			case <-ticker.C:
 			}
-			if _, err := os.Stat(socket); err != nil || !sameFile(kubeletBefore, kubeletSocket) {
-				log.Printf("the kubelet restarted (its socket is new or ours is gone); registering again")
+			if _, err := os.Stat(socket); err != nil {
+				log.Printf("%s is gone; serving it again", socket)
 				break
 			}
 		}
