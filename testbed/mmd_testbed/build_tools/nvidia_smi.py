@@ -69,7 +69,7 @@ def run(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[int, list[
     gpus = visible_gpus(environment)
     if not gpus:
         return EXIT_NO_DEVICES, ["No devices were found"]
-    options = dict(argument.split("=", 1) if "=" in argument else (argument, "") for argument in argv)
+    options = {name: value for name, _, value in (argument.partition("=") for argument in argv)}
     if set(options) <= {"-L", "--list-gpus"} and options:
         return 0, [f"GPU {gpu.index}: {gpu.name} (UUID: {gpu.uuid})" for gpu in gpus]
     if set(options) == {"--query-gpu", "--format"}:
