@@ -90,6 +90,7 @@ def test_the_plugin_of_a_node_advertises_its_model_in_the_kubelets_registry(tmp_
         "/cache/fake-gpu",
         f"--registry-dir={tmp_path}/nodes/real-node-1/kubelet/root/plugins_registry",
         "--node=real-node-1",
+        f"--id-seed={tmp_path}/nodes/real-node-1",
         "--gpus=2",
         "--product-name=NVIDIA H100 80GB HBM3",
         "--compute-capability=9.0",

@@ -94,6 +94,8 @@ def plugin_command(node: RealNode, binary: Path, model: GpuModel, gpus: int) -> 
             str(binary),
             f"--registry-dir={registry_dir(node)}",
             f"--node={node.name}",
+            # Unique per cluster: the kubelets of every cluster here share one device checkpoint.
+            f"--id-seed={node.directory}",
             f"--gpus={gpus}",
             f"--product-name={model.name}",
             f"--compute-capability={model.compute_capability}",

@@ -54,12 +54,15 @@ type identity struct {
 	computeCapability string
 }
 
-// deviceIDs are the node's GPU IDs in the form of NVIDIA's (GPU-<uuid>), stable across restarts of the
-// plugin (the kubelet's checkpoint names allocated devices by ID) and distinct across nodes.
-func deviceIDs(node string, count int) []string {
+// deviceIDs are the node's GPU IDs in the form of NVIDIA's (GPU-<uuid>), made of `seed`: stable across
+// restarts of the plugin (the kubelet's checkpoint names allocated devices by ID), distinct across nodes
+// and clusters. Every kubelet on this machine keeps its device checkpoint in the one
+// /var/lib/kubelet/device-plugins, so a restarted kubelet may read another's: with IDs of its own, the
+// other's allocations hold none of its devices.
+func deviceIDs(seed string, count int) []string {
 	ids := make([]string, count)
 	for index := range ids {
-		sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%d", node, index)))
+		sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%d", seed, index)))
 		hex := fmt.Sprintf("%x", sum[:16])
 		ids[index] = fmt.Sprintf("GPU-%s-%s-%s-%s-%s", hex[0:8], hex[8:12], hex[12:16], hex[16:20], hex[20:32])
 	}
@@ -198,7 +201,8 @@ func serveHealth(address string, watchers *atomic.Int32) {
 
 func main() {
 	registryDir := flag.String("registry-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin watcher directory")
-	node := flag.String("node", "", "the node's name (makes the device IDs)")
+	node := flag.String("node", "", "the node's name")
+	idSeed := flag.String("id-seed", "", "what makes the device IDs unique on this machine (default: --node)")
 	gpus := flag.Int("gpus", 8, "how many GPUs to advertise")
 	resource := flag.String("resource", "nvidia.com/gpu", "the extended resource's name")
 	productName := flag.String("product-name", "", "each GPU's name as nvidia-smi prints it")
@@ -209,7 +213,10 @@ func main() {
 	if *node == "" || *productName == "" || *computeCapability == "" || *gpus < 0 {
 		log.Fatal("--node, --product-name, --compute-capability and --gpus (0 or more) are required")
 	}
-	ids := deviceIDs(*node, *gpus)
+	if *idSeed == "" {
+		*idSeed = *node
+	}
+	ids := deviceIDs(*idSeed, *gpus)
 	template := &plugin{
 		ids:      ids,
 		gpu:      identity{*productName, *computeCapability},
