@@ -40,7 +40,7 @@ def two_kinds(
     say: Callable[[str], None], built_images: dict[str, images.BuiltImage]
 ) -> Iterator[LocalCluster]:
     """A cluster with an A100 node and an H100 node, and the serving stand-in image on both."""
-    # Short: the nodes' containerd sockets must fit in 104 bytes.
+    # Short: the nodes' sockets (containerd's, the GPU plugin's) must fit in 104 bytes.
     directory = Path(tempfile.mkdtemp(prefix="mmd-gpus-", dir="/tmp"))
     cluster = LocalCluster(directory, say=say, bind_to_parent=True)
     try:

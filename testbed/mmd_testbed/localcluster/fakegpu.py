@@ -81,6 +81,11 @@ def registry_dir(node: RealNode) -> Path:
     return node.kubelet_root / "plugins_registry"
 
 
+def registration_socket(node: RealNode) -> Path:
+    """The plugin's socket (the plugin's `--socket-name` default): the longest socket path of a node."""
+    return registry_dir(node) / "gpu.sock"
+
+
 def fake_gpu_specs() -> list[BinarySpec]:
     """The plugin's build recipe (its own module is its wrapper)."""
     return [BinarySpec(BINARY, BINARY, f"mmd-operator/testbed/go/nodes/{BINARY}", (), ("-s", "-w"))]

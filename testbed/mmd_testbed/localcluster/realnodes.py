@@ -73,8 +73,9 @@ class Host(Protocol):
         """An admin client (the caller closes it)."""
 
 
-# containerd refuses a unix socket path over 104 bytes (the BSD sun_path size, applied on Linux too), and
-# the longest it makes is its ttrpc socket beside the gRPC one.
+# containerd refuses a unix socket path over 104 bytes (the BSD sun_path size, applied on Linux too; Linux
+# allows 107). The longest a node makes are containerd's ttrpc socket beside the gRPC one and the fake GPU
+# plugin's in the kubelet's plugin registry.
 SOCKET_PATH_LIMIT = 104
 
 
@@ -85,10 +86,11 @@ def preflight(
     problems = []
     if state_dir is not None:
         node = RealNode("real-node-0", 0, state_dir.resolve(), ClusterNetwork(0))
-        socket = node.containerd_socket.with_name(node.containerd_socket.name + ".ttrpc")
+        ttrpc = node.containerd_socket.with_name(node.containerd_socket.name + ".ttrpc")
+        socket = max(ttrpc, fakegpu.registration_socket(node), key=lambda path: len(str(path)))
         if len(str(socket)) > SOCKET_PATH_LIMIT:
             problems.append(
-                f"the cluster directory {state_dir} is too long for the nodes' containerd sockets "
+                f"the cluster directory {state_dir} is too long for the nodes' sockets "
                 f"({socket} is {len(str(socket))} bytes; "
                 f"a unix socket path has at most {SOCKET_PATH_LIMIT}): "
                 "use a shorter --dir"

@@ -207,7 +207,8 @@ func main() {
 	resource := flag.String("resource", "nvidia.com/gpu", "the extended resource's name")
 	productName := flag.String("product-name", "", "each GPU's name as nvidia-smi prints it")
 	computeCapability := flag.String("compute-capability", "", "each GPU's compute capability, <major>.<minor>")
-	socketName := flag.String("socket-name", "fake-nvidia-gpu.sock", "the plugin's socket in --registry-dir")
+	// Short: the registry's path is long already, and a unix socket's path has at most 107 bytes.
+	socketName := flag.String("socket-name", "gpu.sock", "the plugin's socket in --registry-dir")
 	healthAddress := flag.String("health-address", "", "host:port of /healthz (none when empty)")
 	flag.Parse()
 	if *node == "" || *productName == "" || *computeCapability == "" || *gpus < 0 {
