@@ -84,7 +84,8 @@ def test_per_node_models_survive_the_state_file() -> None:
 
 def test_the_plugin_of_a_node_advertises_its_model_in_the_kubelets_registry(tmp_path: Path) -> None:
     node = RealNode("real-node-1", 1, tmp_path, ClusterNetwork(7))
-    argv = fakegpu.plugin_command(node, Path("/cache/fake-gpu"), TWO_KINDS.model_of(1), 2)
+    kubeconfig = node.directory / "kubelet" / "kubeconfig"
+    argv = fakegpu.plugin_command(node, Path("/cache/fake-gpu"), TWO_KINDS.model_of(1), 2, kubeconfig)
     assert argv[:3] == ["nsenter", f"--net={ClusterNetwork(7).netns_path('real-node-1')}", "--"]
     assert argv[3:] == [
         "/cache/fake-gpu",
@@ -95,6 +96,12 @@ def test_the_plugin_of_a_node_advertises_its_model_in_the_kubelets_registry(tmp_
         "--product-name=NVIDIA H100 80GB HBM3",
         "--compute-capability=9.0",
         f"--health-address={node.address}:10290",
+        "--architecture=Hopper",
+        "--memory-mib=81559",
+        "--driver-version=550.127.05",
+        f"--dra-kubeconfig={tmp_path}/nodes/real-node-1/kubelet/kubeconfig",
+        f"--dra-plugin-dir={tmp_path}/nodes/real-node-1/gpu",
+        f"--cdi-dir={tmp_path}/nodes/real-node-1/cdi",
     ]
 
 

@@ -5,7 +5,9 @@ A cluster of its own (the session's nodes share one GPU model): two real nodes o
 Each node's `nvidia.com/gpu` comes from its device plugin double (`localcluster.fakegpu`), registered with
 its kubelet; a pod given a GPU on either node runs the image's `nvidia-smi` and lists that node's GPU; a
 pod given none finds no devices; a killed plugin takes the node's GPUs out of its allocatable, and a node
-lost and revived has them again.
+lost and revived has them again. The same plugin is the DRA driver `gpu.nvidia.com`: each node's
+ResourceSlice lists its GPUs with NVIDIA's attributes, and a claim that selects a compute capability gets
+a GPU of that kind, on the node that has it, whose nvidia-smi lists it (injected through CDI).
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 
 from mmd_operator.vocabulary.kinds import GPU_RESOURCE
-from mmd_testbed.localcluster import images, nodes, processes
+from mmd_testbed.localcluster import fakegpu, images, nodes, processes
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.nodes import RealNode
 from mmd_testbed.localcluster.objects import GPU_MODELS, NodePool
@@ -149,6 +152,71 @@ def test_a_pod_given_no_gpu_finds_no_devices(kube: Kube, built_images: dict[str,
     pod, log = finished["smi-none"]
     assert pod.status.phase == "Failed" and log == "No devices were found\n"
     assert pod.status.container_statuses[0].state.terminated.exit_code == 6
+
+
+def test_each_node_publishes_its_gpus_as_a_resource_slice_with_nvidias_attributes(kube: Kube) -> None:
+    resource = k8s.ResourceV1Api(kube.core.api_client)
+    for name, model in NODES.items():
+        (found,) = [
+            item
+            for item in resource.list_resource_slice(field_selector=f"spec.nodeName={name}").items
+            if item.spec.driver == fakegpu.DRA_DRIVER
+        ]
+        assert found.spec.pool.name == name and len(found.spec.devices) == 2
+        attributes = found.spec.devices[0].attributes
+        assert {key: value.string for key, value in attributes.items() if value.string is not None} == {
+            "productName": model.name,
+            "architecture": model.architecture,
+            "brand": "Nvidia",
+            "uuid": attributes["uuid"].string,
+        }
+        assert attributes["uuid"].string.startswith("GPU-")
+        assert attributes["cudaComputeCapability"].version == f"{model.compute_capability}.0"
+        assert attributes["driverVersion"].version == "550.127.5"
+    assert resource.read_device_class(fakegpu.DRA_DRIVER).spec.selectors[0].cel.expression == (
+        "device.driver == 'gpu.nvidia.com'"
+    )
+
+
+def _claim_template(name: str, compute_capability: str) -> dict[str, Any]:
+    """A claim of one GPU of `compute_capability` (`<major>.<minor>.0`), as a user of DRA writes one."""
+    attribute = f'device.attributes["{fakegpu.DRA_DRIVER}"].cudaComputeCapability'
+    request = {
+        "name": "gpu",
+        "exactly": {
+            "deviceClassName": fakegpu.DRA_DRIVER,
+            "selectors": [{"cel": {"expression": f'{attribute} == semver("{compute_capability}")'}}],
+        },
+    }
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": [request]}}},
+    }
+
+
+def test_a_claim_for_a_compute_capability_gets_that_gpu_on_the_node_that_has_it(
+    kube: Kube, built_images: dict[str, images.BuiltImage]
+) -> None:
+    resource = k8s.ResourceV1Api(kube.core.api_client)
+    pods = []
+    for name, model in NODES.items():
+        template = f"cc-{model.compute_major}-{model.compute_minor}"
+        resource.create_namespaced_resource_claim_template(
+            NAMESPACE, _claim_template(template, f"{model.compute_capability}.0")
+        )
+        # No nodeSelector and no nvidia.com/gpu: the claim alone places the pod.
+        pod = _pod(f"dra-{template}", built_images["serving-cpu"].name, name, gpus=0)
+        del pod["spec"]["nodeSelector"]
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
+        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+        pods.append(pod)
+    finished = _run(kube, pods)
+    for name, model in NODES.items():
+        pod, log = finished[f"dra-cc-{model.compute_major}-{model.compute_minor}"]
+        assert pod.spec.node_name == name and pod.status.phase == "Succeeded", (log, pod.status.message)
+        assert log == f"{model.name}, {model.compute_capability}\n"
 
 
 def test_a_killed_plugin_takes_the_gpus_away_and_a_revived_node_has_them_again(

@@ -9,6 +9,15 @@ the second: a container given GPUs gets `NVIDIA_VISIBLE_DEVICES` (their IDs, `GP
 double (`mmd_testbed.build_tools.nvidia_smi`) prints as the real one prints the GPUs it sees. No device,
 driver or mount reaches a container: this machine has none.
 
+The same process is also the DRA driver `gpu.nvidia.com` (`k8s.io/dynamic-resource-allocation`'s
+kubeletplugin at the cluster's version, registered in the same plugin registry, with the node's own
+credentials): it publishes the node's ResourceSlice, one device per GPU with the attributes of NVIDIA's
+DRA driver (`productName`, `architecture`, `brand`, `cudaComputeCapability` and `driverVersion` as
+versions, `uuid`, `index`; capacity `memory`), and prepares a claim by writing a CDI spec of the claim
+into the node's `cdi_dir`, which its containerd reads, setting the same two variables. `device_class` is
+its DeviceClass, which `realnodes` installs. The two halves advertise the same GPUs and do not know of
+each other's allocations: a test uses one or the other on a node.
+
 The plugin is built once per digest of its sources and the Go toolchain into a cache of its own beside the
 node components' (so changing it rebuilds nothing else), with the same `go` environment and
 scratch-then-rename under a file lock as every other cache (`binaries.build_cache`). It runs as one more
@@ -29,6 +38,7 @@ from __future__ import annotations
 import hashlib
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from mmd_testbed.localcluster.binaries import BinarySpec, Printer, build_cache
 from mmd_testbed.localcluster.layout import Layout, Toolchain
@@ -39,6 +49,10 @@ from mmd_testbed.localcluster.processes import exclusive_lock
 BINARY = "fake-gpu"
 COMPONENT = "fake-gpu"
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+# The DRA driver's name, and its DeviceClass's.
+DRA_DRIVER = "gpu.nvidia.com"
+# The driver of GPU feature discovery's `nvidia.com/cuda.driver.major/minor` labels (`objects.gpu_labels`).
+DRIVER_VERSION = "550.127.05"
 FAKE_GPUS_ENV = "FAKE_NVIDIA_GPUS"
 # Bump when the build recipe changes in a way the digest of the sources cannot see.
 _RECIPE_VERSION = "1"
@@ -91,8 +105,12 @@ def fake_gpu_specs() -> list[BinarySpec]:
     return [BinarySpec(BINARY, BINARY, f"mmd-operator/testbed/go/nodes/{BINARY}", (), ("-s", "-w"))]
 
 
-def plugin_command(node: RealNode, binary: Path, model: GpuModel, gpus: int) -> list[str]:
-    """The plugin's argv for `node`, with `gpus` devices of `model`, in the node's network namespace."""
+def plugin_command(node: RealNode, binary: Path, model: GpuModel, gpus: int, kubeconfig: Path) -> list[str]:
+    """The plugin's argv for `node`, with `gpus` devices of `model`, in the node's network namespace.
+
+    `kubeconfig` is the node's own (the kubelet's): its DRA half publishes the node's ResourceSlice and
+    reads the claims of the node's pods, which the Node authorizer lets a node do for itself.
+    """
     return node.network.in_netns(
         node.name,
         [
@@ -105,8 +123,24 @@ def plugin_command(node: RealNode, binary: Path, model: GpuModel, gpus: int) -> 
             f"--product-name={model.name}",
             f"--compute-capability={model.compute_capability}",
             f"--health-address={node.address}:{FAKE_GPU_HEALTH_PORT}",
+            f"--architecture={model.architecture}",
+            f"--memory-mib={model.memory_mib}",
+            f"--driver-version={DRIVER_VERSION}",
+            f"--dra-kubeconfig={kubeconfig}",
+            f"--dra-plugin-dir={node.directory / 'gpu'}",
+            f"--cdi-dir={node.cdi_dir}",
         ],
     )
+
+
+def device_class() -> dict[str, Any]:
+    """The DeviceClass of the plugin's GPUs, as NVIDIA's DRA driver installs its own."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": DRA_DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRA_DRIVER}'"}}]},
+    }
 
 
 def fake_gpus_value(model: GpuModel, count: int) -> str:

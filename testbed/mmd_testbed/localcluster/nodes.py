@@ -112,6 +112,11 @@ class RealNode:
         return self.directory / "kubelet" / "pod-logs"
 
     @property
+    def cdi_dir(self) -> Path:
+        """Where the fake GPU plugin writes prepared claims' CDI specs, and containerd reads them."""
+        return self.directory / "cdi"
+
+    @property
     def cni_conf_dir(self) -> Path:
         """The containerd CNI configuration directory (empty until the node has its pod range)."""
         return self.directory / "cni" / "net.d"
@@ -169,6 +174,9 @@ def containerd_config(node: RealNode, binaries: NodeBinaries, sandbox_image: str
             # fails in runc.
             "    restrict_oom_score_adj = true",
             "    netns_mounts_under_state_dir = true",
+            # The fake GPU plugin's DRA half injects a claim's GPUs as CDI devices (a directory per node).
+            "    enable_cdi = true",
+            f"    cdi_spec_dirs = [{q(node.cdi_dir)}]",
             "    [plugins.'io.containerd.cri.v1.runtime'.containerd]",
             "      default_runtime_name = 'runc'",
             "      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]",

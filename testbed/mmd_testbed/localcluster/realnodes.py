@@ -4,7 +4,8 @@
 images are imported into it), the kubelet (which registers the node with its certificate) and the fake GPU
 device plugin (`fakegpu`), which registers `nvidia.com/gpu` with that kubelet: the node's capacity comes
 from the kubelet's device manager, as on a GPU node, and a container given GPUs learns which (their IDs,
-name and compute capability, in its environment). Then, as GPU feature discovery and a network plugin
+name and compute capability, in its environment); as the DRA driver `gpu.nvidia.com` it publishes the
+node's ResourceSlice (its DeviceClass is applied first). Then, as GPU feature discovery and a network plugin
 would on a real cluster: the node gets the GPU labels of its model (`NodePool.model_of`, one model per
 pool or one per node), and its CNI configuration once the controller manager has given it a pod range;
 the host and the other nodes route that range to it. kube-proxy and kube-router follow, and last the
@@ -194,7 +195,7 @@ class NodeRunner:
         images = addons.write_addon_images(self.binaries, self.host.state_dir / "images")
         names = addons.image_names(self.binaries)
         with self.host.api_client() as api_client:
-            apply(api_client, addons.kube_router_rbac())
+            apply(api_client, [*addons.kube_router_rbac(), fakegpu.device_class()])
         for node in self.nodes:
             say(f"--> real node {node.name} at {node.address} (network namespace {node.netns})")
             network.add_node(self.network, node.name, node.ordinal)
@@ -319,7 +320,8 @@ class NodeRunner:
 
     def _plugin_command(self, node: RealNode) -> list[str]:
         model = self.pool.model_of(node.ordinal)
-        return fakegpu.plugin_command(node, self.fake_gpu, model, self.pool.gpus_per_node)
+        kubeconfig = _files_of(node).kubelet_kubeconfig
+        return fakegpu.plugin_command(node, self.fake_gpu, model, self.pool.gpus_per_node, kubeconfig)
 
     def _wait_gpus(self, core: k8s.CoreV1Api, node: RealNode, timeout: float) -> None:
         """Wait until the node's allocatable `nvidia.com/gpu` is the plugin's count.
@@ -331,6 +333,9 @@ class NodeRunner:
         wanted = str(self.pool.gpus_per_node)
         check = partial(_allocatable_gpus_are, core, node.name, wanted)
         self._wait(node, fakegpu.COMPONENT, check, f"{wanted} allocatable {GPU_RESOURCE}", timeout)
+        resource = k8s.ResourceV1Api(core.api_client)
+        published = partial(_slice_published, resource, node.name, self.pool.gpus_per_node)
+        self._wait(node, fakegpu.COMPONENT, published, f"its {fakegpu.DRA_DRIVER} ResourceSlice", timeout)
 
     # -- a node lost and back ----------------------------------------------------------------------
 
@@ -435,6 +440,14 @@ def _pod_cidr(core: k8s.CoreV1Api, name: str) -> str | None:
 def _allocatable_gpus_are(core: k8s.CoreV1Api, name: str, wanted: str) -> bool:
     node: Any = core.read_node(name)
     return bool((node.status.allocatable or {}).get(GPU_RESOURCE, "0") == wanted)
+
+
+def _slice_published(resource: k8s.ResourceV1Api, name: str, devices: int) -> bool:
+    slices: Any = resource.list_resource_slice(field_selector=f"spec.nodeName={name}")
+    return any(
+        item.spec.driver == fakegpu.DRA_DRIVER and len(item.spec.devices or []) == devices
+        for item in slices.items
+    )
 
 
 def _ready(core: k8s.CoreV1Api, name: str) -> bool:

@@ -13,6 +13,9 @@
 // plugin only has to keep its socket, which it serves again if it is removed. Its health endpoint
 // (--health-address, /healthz) answers 200 while a kubelet watches its devices, 503 before and between.
 //
+// With --dra-kubeconfig it is also the DRA driver gpu.nvidia.com (dra.go): a ResourceSlice of the same
+// GPUs, and CDI specs of prepared claims that set the same two variables.
+//
 // Usage:
 //
 //	fake-gpu --registry-dir <kubelet root>/plugins_registry --node <name> --gpus 8 \
@@ -52,6 +55,10 @@ const (
 type identity struct {
 	productName       string
 	computeCapability string
+	// What only the DRA half publishes.
+	architecture  string
+	memoryMiB     int
+	driverVersion string
 }
 
 // deviceIDs are the node's GPU IDs in the form of NVIDIA's (GPU-<uuid>), made of `seed`: stable across
@@ -210,6 +217,12 @@ func main() {
 	// Short: the registry's path is long already, and a unix socket's path has at most 107 bytes.
 	socketName := flag.String("socket-name", "gpu.sock", "the plugin's socket in --registry-dir")
 	healthAddress := flag.String("health-address", "", "host:port of /healthz (none when empty)")
+	architecture := flag.String("architecture", "", "each GPU's architecture (DRA attribute), e.g. Hopper")
+	memoryMiB := flag.Int("memory-mib", 0, "each GPU's memory in MiB (DRA capacity)")
+	driverVersion := flag.String("driver-version", "550.127.05", "the driver's version (DRA attribute)")
+	draKubeconfig := flag.String("dra-kubeconfig", "", "be the DRA driver gpu.nvidia.com too, with this node's credentials")
+	draPluginDir := flag.String("dra-plugin-dir", "/var/lib/kubelet/plugins/"+draDriverName, "the DRA plugin's socket directory (short)")
+	cdiDir := flag.String("cdi-dir", "/var/run/cdi", "where prepared claims' CDI specs go (the node's containerd reads it)")
 	flag.Parse()
 	if *node == "" || *productName == "" || *computeCapability == "" || *gpus < 0 {
 		log.Fatal("--node, --product-name, --compute-capability and --gpus (0 or more) are required")
@@ -220,7 +233,7 @@ func main() {
 	ids := deviceIDs(*idSeed, *gpus)
 	template := &plugin{
 		ids:      ids,
-		gpu:      identity{*productName, *computeCapability},
+		gpu:      identity{*productName, *computeCapability, *architecture, *memoryMiB, *driverVersion},
 		known:    map[string]bool{},
 		watchers: &atomic.Int32{},
 	}
@@ -236,8 +249,19 @@ func main() {
 	if *healthAddress != "" {
 		go serveHealth(*healthAddress, template.watchers)
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer cancel()
+	signalled, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stopSignals()
+	// Cancelled with a cause when the DRA half fails for good.
+	ctx, cancel := context.WithCancelCause(signalled)
+	defer cancel(nil)
+	if *draKubeconfig != "" {
+		settings := draSettings{*draKubeconfig, *registryDir, *draPluginDir, *cdiDir, *node}
+		helper, err := startDRA(ctx, cancel, settings, ids, template.gpu)
+		if err != nil {
+			log.Fatalf("starting the DRA driver %s: %v", draDriverName, err)
+		}
+		defer helper.Stop()
+	}
 	ticker := time.NewTicker(watchInterval)
 	defer ticker.Stop()
 	for ctx.Err() == nil {
@@ -256,6 +280,9 @@ func main() {
 			}
 		}
 		stop()
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		log.Fatalf("stopped: %v", cause)
 	}
 	log.Printf("stopped")
 }

@@ -8,7 +8,7 @@ import (
 // The environment a container given two GPUs gets is what the images' nvidia-smi double reads
 // (testbed/mmd_testbed/build_tools/nvidia_smi.py; its Python twin is fakegpu.fake_gpus_value).
 func TestContainerEnvsNameEachAllocatedGPU(t *testing.T) {
-	envs := containerEnvs([]string{"GPU-a", "GPU-b"}, identity{"NVIDIA H100 80GB HBM3", "9.0"})
+	envs := containerEnvs([]string{"GPU-a", "GPU-b"}, identity{productName: "NVIDIA H100 80GB HBM3", computeCapability: "9.0"})
 	if got := envs[visibleDevicesEnv]; got != "GPU-a,GPU-b" {
 		t.Errorf("%s = %q", visibleDevicesEnv, got)
 	}
