@@ -13,7 +13,8 @@ admit (`placement.match`), whatever their free GPUs: a full node is still where 
 Nodes with GPUs but without the product label (a device plugin without feature discovery) are counted
 apart, since nothing says what they hold.
 
-Pure: imports the facts (`GpuKind` reads a node's labels) and placement's matching rule.
+Pure: imports the facts (`GpuKind` reads a node's labels), placement's matching rule and the plan's
+`KindOffer` (a kind with its memory, what `plan.fit` weighs a model against).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 
 from mmd_operator.facts import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GpuKind, NodeFacts, Nodes, PodPlacement
 from mmd_operator.judgement.placement import match
+from mmd_operator.plan.fit import KindOffer
+from mmd_operator.plan.resource_plan import kind_bound
 
 
 def memory_mib(node: NodeFacts) -> int | None:
@@ -36,6 +39,8 @@ class KindsInReach:
 
     nodes_by_kind: tuple[tuple[GpuKind, tuple[str, ...]], ...] = ()
     unlabelled: tuple[str, ...] = ()
+    # The least memory of one GPU (MiB) the nodes of each kind state, where they do.
+    memory_by_kind: tuple[tuple[GpuKind, int], ...] = ()
 
     @property
     def kinds(self) -> tuple[GpuKind, ...]:
@@ -46,19 +51,30 @@ class KindsInReach:
         """The names of the nodes of `kind` in reach."""
         return dict(self.nodes_by_kind).get(kind, ())
 
+    def offers(self, only: GpuKind | None = None) -> tuple[KindOffer, ...]:
+        """Each kind in reach (or `only` that one) with the memory of one of its GPUs."""
+        memory = dict(self.memory_by_kind)
+        return tuple(KindOffer(kind, memory.get(kind)) for kind in self.kinds if only in (None, kind))
+
 
 def kinds_in_reach(pod: PodPlacement, nodes: Nodes) -> KindsInReach:
     """The kinds of the nodes `pod`'s selector, node affinity and tolerations admit."""
     by_kind: dict[GpuKind, list[str]] = {}
+    memory: dict[GpuKind, int] = {}
     unlabelled: list[str] = []
     for node in match(pod, nodes).matching:
         kind = GpuKind.of_labels(dict(node.labels))
         if kind is None:
             unlabelled.append(node.name)
-        else:
-            by_kind.setdefault(kind, []).append(node.name)
+            continue
+        by_kind.setdefault(kind, []).append(node.name)
+        mib = memory_mib(node)
+        if mib is not None:
+            memory[kind] = min(mib, memory.get(kind, mib))
     return KindsInReach(
-        tuple((kind, tuple(names)) for kind, names in sorted(by_kind.items())), tuple(unlabelled)
+        tuple((kind, tuple(names)) for kind, names in sorted(by_kind.items())),
+        tuple(unlabelled),
+        tuple(sorted(memory.items())),
     )
 
 
@@ -71,6 +87,8 @@ class KindChoice:
     refusal: tuple[str, str] | None = None
     # Said in the status beside a choice: kinds in reach that will not serve, nodes of no known kind.
     notice: str = ""
+    # The kinds the pods will run on, with their memory: what the model must fit (`plan.fit`).
+    offers: tuple[KindOffer, ...] = ()
 
 
 def _kinds_and_nodes(reach: KindsInReach, kinds: tuple[GpuKind, ...]) -> str:
@@ -101,7 +119,7 @@ def choose_kind(reach: KindsInReach | None, recorded: GpuKind | None) -> KindCho
                "its build pod lands on; install GPU feature discovery, or select nodes by their product")
         )  # fmt: skip
     if len(reach.kinds) == 1:
-        return KindChoice(reach.kinds[0], notice=unlabelled)
+        return KindChoice(reach.kinds[0], notice=unlabelled, offers=reach.offers())
     if not reach.kinds:
         return KindChoice(recorded, notice=unlabelled)
     others = tuple(kind for kind in reach.kinds if kind != recorded)
@@ -110,7 +128,9 @@ def choose_kind(reach: KindsInReach | None, recorded: GpuKind | None) -> KindCho
             f"the placement also reaches {_kinds_and_nodes(reach, others)}; this resource's engine is built "
             f"for {recorded.describe()} and its pods run only there"
         )
-        return KindChoice(recorded, notice="; ".join(filter(None, (notice, unlabelled))))
+        return KindChoice(
+            recorded, notice="; ".join(filter(None, (notice, unlabelled))), offers=reach.offers(recorded)
+        )
     products = ", ".join(kind.product for kind in reach.kinds)
     message = (
         f"reaches {len(reach.kinds)} kinds of GPU: {_kinds_and_nodes(reach, reach.kinds)}. An engine runs "
@@ -119,3 +139,14 @@ def choose_kind(reach: KindsInReach | None, recorded: GpuKind | None) -> KindCho
         "spec.serving.pod.nodeSelector, and make one resource per kind to serve on several"
     )
     return KindChoice(refusal=("spec.serving.pod.nodeSelector", message))
+
+
+def kinds_for(spec: object, reach: KindsInReach | None, recorded: GpuKind | None) -> KindChoice:
+    """The kind a spec document's artifact is built for, and the kinds its pods run on.
+
+    An engine: `choose_kind`. An artifact that serves on any kind: no kind, but every kind in reach to
+    weigh the model against.
+    """
+    if kind_bound(spec):
+        return choose_kind(reach, recorded)
+    return KindChoice(offers=reach.offers() if reach is not None else ())
