@@ -36,13 +36,14 @@ from mmd_operator.facts import Observed, Reading
 from mmd_operator.judgement import Judgement, judge
 from mmd_operator.judgement.artifact import JobWords
 from mmd_operator.judgement.canary import analysis_window
-from mmd_operator.judgement.gpu_kinds import KindChoice, kinds_for, kinds_in_reach
+from mmd_operator.judgement.gpu_kinds import KindChoice, claim_of, kinds_by_claim, kinds_for, kinds_in_reach
 from mmd_operator.judgement.judge import ARTIFACT_WORDS
 from mmd_operator.judgement.revisions import RETRY_ANNOTATION
 from mmd_operator.knowledge import Runtime
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube import object_facts
 from mmd_operator.kube.client import ApiError, KubeClient
+from mmd_operator.kube.devices import DeviceDirectory
 from mmd_operator.kube.events import EventRecorder
 from mmd_operator.kube.nodes import NodeDirectory
 from mmd_operator.kube.observe import observe, revision_template
@@ -146,6 +147,7 @@ class Reconciler:
         self.plans = PlanMemory(config)
         self.settling = SpecSettling(client, store)
         self.nodes = NodeDirectory(client, enabled=config.read_nodes)
+        self.devices = DeviceDirectory(client)
         self.quotas = QuotaDirectory(client)
         self.phases = metrics.PhaseTally()
         self.series = metrics.ResourceSeries()
@@ -272,12 +274,16 @@ class Reconciler:
         serves on any GPU, no kind but every kind in reach.
         """
         spec = body.get("spec")
+        recorded = recorded_kind(previous_status(body))
+        claim = claim_of(spec)
+        if claim is not None:
+            return kinds_by_claim(spec, claim, self.devices.devices(), recorded)
         serving = (spec.get("serving") if isinstance(spec, Mapping) else None) or {}
         nodes = self.nodes.nodes()
         reach = None
         if nodes is not None and isinstance(serving, Mapping):
             reach = kinds_in_reach(object_facts.pod_placement(serving.get("pod") or {}), nodes)
-        return kinds_for(spec, reach, recorded_kind(previous_status(body)))
+        return kinds_for(spec, reach, recorded)
 
     def _case(
         self,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mmd_operator.vocabulary import kinds
 from mmd_testbed.localcluster.objects import NodePool, gpu_node
 from tests.support.in_memory_cluster import InMemoryCluster
 
@@ -41,3 +42,44 @@ def node_of_kind(name: str, product: str, memory_mib: int, capability: tuple[int
         }
     )
     return node
+
+
+def add_dra_gpus(cluster: InMemoryCluster, node: str, product: str, capability: str, count: int = 2) -> None:
+    """A ResourceSlice of `node` with `count` GPUs as NVIDIA's DRA driver publishes them (once: the class)."""
+    if cluster.server.get(kinds.DEVICE_CLASS, "", "gpu.nvidia.com") is None:
+        cluster.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": "gpu.nvidia.com"},
+                "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+            }
+        )
+    devices = [
+        {
+            "name": f"gpu-{index}",
+            "attributes": {
+                "productName": {"string": product},
+                "architecture": {"string": "Hopper" if capability.startswith("9") else "Ampere"},
+                "brand": {"string": "Nvidia"},
+                "cudaComputeCapability": {"version": f"{capability}.0"},
+                "driverVersion": {"version": "570.124.6"},
+                "uuid": {"string": f"GPU-{node}-{index}"},
+            },
+            "capacity": {"memory": {"value": "80Gi"}},
+        }
+        for index in range(count)
+    ]
+    cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-gpu.nvidia.com"},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": devices,
+            },
+        }
+    )

@@ -100,6 +100,11 @@ class TritonPlan:
         return self.settings.parallelism
 
     @property
+    def gpu_kind(self) -> GpuKind | None:
+        """The kind of GPU the engine is built for (None: not known)."""
+        return self.settings.gpu_kind
+
+    @property
     def limits(self) -> DerivedLimits:
         """The effective build limits and serving sizes."""
         return self.settings.limits

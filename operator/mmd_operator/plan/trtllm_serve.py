@@ -105,6 +105,11 @@ class TrtllmServePlan:
     gpu_needs: GpuNeeds
 
     @property
+    def gpu_kind(self) -> GpuKind | None:
+        """None: the snapshot serves on any kind of GPU."""
+        return None
+
+    @property
     def config_yaml(self) -> str:
         """The `--config` file."""
         return yaml.safe_dump(self.config, sort_keys=True)
