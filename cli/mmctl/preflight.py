@@ -50,8 +50,8 @@ from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import cache
 from mmd_operator.desired.decision import manifests
 from mmd_operator.desired.serving import WORKLOADS
-from mmd_operator.facts import Nodes
-from mmd_operator.judgement.gpu_kinds import kinds_for, kinds_in_reach
+from mmd_operator.facts import Devices, Nodes
+from mmd_operator.judgement.gpu_kinds import claim_of, kinds_by_claim, kinds_for, kinds_in_reach
 from mmd_operator.judgement.placement import (
     GpuDemand,
     ObstacleKind,
@@ -331,6 +331,11 @@ def _nodes(checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan, confi
     nodes = nodes_of(items)
     objects = manifests(resource, plan, config=config)
     job, serving = _pod_spec(objects, "Job"), _serving_pod_spec(objects, plan)
+    if resource.spec.gpus.resource_claim is not None:
+        # The pods claim devices, which the scheduler allocates: no node's nvidia.com/gpu to count.
+        job = serving = None
+        with contextlib.suppress(_UnreadableError):
+            _gpu_kinds(checks, resource, plan, None, nodes)
     # A Job that asks for no GPU (the weights download) fits wherever the serving pods do.
     if job is None or not object_facts.pod_placement(job).gpus:
         pass
@@ -350,11 +355,16 @@ def _nodes(checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan, confi
 
 
 def _gpu_kinds(
-    checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan, pod_spec: dict[str, Any], nodes: Nodes
+    checks: _Checks,
+    resource: MultimodalDeployment,
+    plan: AnyPlan,
+    pod_spec: dict[str, Any] | None,
+    nodes: Nodes,
 ) -> None:
     """The kind of GPU the engine is built for, and whether the model fits the kinds in reach.
 
-    As the operator will judge them: with the kind its status records, if the resource exists.
+    As the operator will judge them: with the kind its status records, if the resource exists; from the
+    nodes `pod_spec` may use, or (None) from the devices a claim admits.
     """
     name, kind = str(resource.metadata.get("name", "")), kinds.MULTIMODAL_DEPLOYMENT
     existing = checks.read(
@@ -362,9 +372,14 @@ def _gpu_kinds(
         f"MultimodalDeployment {name}",
         lambda: checks.client.get(kind.api_version, kind.kind, checks.namespace, name),
     )
-    reach = kinds_in_reach(object_facts.pod_placement(pod_spec), nodes)
     spec = resource.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
-    choice = kinds_for(spec, reach, recorded_kind(previous_status(existing or {})))
+    recorded = recorded_kind(previous_status(existing or {}))
+    claim = claim_of(spec)
+    if claim is not None:
+        choice = kinds_by_claim(spec, claim, _devices(checks), recorded)
+    else:
+        assert pod_spec is not None, "a placement by node has its pod"
+        choice = kinds_for(spec, kinds_in_reach(object_facts.pod_placement(pod_spec), nodes), recorded)
     if choice.refusal is not None:
         checks.add(Severity.ERROR, *choice.refusal)
         return
@@ -377,6 +392,24 @@ def _gpu_kinds(
         checks.add(Severity.ERROR, *verdict.refusal)
     for field, said in verdict.warnings:
         checks.add(Severity.WARNING, field, said)
+
+
+def _devices(checks: _Checks) -> Devices:
+    """The devices DRA drivers publish, and their classes."""
+    slices = checks.read(
+        "spec.gpus.resourceClaim",
+        "the ResourceSlices",
+        lambda: checks.client.list(kinds.RESOURCE_SLICE.api_version, kinds.RESOURCE_SLICE.kind),
+    )
+    classes = checks.read(
+        "spec.gpus.resourceClaim",
+        "the DeviceClasses",
+        lambda: checks.client.list(kinds.DEVICE_CLASS.api_version, kinds.DEVICE_CLASS.kind),
+    )
+    return Devices(
+        devices=tuple(device for item in slices for device in object_facts.slice_devices(item)),
+        classes=tuple(object_facts.device_class(item) for item in classes),
+    )
 
 
 def _surge(checks: _Checks, resource: MultimodalDeployment, pod_spec: dict[str, Any], nodes: Nodes) -> None:

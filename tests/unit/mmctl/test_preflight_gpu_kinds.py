@@ -19,7 +19,7 @@ from mmd_operator.reconcile import Reconciler
 from mmd_operator.vocabulary import kinds
 from mmd_testbed.localcluster.objects import NodePool
 from tests.support.examples import EXAMPLES_DIR
-from tests.support.gpu_kinds import A100, H100, add_node, add_pools, node_of_kind
+from tests.support.gpu_kinds import A100, H100, add_dra_gpus, add_node, add_pools, node_of_kind
 from tests.support.in_memory_cluster import InMemoryCluster
 
 NS = "ml"
@@ -84,3 +84,26 @@ def test_the_kind_the_engine_is_built_for_is_said_when_it_fits(cluster: InMemory
         f.message for f in findings if f.field == "spec.serving.pod" and f.severity is Severity.INFO
     ]
     assert "the engine is built for NVIDIA-H100-80GB-HBM3 (compute capability 9.0)" in kinds_said
+
+
+def test_a_claim_admitting_two_kinds_is_refused_in_the_operator_s_words(cluster: InMemoryCluster) -> None:
+    add_dra_gpus(cluster, "node-a", "NVIDIA A100-SXM4-80GB", "8.0")
+    add_dra_gpus(cluster, "node-h", "NVIDIA H100 80GB HBM3", "9.0")
+    document = _llava()
+    document["spec"]["gpus"] = {"resourceClaim": {}}
+    said = _errors(cluster, document)["spec.gpus.resourceClaim.selector"]
+    assert said.startswith(
+        "reaches 2 kinds of GPU: NVIDIA-A100-SXM4-80GB (compute capability 8.0) on 1 node(s)"
+    )
+    assert f"spec.gpus.resourceClaim.selector: {said}" in _operator_says(cluster, document)
+    document["spec"]["gpus"] = {
+        "resourceClaim": {
+            "selector": 'device.attributes["gpu.nvidia.com"].brand == "Nvidia" && '
+            'device.attributes["gpu.nvidia.com"].cudaComputeCapability == semver("8.0.0")'
+        }
+    }
+    document["metadata"]["name"] = "llava-a100"
+    findings = preflight(*plan_resource(document), NS, cluster.client)
+    assert "the engine is built for NVIDIA-A100-SXM4-80GB (compute capability 8.0)" in [
+        f.message for f in findings
+    ]
