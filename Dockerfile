@@ -163,6 +163,9 @@ ENTRYPOINT ["python3", "-m", "engine_builder"]
 # the NGC image; for worlds across pods (see the top of this file) the image has what `serving` must have,
 # and mpi4py, with which the tensorrt_llm double joins its MPI world (Debian's python3-mpi4py in the local
 # cluster's base, whose Python is Debian's; PyPI's binary wheel on another Python, such as python:3.11-slim).
+# `nvidia-smi` lists the GPUs the local cluster's device plugin double gave the pod (FAKE_NVIDIA_GPUS),
+# as the NVIDIA container toolkit's would (mmd_testbed.build_tools.nvidia_smi); the builder's and
+# trtllm-serve's stand-ins have it too.
 FROM ${SERVING_CPU_BASE} AS serving-cpu
 ARG MODEL_CODE_DIR
 ENV PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONUNBUFFERED=1
@@ -190,7 +193,9 @@ RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
     && pip install --no-cache-dir --no-index --find-links /wheelhouse --no-deps --target /opt/pytriton \
         nvidia-pytriton \
     && python3 -m mmd_testbed.triton.doubles.image install \
-        --pytriton /opt/pytriton --prefix /opt/tritonserver --model-code-dir ${MODEL_CODE_DIR}
+        --pytriton /opt/pytriton --prefix /opt/tritonserver --model-code-dir ${MODEL_CODE_DIR} \
+    && printf '#!/bin/sh\nexec python3 -m mmd_testbed.build_tools.nvidia_smi "$@"\n' >/usr/local/bin/nvidia-smi \
+    && chmod 0755 /usr/local/bin/nvidia-smi
 ENV HOME=/tmp
 USER 1000:1000
 
@@ -234,7 +239,8 @@ RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
     && pip install --no-cache-dir --no-index --find-links /wheelhouse --no-deps mmd-testbed \
     && printf '#!/bin/sh\nexec python3 -m mmd_testbed.trtllm_serve "$@"\n' >/usr/local/bin/trtllm-serve \
     && printf '#!/bin/sh\nexec python3 -m mmd_testbed.trtllm_serve.launch "$@"\n' >/usr/local/bin/trtllm-llmapi-launch \
-    && chmod 0755 /usr/local/bin/trtllm-serve /usr/local/bin/trtllm-llmapi-launch \
+    && printf '#!/bin/sh\nexec python3 -m mmd_testbed.build_tools.nvidia_smi "$@"\n' >/usr/local/bin/nvidia-smi \
+    && chmod 0755 /usr/local/bin/trtllm-serve /usr/local/bin/trtllm-llmapi-launch /usr/local/bin/nvidia-smi \
     && (getent group 1000 >/dev/null || groupadd --gid 1000 trtllm-serve) \
     && (getent passwd 1000 >/dev/null || useradd --uid 1000 --gid 1000 --no-create-home \
         --home-dir /home/trtllm-serve --shell /bin/bash trtllm-serve) \

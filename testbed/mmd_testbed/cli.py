@@ -19,6 +19,7 @@ from typing import Any
 from mmd_testbed.localcluster import hub, images
 from mmd_testbed.localcluster.binaries import BuildError, ensure_binaries
 from mmd_testbed.localcluster.cluster import ClusterError, LocalCluster
+from mmd_testbed.localcluster.fakegpu import ensure_fake_gpu
 from mmd_testbed.localcluster.image_build import ImageBuildError, print_values
 from mmd_testbed.localcluster.layout import Layout, LayoutError, default_state_dir
 from mmd_testbed.localcluster.lwsbinaries import ensure_lws_binaries
@@ -63,6 +64,14 @@ def _register_cluster(subparsers: Any) -> None:
         type=int,
         default=8,
         help="nvidia.com/gpu each real node advertises (default 8)",
+    )
+    up.add_argument(
+        "--real-gpu-models",
+        type=lambda value: tuple(value.split(",")),
+        default=(),
+        metavar="MODEL,...",
+        help=f"one GPU model per real node, in order (of {', '.join(sorted(GPU_MODELS))}); "
+        "default: --gpu-model on every node",
     )
     up.add_argument(
         "--metrics",
@@ -123,6 +132,7 @@ def _up(args: argparse.Namespace) -> int:
         gpus_per_node=args.real_gpus_per_node,
         gpu_model=args.gpu_model,
         name_prefix=REAL_NODE_PREFIX,
+        gpu_models=args.real_gpu_models,
     )
     try:
         _cluster(args).up(pool, timeout=args.timeout, real_nodes=real, metrics=args.metrics, lws=args.lws)
@@ -177,6 +187,7 @@ def _build(args: argparse.Namespace) -> int:
         print(binaries.bin_dir)
         if args.nodes:
             print(ensure_node_binaries(Layout.discover(), say=_say).bin_dir)
+            print(ensure_fake_gpu(Layout.discover(), say=_say))
         if args.metrics:
             print(ensure_metrics_binaries(Layout.discover(), say=_say).bin_dir)
         if args.lws:

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from mmd_testbed.localcluster import fakegpu
 from mmd_testbed.localcluster.binaries import BinarySpec, binary_specs
+from mmd_testbed.localcluster.fakegpu import fake_gpu_specs
 from mmd_testbed.localcluster.layout import Layout, find_repo_root
 from mmd_testbed.localcluster.lwsbinaries import lws_binary_specs
 from mmd_testbed.localcluster.metricsbinaries import metrics_binary_specs
@@ -42,6 +44,7 @@ _RECIPES: dict[str, Callable[[Layout], tuple[list[BinarySpec], Callable[[str], P
         metrics_binary_specs(layout.metrics_versions, "0" * 40),
         layout.metrics_wrapper_dir,
     ),
+    "fake GPU plugin": lambda layout: (fake_gpu_specs(), lambda _wrapper: fakegpu.source_dir(layout)),
     "lws": lambda layout: (
         lws_binary_specs(layout.lws_versions, "0" * 40, "1970-01-01T00:00:00Z"),
         lambda _wrapper: layout.lws_wrapper_dir,

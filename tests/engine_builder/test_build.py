@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from pathlib import Path
 
 import pytest
 
@@ -94,12 +92,10 @@ def test_whisper_assets_land_where_whisper_bls_reads_them(toolbox: Toolbox) -> N
 
 
 def test_the_gpu_is_recorded_when_nvidia_smi_answers(
-    toolbox: Toolbox, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    toolbox: Toolbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gpu_bin = tmp_path / "gpu-bin"
-    gpu_bin.mkdir()
-    (gpu_bin / "nvidia-smi").symlink_to(toolbox.bin.joinpath("trtllm-build").resolve())
-    monkeypatch.setenv("PATH", f"{gpu_bin}:{os.environ['PATH']}")
+    # What the real nodes' device plugin double gives a build pod with two H100s.
+    monkeypatch.setenv("FAKE_NVIDIA_GPUS", "NVIDIA H100 80GB HBM3,9.0;NVIDIA H100 80GB HBM3,9.0")
     monkeypatch.setenv("CUDA_VERSION", "12.9.0.043")
     key = rendered_plan("llava")["cache_key"]
     assert toolbox.build(toolbox.plan("llava")) == 0

@@ -29,6 +29,7 @@ from PIL import Image
 from mmd_testbed.localcluster import hub, images, monitoring, realnodes
 from mmd_testbed.localcluster.binaries import ensure_binaries
 from mmd_testbed.localcluster.cluster import LocalCluster
+from mmd_testbed.localcluster.fakegpu import ensure_fake_gpu
 from mmd_testbed.localcluster.image_build import chart_values
 from mmd_testbed.localcluster.layout import Layout
 from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
@@ -60,6 +61,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     layout = Layout.discover()
     ensure_binaries(layout, say=say)
     ensure_node_binaries(layout, say=say)
+    ensure_fake_gpu(layout, say=say)
     _BUILT.update(images.build_local(layout, say))
 
 

@@ -5,8 +5,9 @@
 `make test` and the per-tier targets run this first so that a cold build prints its progress here:
 pytest-xdist workers collect in the background, where the tiers' own collection hooks (which call the
 same functions, each under its cache's lock) would build silently. The cluster tier needs the control
-plane, the GitOps checker and promtool; the pods tier also the real nodes' components, LeaderWorkerSet,
-the metrics path and the images. Imports the local cluster's build helpers.
+plane, the GitOps checker and promtool; the pods tier also the real nodes' components (and their fake GPU
+device plugin), LeaderWorkerSet, the metrics path and the images. Imports the local cluster's build
+helpers.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def prepare(tiers: Sequence[str]) -> int:
         if problems:
             print("the real-pod tier cannot run here: " + "; ".join(problems), file=sys.stderr)
             return 1
-        caches += ["nodes", "LeaderWorkerSet"]
+        caches += ["nodes", "fake GPU plugin", "LeaderWorkerSet"]
     builds.ensure_all(Layout.discover(), print, caches, with_images="pods" in tiers)
     return 0
 

@@ -9,6 +9,8 @@ without the test bed's dependencies:
   the real layout;
 - `xcomposer2_recipe`: InternLM-XComposer2's vision-engine recipe;
 - `tensorrt_runtime`: the `tensorrt` package the builder probes;
+- `nvidia_smi`: `nvidia-smi` over the fake GPUs the local cluster's device plugin double gave the
+  container (in the serving stand-ins too);
 - `toolbox`: lays all of these out where a build image holds the real tools;
 - `hub`: the Hub's HTTP API for `huggingface_hub`'s downloads, over synthetic snapshots.
 """

@@ -5,7 +5,8 @@ Used by the builder tier's fixture (in a temporary directory) and by the CPU sta
 (Dockerfile target `engine-builder-cpu`, at the real image's paths): `trtllm-build` and `huggingface-cli`
 on PATH, every TensorRT-LLM example script a plan runs under the examples directory, the InternLM-XComposer2
 vision recipe, and on PYTHONPATH a `tensorrt` package and an `openai-whisper` package with its two assets.
-Each tool is `trtllm_tools.py` linked under the tool's name (it dispatches on the name it was run as).
+Each tool is `trtllm_tools.py` linked under the tool's name (it dispatches on the name it was run as), but
+`nvidia-smi`, which is `nvidia_smi.py` (the GPUs the node's device plugin double gave the container).
 
     python3 -m mmd_testbed.build_tools.toolbox --bin /usr/local/bin --examples /opt/tensorrt_llm/examples \
         --pythonpath /opt/doubles/site --xcomposer2 /opt/internlm-xcomposer2/build_visual_engine.py
@@ -36,6 +37,7 @@ EXAMPLE_SCRIPTS = (
     "hf_lora_convert.py",
 )
 TOOLS_ON_PATH = ("trtllm-build", "huggingface-cli")
+NVIDIA_SMI = HERE / "nvidia_smi.py"
 
 
 def write_whisper_package(root: Path) -> None:
@@ -54,7 +56,7 @@ def write_whisper_package(root: Path) -> None:
 def install(bin_dir: Path, examples: Path, pythonpath: Path, xcomposer2: Path | None = None) -> None:
     """Link the tools and scripts, and write the `tensorrt` and `whisper` packages."""
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for program in (TOOL, HERE / "xcomposer2_recipe.py"):
+    for program in (TOOL, HERE / "xcomposer2_recipe.py", NVIDIA_SMI):
         # A wheel may not keep the executable bit of a package file; the links run these as programs.
         if not program.stat().st_mode & 0o111:
             program.chmod(0o755)
@@ -63,6 +65,8 @@ def install(bin_dir: Path, examples: Path, pythonpath: Path, xcomposer2: Path | 
         # the weights download, puts its own `huggingface-cli` there (it would fetch from a Hub).
         (bin_dir / tool).unlink(missing_ok=True)
         (bin_dir / tool).symlink_to(TOOL)
+    (bin_dir / "nvidia-smi").unlink(missing_ok=True)
+    (bin_dir / "nvidia-smi").symlink_to(NVIDIA_SMI)
     for script in EXAMPLE_SCRIPTS:
         (examples / script).parent.mkdir(parents=True, exist_ok=True)
         (examples / script).symlink_to(TOOL)

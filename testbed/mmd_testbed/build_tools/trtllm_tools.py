@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Test doubles for the GPU build image's tools, chosen by the name they are run under.
 
-The fixture links this file as `trtllm-build`, `huggingface-cli` and `nvidia-smi` on PATH, and as every
+The fixture links this file as `trtllm-build` and `huggingface-cli` on PATH, and as every
 TensorRT-LLM example script the plans name (`<examples>/llama/convert_checkpoint.py`, ...). Each double
 parses its command line the way the real tool does (same flags, required ones, choices; unknown flags are
 an error), checks its inputs exist, and writes the outputs the real tool writes, with the fields the
@@ -440,14 +440,6 @@ def convert_from_distil_whisper(argv: list[str]) -> None:
     (output / f"{args.output_name}.pt").write_bytes(b"openai whisper checkpoint (double)")
 
 
-def nvidia_smi(argv: list[str]) -> None:
-    """`nvidia-smi --query-gpu=name,compute_cap`: one H100."""
-    if argv != ["--query-gpu=name,compute_cap", "--format=csv,noheader"]:
-        die(f"nvidia-smi double: unexpected arguments {argv}")
-    print("NVIDIA H100 80GB HBM3, 9.0")
-    print("NVIDIA H100 80GB HBM3, 9.0")
-
-
 def main() -> None:
     """Run the tool this file was invoked as (its link's name)."""
     invoked = Path(sys.argv[0])
@@ -461,8 +453,6 @@ def main() -> None:
         trtllm_build(argv)
     elif invoked.name == "huggingface-cli":
         huggingface_cli(argv)
-    elif invoked.name == "nvidia-smi":
-        nvidia_smi(argv)
     elif invoked.name == "hf_lora_convert.py":
         hf_lora_convert(argv)
     elif invoked.parts[-2:] == ("quantization", "quantize.py"):

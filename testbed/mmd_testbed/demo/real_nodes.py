@@ -152,8 +152,9 @@ def real_demo(keep_cluster: bool) -> int:
     )
     say("  a weights download pod running huggingface_hub, NetworkPolicies enforced by kube-router")
     say(
-        "  simulated: the GPUs (nodes advertise nvidia.com/gpu, no container gets a device), the GPU tools in"
+        "  simulated: the GPUs (a device plugin double registers nvidia.com/gpu with each kubelet and tells a"
     )
+    say("  container which GPUs it got; no device reaches it; nvidia-smi is a double), the GPU tools in")
     say(
         "  the CPU builder image and the GPU models in the CPU serving images (doubles of the same contract),"
     )

@@ -10,7 +10,8 @@ The control plane:
 - `binaries`: builds and caches the control plane's binaries (and keeps kwok's own stage files);
 - `stages`: the kwok stage configuration (pod and node lifecycle, volume provisioning, faults);
 - `pki`: credentials (a CA, serving certificates, service-account keys, a token, a kubeconfig);
-- `objects`: the fake GPU nodes and the local StorageClass;
+- `objects`: the fake GPU nodes (GPU models, per pool or per node, and their labels) and the local
+  StorageClass;
 - `audit`: the API server's audit log of writes, and reading it;
 - `state`: where a cluster keeps its files, what it records of itself there, and the status it reports;
 - `components`: the command line of each control-plane component, and its health check;
@@ -20,6 +21,8 @@ Real nodes and what runs on them:
 - `nodebinaries`: builds what a real node runs (kubelet, containerd, CNI, add-ons);
 - `network`: the nodes' private network, host bridge and namespaces;
 - `nodes`: one real node's processes;
+- `fakegpu`: the nodes' fake GPUs: a device plugin double (built from `testbed/go/nodes/fake-gpu`) that
+  registers `nvidia.com/gpu` with each kubelet and tells containers which GPUs they got;
 - `realnodes`: the real nodes of a cluster: host checks, processes, node objects, routes, add-ons;
 - `addons`: DNS, volumes and RBAC, with images of their own;
 - `ocilayout`: container images as OCI archives, loaded into a node's containerd;

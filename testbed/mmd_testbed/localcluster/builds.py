@@ -1,13 +1,14 @@
 """Build what a command needs at once: two Go caches at a time, and the images beside them.
 
-The Go caches (the control plane, the real nodes' components, LeaderWorkerSet, the metrics path, the
-GitOps checker) are separate builds under locks of their own, into one Go build cache. One `go build`
-leaves cores idle while it downloads modules, links a binary or compiles a large package that others
-wait for; two at once fill most of those gaps. They are started in `CACHES`' order, so that the control
-plane runs beside the nodes' own components, and the nodes' kubelet and kube-proxy, built last, find the
-Kubernetes packages they share with it compiled (`nodebinaries`). The images mostly wait on the network
-and the disk, and are built beside all of it (`images.build_beside`). Each build's lines are marked with
-its name; `make test` and `make demo` record the seconds of each in docs/development/times.md.
+The Go caches (the control plane, the real nodes' components and their fake GPU device plugin,
+LeaderWorkerSet, the metrics path, the GitOps checker) are separate builds under locks of their own, into
+one Go build cache. One `go build` leaves cores idle while it downloads modules, links a binary or
+compiles a large package that others wait for; two at once fill most of those gaps. They are started in
+`CACHES`' order, so that the control plane runs beside the nodes' own components, and the nodes' kubelet
+and kube-proxy, built last, find the Kubernetes packages they share with it compiled (`nodebinaries`).
+The images mostly wait on the network and the disk, and are built beside all of it
+(`images.build_beside`). Each build's lines are marked with its name; `make test` and `make demo` record
+the seconds of each in docs/development/times.md.
 
 Imports: the standard library and the caches' modules.
 """
@@ -19,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from mmd_testbed.localcluster import images
 from mmd_testbed.localcluster.binaries import Printer, ensure_binaries
+from mmd_testbed.localcluster.fakegpu import ensure_fake_gpu
 from mmd_testbed.localcluster.gitops_check import ensure_gitops_check
 from mmd_testbed.localcluster.layout import Layout
 from mmd_testbed.localcluster.lwsbinaries import ensure_lws_binaries
@@ -29,6 +31,7 @@ from mmd_testbed.localcluster.nodebinaries import ensure_node_binaries
 CACHES: dict[str, Callable[[Layout, Printer], object]] = {
     "control plane": ensure_binaries,
     "nodes": ensure_node_binaries,
+    "fake GPU plugin": ensure_fake_gpu,
     "LeaderWorkerSet": ensure_lws_binaries,
     "metrics": ensure_metrics_binaries,
     "GitOps checker": ensure_gitops_check,

@@ -28,6 +28,7 @@ from mmd_testbed.localcluster import leaderworkerset, monitoring, network, nodes
 from mmd_testbed.localcluster.audit import write_audit_policy
 from mmd_testbed.localcluster.binaries import Binaries, ensure_binaries
 from mmd_testbed.localcluster.components import COMPONENTS, PORT_NAMES, command, probe
+from mmd_testbed.localcluster.fakegpu import ensure_fake_gpu
 from mmd_testbed.localcluster.layout import Layout
 from mmd_testbed.localcluster.lwsbinaries import LwsBinaries, ensure_lws_binaries
 from mmd_testbed.localcluster.metricsbinaries import MetricsBinaries, ensure_metrics_binaries
@@ -206,10 +207,11 @@ class LocalCluster:
                 raise ClusterError("cannot start real nodes: " + "; ".join(problems))
         binaries = self.binaries()
         node_binaries = ensure_node_binaries(self.layout, self.say) if real.count else None
+        fake_gpu = ensure_fake_gpu(self.layout, self.say) if real.count else None
         metrics_binaries = ensure_metrics_binaries(self.layout, self.say) if metrics else None
         lws_binaries = ensure_lws_binaries(self.layout, self.say) if lws else None
         with self._lock():
-            state = self._up(binaries, pool, timeout, real, node_binaries)
+            state = self._up(binaries, pool, timeout, real, node_binaries, fake_gpu)
             if metrics_binaries is not None:
                 self._start_metrics(state, metrics_binaries, timeout)
             if lws_binaries is not None:
@@ -279,6 +281,7 @@ class LocalCluster:
         timeout: float,
         real: NodePool,
         node_binaries: NodeBinaries | None,
+        fake_gpu: Path | None,
     ) -> ClusterState:
         started = time.monotonic()
         state = self.load_state()
@@ -287,7 +290,11 @@ class LocalCluster:
             if not dead and state.binaries != str(binaries.root):
                 self.say(f"==> the running cluster uses other binaries ({state.binaries}); restarting it")
                 self._down()
-            elif not dead and (state.real_pool != real or state.node_binaries != _root(node_binaries)):
+            elif not dead and (
+                state.real_pool != real
+                or state.node_binaries != _root(node_binaries)
+                or state.fake_gpu != str(fake_gpu or "")
+            ):
                 self.say(
                     f"==> the running cluster has other real nodes ({state.real_pool.count}); restarting it"
                 )
@@ -308,6 +315,7 @@ class LocalCluster:
             pool=pool or NodePool(),
             real_pool=real,
             node_binaries=_root(node_binaries),
+            fake_gpu=str(fake_gpu or ""),
         )
         self._prepare_state_dir()
         self.say(f"==> starting a local control plane in {self.state_dir} ({binaries.versions.describe()})")
@@ -390,6 +398,7 @@ class LocalCluster:
             state.network,
             state.real_pool,
             node_binaries,
+            Path(state.fake_gpu),
             state.processes,
             lambda: self._save_state(state),
         )
@@ -454,9 +463,10 @@ class LocalCluster:
             # With real nodes, local-path-provisioner's class is the default; kwok's stays for kwok's tests.
             _create_if_missing(storage.create_storage_class, storage_class(default=state.network is None))
             names = pool.node_names()
-            for name in names:
-                _create_if_missing(core.create_node, gpu_node(name, pool))
-            self.say(f"--> {len(names)} fake GPU nodes, {pool.gpus_per_node} x {pool.gpu_model} each")
+            for ordinal, name in enumerate(names):
+                _create_if_missing(core.create_node, gpu_node(name, pool, ordinal))
+            models = ", ".join(pool.gpu_models) if pool.gpu_models else pool.gpu_model
+            self.say(f"--> {len(names)} fake GPU nodes, {pool.gpus_per_node} x {models} each")
             self._wait_nodes_ready(core, names, timeout)
         if pool != state.pool:
             state.pool = pool

@@ -14,6 +14,9 @@ What one node is on disk and as processes (all under `<cluster dir>/nodes/<name>
   that never removes the imported images.
 - kube-proxy (iptables mode, in the node's namespace), and kube-router's NetworkPolicy controller alone
   (`--run-router=false --run-service-proxy=false`), which is how kube-router runs beside another network.
+- the fake GPU device plugin (`fakegpu`), registered with the kubelet through
+  `<kubelet root>/device-plugins/kubelet.sock`: the node's `nvidia.com/gpu` and what a container given
+  GPUs sees of them.
 
 `down` kills every container of the node through its cgroups (the kubelet is stopped first so nothing is
 restarted), stops the processes by pid, kills the node's containerd shims (found by their `-address`),
@@ -46,11 +49,14 @@ CGROUP_MOUNTS = Path("/sys/fs/cgroup")
 RUNC = Path(os.environ.get("MMD_RUNC", "/usr/sbin/runc"))
 CONTAINER_LOG_LINKS = Path("/var/log/containers")
 CNI_RESULTS = Path("/var/lib/cni/results")
-NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy", "kube-router")
+# In start order; `fake-gpu` is the device plugin double (`fakegpu`), which registers with the kubelet.
+NODE_COMPONENTS = ("containerd", "kubelet", "fake-gpu", "kube-proxy", "kube-router")
 KUBELET_PORT = 10250
 KUBELET_HEALTHZ_PORT = 10248
 KUBE_PROXY_HEALTHZ_PORT = 10256
 KUBE_ROUTER_HEALTH_PORT = 20244
+# The fake GPU device plugin's /healthz: 200 while the kubelet watches its devices.
+FAKE_GPU_HEALTH_PORT = 10290
 # The label that tells real nodes from kwok's (kwok nodes carry `type: kwok`).
 NODE_KIND_LABEL = "localcluster.mmd.dev/node-kind"
 REAL = "real"
@@ -382,6 +388,7 @@ def health_url(node: RealNode, component: str) -> str | None:
         "kubelet": KUBELET_HEALTHZ_PORT,
         "kube-proxy": KUBE_PROXY_HEALTHZ_PORT,
         "kube-router": KUBE_ROUTER_HEALTH_PORT,
+        "fake-gpu": FAKE_GPU_HEALTH_PORT,
     }
     if component not in ports:
         return None
@@ -512,7 +519,7 @@ def stop_node(node: RealNode, records: dict[str, processes.ProcessRecord]) -> li
     if "kubelet" in records and processes.stop(records["kubelet"]):
         stopped.append("kubelet")
     kill_cgroup_processes(node)
-    for component in ("kube-router", "kube-proxy", "containerd"):
+    for component in ("fake-gpu", "kube-router", "kube-proxy", "containerd"):
         if component in records and processes.stop(records[component]):
             stopped.append(component)
     kill_shims(node)

@@ -1,10 +1,12 @@
 """Bring a cluster's real nodes up and down: host checks, processes, node objects, routes, add-ons.
 
 `start` runs, for each node, in order: its network namespace and cgroups, containerd (then the add-on
-images are imported into it), the kubelet (which registers the node with its certificate). Then, as a GPU
-operator and a network plugin would on a real cluster: the node gets the GPU labels and its
-`nvidia.com/gpu` capacity (an extended resource patched into its status: the scheduler counts it, no
-container sees a GPU), and its CNI configuration once the controller manager has given it a pod range;
+images are imported into it), the kubelet (which registers the node with its certificate) and the fake GPU
+device plugin (`fakegpu`), which registers `nvidia.com/gpu` with that kubelet: the node's capacity comes
+from the kubelet's device manager, as on a GPU node, and a container given GPUs learns which (their IDs,
+name and compute capability, in its environment). Then, as GPU feature discovery and a network plugin
+would on a real cluster: the node gets the GPU labels of its model (`NodePool.model_of`, one model per
+pool or one per node), and its CNI configuration once the controller manager has given it a pod range;
 the host and the other nodes route that range to it. kube-proxy and kube-router follow, and last the
 add-ons (CoreDNS, the local-path provisioner). Each step waits for its component's health, and a
 component that dies during start-up fails `up` with its log's last lines.
@@ -12,7 +14,7 @@ component that dies during start-up fails `up` with its log's last lines.
 `preflight` names what the host lacks before anything starts: root, the Debian packages (runc,
 iptables, ipset), cgroup v1 hierarchies, bridge netfilter, network namespaces.
 
-Imports: the standard library, the kubernetes client, and this package's `addons`, `network`,
+Imports: the standard library, the kubernetes client, and this package's `addons`, `fakegpu`, `network`,
 `nodebinaries`, `nodes`, `objects`, `ocilayout`, `pki`, `processes`.
 """
 
@@ -36,7 +38,7 @@ from kubernetes import dynamic
 from kubernetes.client.exceptions import ApiException
 
 from mmd_operator.vocabulary.kinds import GPU_RESOURCE
-from mmd_testbed.localcluster import addons, network, nodes, processes
+from mmd_testbed.localcluster import addons, fakegpu, network, nodes, processes
 from mmd_testbed.localcluster.network import ClusterNetwork
 from mmd_testbed.localcluster.nodebinaries import NodeBinaries
 from mmd_testbed.localcluster.nodes import RealNode
@@ -71,8 +73,9 @@ class Host(Protocol):
         """An admin client (the caller closes it)."""
 
 
-# containerd refuses a unix socket path over 104 bytes (the BSD sun_path size, applied on Linux too), and
-# the longest it makes is its ttrpc socket beside the gRPC one.
+# containerd refuses a unix socket path over 104 bytes (the BSD sun_path size, applied on Linux too; Linux
+# allows 107). The longest a node makes are containerd's ttrpc socket beside the gRPC one and the fake GPU
+# plugin's in the kubelet's plugin registry.
 SOCKET_PATH_LIMIT = 104
 
 
@@ -83,10 +86,11 @@ def preflight(
     problems = []
     if state_dir is not None:
         node = RealNode("real-node-0", 0, state_dir.resolve(), ClusterNetwork(0))
-        socket = node.containerd_socket.with_name(node.containerd_socket.name + ".ttrpc")
+        ttrpc = node.containerd_socket.with_name(node.containerd_socket.name + ".ttrpc")
+        socket = max(ttrpc, fakegpu.registration_socket(node), key=lambda path: len(str(path)))
         if len(str(socket)) > SOCKET_PATH_LIMIT:
             problems.append(
-                f"the cluster directory {state_dir} is too long for the nodes' containerd sockets "
+                f"the cluster directory {state_dir} is too long for the nodes' sockets "
                 f"({socket} is {len(str(socket))} bytes; "
                 f"a unix socket path has at most {SOCKET_PATH_LIMIT}): "
                 "use a shorter --dir"
@@ -142,14 +146,19 @@ class NodeRunner:
         cluster_network: ClusterNetwork,
         pool: NodePool,
         binaries: NodeBinaries,
+        fake_gpu: Path,
         records: dict[str, processes.ProcessRecord],
         save: Callable[[], None],
     ) -> None:
-        """`records` is the cluster state's process table; `save` persists it after every start."""
+        """Run the nodes of `pool` with `binaries` and the device plugin double `fake_gpu`.
+
+        `records` is the cluster state's process table; `save` persists it after every start.
+        """
         self.host = host
         self.network = cluster_network
         self.pool = pool
         self.binaries = binaries
+        self.fake_gpu = fake_gpu
         self.records = records
         self.save = save
 
@@ -199,12 +208,14 @@ class NodeRunner:
             for archive in images.values():
                 import_image(self.binaries.path("ctr"), node.containerd_socket, archive)
             self._start(node, "kubelet", argv["kubelet"])
+            # It registers as soon as the kubelet's socket answers.
+            self._start(node, fakegpu.COMPONENT, self._plugin_command(node))
         with self.host.api_client() as api_client:
             core = k8s.CoreV1Api(api_client)
             ranges = {}
             for node in self.nodes:
                 self._wait(node, "kubelet", partial(_exists, core, node.name), "node registered", timeout)
-                self._label_and_add_gpus(core, node)
+                self._label(core, node)
                 cidr = self._wait(node, "kubelet", partial(_pod_cidr, core, node.name), "pod range", timeout)
                 nodes.write_cni_config(node, cidr)
                 ranges[node.name] = (node.ordinal, cidr)
@@ -214,9 +225,10 @@ class NodeRunner:
                 for component in ("kube-proxy", "kube-router"):
                     self._start(node, component, argv[component])
             for node in self.nodes:
-                for component in ("kubelet", "kube-proxy", "kube-router"):
+                for component in ("kubelet", fakegpu.COMPONENT, "kube-proxy", "kube-router"):
                     self._wait(node, component, partial(_healthy, node, component), "healthy", timeout)
                 self._wait(node, "kubelet", partial(_ready, core, node.name), "node Ready", timeout)
+                self._wait_gpus(core, node, timeout)
             say(f"    {len(self.nodes)} real node(s) Ready after {time.monotonic() - started:.1f} s")
             volumes = self.host.state_dir / "volumes"
             volumes.mkdir(exist_ok=True)
@@ -301,13 +313,24 @@ class NodeRunner:
 
         self._wait(node, "containerd", answers, "answer from containerd", timeout)
 
-    def _label_and_add_gpus(self, core: k8s.CoreV1Api, node: RealNode) -> None:
-        labels = {**gpu_labels(self.pool), nodes.NODE_KIND_LABEL: nodes.REAL}
+    def _label(self, core: k8s.CoreV1Api, node: RealNode) -> None:
+        labels = {**gpu_labels(self.pool, node.ordinal), nodes.NODE_KIND_LABEL: nodes.REAL}
         core.patch_node(node.name, {"metadata": {"labels": labels}})
-        # What a device plugin would advertise; the scheduler counts it, containers get no device.
-        core.patch_node_status(
-            node.name, {"status": {"capacity": {GPU_RESOURCE: str(self.pool.gpus_per_node)}}}
-        )
+
+    def _plugin_command(self, node: RealNode) -> list[str]:
+        model = self.pool.model_of(node.ordinal)
+        return fakegpu.plugin_command(node, self.fake_gpu, model, self.pool.gpus_per_node)
+
+    def _wait_gpus(self, core: k8s.CoreV1Api, node: RealNode, timeout: float) -> None:
+        """Wait until the node's allocatable `nvidia.com/gpu` is the plugin's count.
+
+        The kubelet reports a plugin's devices in its next node status update (about every 10 s); until
+        then the scheduler sees none. After a restart the status may still hold the count of before: the
+        plugin's health (a kubelet watches its devices) is what says the kubelet has them again.
+        """
+        wanted = str(self.pool.gpus_per_node)
+        check = partial(_allocatable_gpus_are, core, node.name, wanted)
+        self._wait(node, fakegpu.COMPONENT, check, f"{wanted} allocatable {GPU_RESOURCE}", timeout)
 
     # -- a node lost and back ----------------------------------------------------------------------
 
@@ -343,12 +366,14 @@ class NodeRunner:
         self._wait_containerd(node, timeout)
         for component in ("kubelet", "kube-proxy", "kube-router"):
             self._start(node, component, argv[component])
+        self._start(node, fakegpu.COMPONENT, self._plugin_command(node))
         with self.host.api_client() as api_client:
             core = k8s.CoreV1Api(api_client)
-            for component in ("kubelet", "kube-proxy", "kube-router"):
+            for component in ("kubelet", fakegpu.COMPONENT, "kube-proxy", "kube-router"):
                 self._wait(node, component, partial(_healthy, node, component), "healthy", timeout)
             self._wait(node, "kubelet", partial(_ready, core, node.name), "node Ready", timeout)
-            self._label_and_add_gpus(core, node)
+            self._label(core, node)
+            self._wait_gpus(core, node, timeout)
         # Only once its kube-proxy has written the rules of today's endpoints: until then the node holds the
         # ones it had when it died (its health says healthy from the start, before its first sync).
         self._wait(node, "kube-proxy", partial(_rules_written, node), "Service rules written", timeout)
@@ -405,6 +430,11 @@ def _exists(core: k8s.CoreV1Api, name: str) -> bool:
 def _pod_cidr(core: k8s.CoreV1Api, name: str) -> str | None:
     node: Any = core.read_node(name)
     return node.spec.pod_cidr  # type: ignore[no-any-return]
+
+
+def _allocatable_gpus_are(core: k8s.CoreV1Api, name: str, wanted: str) -> bool:
+    node: Any = core.read_node(name)
+    return bool((node.status.allocatable or {}).get(GPU_RESOURCE, "0") == wanted)
 
 
 def _ready(core: k8s.CoreV1Api, name: str) -> bool:

@@ -82,6 +82,8 @@ class ClusterState:
     pool: NodePool = field(default_factory=NodePool)
     real_pool: NodePool = field(default_factory=lambda: NodePool(count=0, name_prefix=REAL_NODE_PREFIX))
     node_binaries: str = ""
+    # The real nodes' device plugin double (`fakegpu`).
+    fake_gpu: str = ""
     network_index: int | None = None
 
     @property
@@ -104,6 +106,7 @@ class ClusterState:
             "pool": asdict(self.pool),
             "real_pool": asdict(self.real_pool),
             "node_binaries": self.node_binaries,
+            "fake_gpu": self.fake_gpu,
             "network_index": self.network_index,
         }
 
@@ -117,6 +120,7 @@ class ClusterState:
             pool=NodePool(**data.get("pool", {})),
             real_pool=NodePool(**data.get("real_pool", {"count": 0, "name_prefix": REAL_NODE_PREFIX})),
             node_binaries=str(data.get("node_binaries", "")),
+            fake_gpu=str(data.get("fake_gpu", "")),
             network_index=data.get("network_index"),
         )
 
