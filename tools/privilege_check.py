@@ -58,6 +58,12 @@ NETWORK_POLICIES = Permission(
     ".check('create').allowed()",
     "create on networkpolicies.networking.k8s.io",
 )
+CLAIM_TEMPLATES = Permission(
+    "mayCreateClaimTemplates",
+    "authorizer.group('resource.k8s.io').resource('resourceclaimtemplates').namespace(request.namespace)"
+    ".check('create').allowed()",
+    "create on resourceclaimtemplates.resource.k8s.io",
+)
 TOKEN_PATH = "spec.model.source.huggingface.tokenSecretRef"
 # The token Secret: whoever may read it may hand it to a pod, as whoever may create pods may.
 READ_TOKEN = Permission(
@@ -196,6 +202,15 @@ POWERS: tuple[PodPower, ...] = (
         "whoever may create NetworkPolicies in a namespace may write one",
         "leave the field out",
         permissions=(NETWORK_POLICIES,),
+    ),
+    PodPower(
+        "gpuClaim",
+        "spec.gpus.resourceClaim",
+        "'becomes a ResourceClaimTemplate the operator writes, from which the pods claim devices'",
+        "a claim can ask for any device a DeviceClass offers, so only whoever may create "
+        "ResourceClaimTemplates in a namespace may have the operator write one",
+        "leave the field out (the pods ask for nvidia.com/gpu)",
+        permissions=(CLAIM_TEMPLATES,),
     ),
 )
 

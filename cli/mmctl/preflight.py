@@ -19,14 +19,17 @@ that passed offline validation and the namespace it is meant for:
 - for a resource that exists already (so the spec is a change): whether a node the serving pods may use
   has a GPU free now for the surge pod of the rollout the change starts; without one, a warning says
   that the rollout will go on in place and which pod is down for its load (`judgement.rollout`).
+- The kinds of GPU: the kind the engine is built for, or the refusal of a placement that reaches several
+  (`judgement.gpu_kinds`), and whether the model fits each kind in reach (`plan.fit`), as the operator
+  judges them.
 
 A check that cannot be made (a 403, say) is a warning naming what could not be read, never an error.
 A cluster that cannot be asked at all is another matter: `ask_cluster` reads API discovery first, and an
 API server that cannot be reached, or that refuses the credentials (401) or even discovery to them
 (403), raises `ClusterUnavailableError` with one line saying which, as does a connection lost midway.
 `preflight` returns the findings; printing them is the CLI's. Imports the api, the config, the desired
-builders, the kube adapter, placement, the vocabulary and urllib3's exceptions (the kube client's
-transport).
+builders, the kube adapter, placement and GPU kinds, the fit, the status reader, the vocabulary and
+urllib3's exceptions (the kube client's transport).
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import cache
 from mmd_operator.desired.decision import manifests
 from mmd_operator.desired.serving import WORKLOADS
-from mmd_operator.facts import Nodes
+from mmd_operator.facts import Devices, Nodes
+from mmd_operator.judgement.gpu_kinds import claim_of, kinds_by_claim, kinds_for, kinds_in_reach
 from mmd_operator.judgement.placement import (
     GpuDemand,
     ObstacleKind,
@@ -64,7 +68,9 @@ from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.kube.engine_index import EngineIndex
 from mmd_operator.kube.nodes import nodes_of, requested_by_node
 from mmd_operator.kube.observe import missing_references, token_secret_missing
+from mmd_operator.plan.fit import fit
 from mmd_operator.plan.resource_plan import AnyPlan
+from mmd_operator.status import previous_status, recorded_kind
 from mmd_operator.vocabulary import kinds, names
 
 POD_SECURITY = "pod-security.kubernetes.io/"
@@ -325,6 +331,11 @@ def _nodes(checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan, confi
     nodes = nodes_of(items)
     objects = manifests(resource, plan, config=config)
     job, serving = _pod_spec(objects, "Job"), _serving_pod_spec(objects, plan)
+    if resource.spec.gpus.resource_claim is not None:
+        # The pods claim devices, which the scheduler allocates: no node's nvidia.com/gpu to count.
+        job = serving = None
+        with contextlib.suppress(_UnreadableError):
+            _gpu_kinds(checks, resource, plan, None, nodes)
     # A Job that asks for no GPU (the weights download) fits wherever the serving pods do.
     if job is None or not object_facts.pod_placement(job).gpus:
         pass
@@ -338,6 +349,67 @@ def _nodes(checks: _Checks, resource: MultimodalDeployment, plan: AnyPlan, confi
         _placement(checks, serving, serving_demand(resource.spec), nodes)
         with contextlib.suppress(_UnreadableError):
             _surge(checks, resource, serving, nodes)
+    if serving is not None:
+        with contextlib.suppress(_UnreadableError):
+            _gpu_kinds(checks, resource, plan, serving, nodes)
+
+
+def _gpu_kinds(
+    checks: _Checks,
+    resource: MultimodalDeployment,
+    plan: AnyPlan,
+    pod_spec: dict[str, Any] | None,
+    nodes: Nodes,
+) -> None:
+    """The kind of GPU the engine is built for, and whether the model fits the kinds in reach.
+
+    As the operator will judge them: with the kind its status records, if the resource exists; from the
+    nodes `pod_spec` may use, or (None) from the devices a claim admits.
+    """
+    name, kind = str(resource.metadata.get("name", "")), kinds.MULTIMODAL_DEPLOYMENT
+    existing = checks.read(
+        "metadata.name",
+        f"MultimodalDeployment {name}",
+        lambda: checks.client.get(kind.api_version, kind.kind, checks.namespace, name),
+    )
+    spec = resource.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    recorded = recorded_kind(previous_status(existing or {}))
+    claim = claim_of(spec)
+    if claim is not None:
+        choice = kinds_by_claim(spec, claim, _devices(checks), recorded)
+    else:
+        assert pod_spec is not None, "a placement by node has its pod"
+        choice = kinds_for(spec, kinds_in_reach(object_facts.pod_placement(pod_spec), nodes), recorded)
+    if choice.refusal is not None:
+        checks.add(Severity.ERROR, *choice.refusal)
+        return
+    if choice.notice:
+        checks.add(Severity.WARNING, "spec.serving.pod", choice.notice)
+    if choice.kind is not None:
+        checks.add(Severity.INFO, "spec.serving.pod", f"the engine is built for {choice.kind.describe()}")
+    verdict = fit(plan.gpu_needs, choice.offers)
+    if verdict.refusal is not None:
+        checks.add(Severity.ERROR, *verdict.refusal)
+    for field, said in verdict.warnings:
+        checks.add(Severity.WARNING, field, said)
+
+
+def _devices(checks: _Checks) -> Devices:
+    """The devices DRA drivers publish, and their classes."""
+    slices = checks.read(
+        "spec.gpus.resourceClaim",
+        "the ResourceSlices",
+        lambda: checks.client.list(kinds.RESOURCE_SLICE.api_version, kinds.RESOURCE_SLICE.kind),
+    )
+    classes = checks.read(
+        "spec.gpus.resourceClaim",
+        "the DeviceClasses",
+        lambda: checks.client.list(kinds.DEVICE_CLASS.api_version, kinds.DEVICE_CLASS.kind),
+    )
+    return Devices(
+        devices=tuple(device for item in slices for device in object_facts.slice_devices(item)),
+        classes=tuple(object_facts.device_class(item) for item in classes),
+    )
 
 
 def _surge(checks: _Checks, resource: MultimodalDeployment, pod_spec: dict[str, Any], nodes: Nodes) -> None:

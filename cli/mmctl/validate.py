@@ -10,7 +10,9 @@ nothing: inputs without a single MultimodalDeployment are an input error. One li
 a summary line; `-o json` gives the same as one JSON document, each problem with its field's line (its
 shape is in docs/resource.md). A valid resource's lines name the CPU and memory each kind of its pods
 asks for (`resources:`). The exit codes are `EXIT_CODES`. `--cluster` adds the read-only preflight of
-`cli.preflight` against the current kubeconfig. Imports the api, the planner, the CLI's document reader,
+`cli.preflight` against the current kubeconfig. `--gpu` weighs each resource against one kind of GPU
+(`gpu_check`: the capability its precision needs, whether the model fits its memory), as the operator
+does against the kinds its placement reaches. Imports the api, the planner, the CLI's document reader,
 the preflight and the kube client.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 import sys
 import textwrap
 from collections.abc import Callable, Iterable, Sequence
@@ -32,7 +35,10 @@ from mmctl.preflight import ClusterUnavailableError, Severity, ask_cluster, pref
 from mmd_operator.api.v1alpha1 import GROUP, KIND, MultimodalDeployment
 from mmd_operator.api.validation import InvalidSpecError, Problem, check_resource
 from mmd_operator.api.warning_rules import SpecWarning, spec_warnings
+from mmd_operator.facts import GpuKind
+from mmd_operator.knowledge import GPU_PRODUCTS
 from mmd_operator.kube.client import KubeClient, KubeconfigError
+from mmd_operator.plan.fit import KindOffer, fit
 from mmd_operator.plan.pod_resources import PlannedResources
 from mmd_operator.plan.repository_check import RepositoryError
 from mmd_operator.plan.resource_plan import AnyPlan, plan_resource
@@ -64,8 +70,9 @@ ResourceCheck = Callable[
     [MultimodalDeployment, AnyPlan],
     tuple[Sequence[Problem], Sequence[SpecWarning], Sequence[str]],
 ]
-# The rule name of a warning the cluster preflight found.
+# The rule names of a warning the cluster preflight found, and of one `--gpu` found.
 CLUSTER_RULE = "cluster"
+GPU_RULE = "gpu"
 
 
 @dataclass(frozen=True)
@@ -160,14 +167,52 @@ def _warnings_of(resource: MultimodalDeployment | None) -> list[SpecWarning]:
     return spec_warnings(resource.spec.model_dump(by_alias=True, exclude_none=True, mode="json"))
 
 
-def check_document(document: Document, checks: Sequence[ResourceCheck] = ()) -> Verdict:
-    """The verdict on one MultimodalDeployment document.
+def gpu_offer(text: str) -> KindOffer:
+    """A kind of GPU from `--gpu`.
+
+    A product GPU feature discovery names (`NVIDIA-L4`), or `PRODUCT:CAPABILITY:MEMORY_MIB` for another.
+
+    Raises:
+        argparse.ArgumentTypeError: naming the known products, when `text` is neither.
+    """
+    product, *rest = text.split(":")
+    if not rest and product in GPU_PRODUCTS:
+        known = GPU_PRODUCTS[product]
+        return KindOffer(GpuKind(product, known.compute_capability), known.memory_mib)
+    if len(rest) == 2 and re.fullmatch(r"\d+\.\d+", rest[0]) and rest[1].isdigit():
+        return KindOffer(GpuKind(product, rest[0]), int(rest[1]))
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is neither a known product ({', '.join(GPU_PRODUCTS)}) nor PRODUCT:CAPABILITY:MEMORY_MIB "
+        "(e.g. NVIDIA-RTX-6000-Ada:8.9:49140)"
+    )
+
+
+def gpu_check(offer: KindOffer) -> ResourceCheck:
+    """Whether a resource can run on `offer`'s kind of GPU, as the operator judges it (`plan.fit`)."""
+
+    def check(
+        resource: MultimodalDeployment, plan: AnyPlan
+    ) -> tuple[list[Problem], list[SpecWarning], list[str]]:
+        del resource
+        verdict = fit(plan.gpu_needs, [offer])
+        errors = [Problem(*verdict.refusal)] if verdict.refusal is not None else []
+        warnings = [SpecWarning(path, said, GPU_RULE) for path, said in verdict.warnings]
+        fits = [] if errors else [f"gpu: fits {offer.kind.describe()}"]
+        return errors, warnings, fits
+
+    return check
+
+
+def check_document(
+    document: Document, checks: Sequence[ResourceCheck] = (), gpu_kind: GpuKind | None = None
+) -> Verdict:
+    """The verdict on one MultimodalDeployment document, its engine planned for `gpu_kind`.
 
     Raises:
         RepositoryError: when the rendered repository is inconsistent (a bug of ours, not the user's).
     """
     try:
-        resource, plan = plan_resource(document.content)
+        resource, plan = plan_resource(document.content, gpu_kind)
     except InvalidSpecError as invalid:
         parsed, _ = check_resource(document.content)
         return Verdict(document, tuple(invalid.problems), tuple(_warnings_of(parsed)))
@@ -195,8 +240,14 @@ def _strict(verdict: Verdict) -> Verdict:
     return replace(verdict, errors=verdict.errors + tuple(as_errors), warnings=(), strict_rules=as_errors)
 
 
-def validate(inputs: Iterable[str], *, strict: bool = False, checks: Sequence[ResourceCheck] = ()) -> Report:
-    """Check every MultimodalDeployment in `inputs` (files, directories, `-` for stdin).
+def validate(
+    inputs: Iterable[str],
+    *,
+    strict: bool = False,
+    checks: Sequence[ResourceCheck] = (),
+    gpu_kind: GpuKind | None = None,
+) -> Report:
+    """Check every MultimodalDeployment in `inputs` (files, directories, `-` for stdin), for `gpu_kind`.
 
     Raises:
         RepositoryError: when the rendered repository of a resource is inconsistent (a bug of ours).
@@ -215,7 +266,7 @@ def validate(inputs: Iterable[str], *, strict: bool = False, checks: Sequence[Re
             if not is_resource(document):
                 report.skipped.append(document)
                 continue
-            verdict = check_document(document, checks)
+            verdict = check_document(document, checks, gpu_kind)
             report.resources.append(_strict(verdict) if strict else verdict)
     if not report.resources and not report.unreadable:
         read = _plural(len(report.skipped), "document")
@@ -377,7 +428,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"mmctl validate --cluster: {error}", file=sys.stderr)
         return EXIT_CLUSTER
     try:
-        report = validate(args.file, strict=args.strict, checks=checks)
+        if args.gpu is not None:
+            checks = [*checks, gpu_check(args.gpu)]
+        gpu_kind = args.gpu.kind if args.gpu is not None else None
+        report = validate(args.file, strict=args.strict, checks=checks, gpu_kind=gpu_kind)
     except RepositoryError as inconsistent:
         # The same check Triton does at load time; a failure here is our bug, not the user's.
         print(f"internal error: the rendered repository is inconsistent: {inconsistent}", file=sys.stderr)
@@ -423,6 +477,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true", help="treat every warning as an error")
     parser.add_argument(
         "-o", "--output", choices=("text", "json"), default="text", help="text lines (default) or JSON"
+    )
+    parser.add_argument(
+        "--gpu",
+        type=gpu_offer,
+        metavar="PRODUCT[:CAPABILITY:MEMORY_MIB]",
+        help="weigh each resource against this kind of GPU: the capability its precision needs and "
+        f"whether the model fits its memory; known products: {', '.join(GPU_PRODUCTS)}",
     )
     cluster = parser.add_argument_group("cluster preflight (read-only)")
     cluster.add_argument(

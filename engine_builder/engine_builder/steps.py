@@ -7,6 +7,12 @@ weights; subdirectories keep their layout (VILA keeps its tokenizer under `llm/`
 directory. `whisper-assets` stages `multilingual.tiktoken` and `mel_filters.npz`, which whisper_bls loads
 from its model directory, out of the openai-whisper package that ships both.
 
+`check-context` reads the fetched checkpoint's `config.json` (its language model's part: `text_config`,
+`llm_config` or the top level) and refuses a `maxSeqLen` beyond its `max_position_embeddings` before any
+GPU work: past them the model answers garbage. Where the config sets `rope_scaling`, the positions may
+reach further, so it only warns; a config without the field (or no config) is not checked. The operator
+refuses the same at admission for the checkpoints its knowledge records; this step covers every other one.
+
 `xcomposer2-vision-engine` builds InternLM-XComposer2's ViT plan with the recipe its serving code was
 written for: the fork's `build_visual_engine.py`, pinned in the builder image. Run as a script, that file
 refuses its own model type (a comma is missing from its `--model_type` choices) and loads the checkpoint
@@ -24,6 +30,7 @@ import argparse
 import fnmatch
 import importlib
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -46,6 +53,45 @@ XCOMPOSER2_PLAN_TENSORS = ("input", "output")
 
 class StepError(Exception):
     """A step cannot do its work; the message is the one line the builder reports."""
+
+
+# Where multimodal checkpoints keep their language model's config (LLaVA, Qwen2-VL: `text_config`; VILA:
+# `llm_config`), else the top level.
+_LANGUAGE_CONFIGS = ("text_config", "llm_config")
+
+
+def check_context(config: Path, max_seq_len: int) -> str:
+    """What `max_seq_len` is to the checkpoint whose `config.json` is `config`, in one line.
+
+    Raises:
+        StepError: when it is beyond `max_position_embeddings` and the config scales no RoPE.
+    """
+    if not config.is_file():
+        return f"no {config}: maxSeqLen {max_seq_len} not checked"
+    try:
+        document = json.loads(config.read_text())
+    except (OSError, ValueError) as error:
+        raise StepError(f"cannot read {config}: {error}") from None
+    language = next(
+        (document[key] for key in _LANGUAGE_CONFIGS if isinstance(document.get(key), dict)), document
+    )
+    positions = language.get("max_position_embeddings", document.get("max_position_embeddings"))
+    if not isinstance(positions, int):
+        return f"{config} states no max_position_embeddings: maxSeqLen {max_seq_len} not checked"
+    if max_seq_len <= positions:
+        return f"maxSeqLen {max_seq_len} is within the {positions} positions of {config}"
+    scaling = language.get("rope_scaling", document.get("rope_scaling"))
+    if scaling:
+        return (
+            f"warning: maxSeqLen {max_seq_len} is beyond the {positions} positions of {config}, which "
+            f"scales RoPE ({json.dumps(scaling, sort_keys=True)}): the answers past them are as good as "
+            "that scaling"
+        )
+    raise StepError(
+        f"maxSeqLen {max_seq_len} is beyond the {positions} positions of the checkpoint "
+        f"(max_position_embeddings in {config}), which scales no RoPE: tokens past them are answered "
+        f"with garbage; set spec.engine.maxSeqLen to at most {positions}"
+    )
 
 
 def keep_tokenizer(source: Path, dest: Path) -> int:
@@ -172,6 +218,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer = commands.add_parser("keep-tokenizer", help="copy the files serving reads, not weights")
     tokenizer.add_argument("--source", type=Path, required=True)
     tokenizer.add_argument("--dest", type=Path, required=True)
+    context = commands.add_parser(
+        "check-context", help="refuse a maxSeqLen beyond the checkpoint's positions"
+    )
+    context.add_argument("--config", type=Path, required=True)
+    context.add_argument("--max-seq-len", type=int, required=True)
     whisper = commands.add_parser("whisper-assets", help="stage multilingual.tiktoken and mel_filters.npz")
     whisper.add_argument("--dest", type=Path, required=True)
     vision = commands.add_parser(
@@ -187,6 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "keep-tokenizer":
             count = keep_tokenizer(args.source, args.dest)
             print(f"kept {count} tokenizer, processor and config files of {args.source} in {args.dest}")
+        elif args.command == "check-context":
+            print(check_context(args.config, args.max_seq_len))
         elif args.command == "whisper-assets":
             names = whisper_assets(args.dest)
             print(f"staged {', '.join(names)} in {args.dest}")

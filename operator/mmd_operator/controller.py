@@ -54,6 +54,7 @@ WATCHED: tuple[tuple[cached.CachedKind, str | None], ...] = (
     (cached.AUTOSCALERS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
     (cached.DISRUPTION_BUDGETS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
     (cached.LEADER_WORKER_SETS, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
+    (cached.CLAIM_TEMPLATES, f"{labels.MANAGED_BY}={labels.OPERATOR}"),
 )
 
 

@@ -149,6 +149,67 @@ class GpuKind:
         return cls(product, f"{major}.{minor}" if major.isdigit() and minor.isdigit() else "")
 
 
+class VersionText(str):
+    """A device attribute a ResourceSlice states as a version (`{version: 9.0.0}`), not a string."""
+
+    __slots__ = ()
+
+
+# The attributes NVIDIA's DRA driver publishes for a GPU, in its domain.
+NVIDIA_DRA_DOMAIN = "gpu.nvidia.com"
+# The DeviceClass its chart installs, which a claim names unless the spec names another.
+DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"
+DRA_PRODUCT_ATTRIBUTE = "productName"
+DRA_CAPABILITY_ATTRIBUTE = "cudaComputeCapability"
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """A device a DRA driver publishes in a ResourceSlice: its node, driver, attributes and capacity.
+
+    Attribute and capacity names are qualified (`gpu.nvidia.com/productName`): the slice's unqualified
+    names belong to its driver's domain. Values are as the slice states them: a string, an integer, a
+    boolean, or a version string (`9.0.0`); capacities as quantities.
+    """
+
+    node: str
+    driver: str
+    name: str
+    attributes: tuple[tuple[str, str | int | bool], ...] = ()
+    capacity: tuple[tuple[str, str], ...] = ()
+
+    def attribute(self, name: str) -> str | int | bool | None:
+        """The attribute `name` of the driver's domain."""
+        return dict(self.attributes).get(f"{self.driver}/{name}")
+
+    def kind(self) -> GpuKind | None:
+        """The kind of GPU it is, named as GPU feature discovery names it (spaces made hyphens)."""
+        product = self.attribute(DRA_PRODUCT_ATTRIBUTE)
+        if not isinstance(product, str) or not product:
+            return None
+        version = str(self.attribute(DRA_CAPABILITY_ATTRIBUTE) or "")
+        major, _, rest = version.partition(".")
+        minor = rest.partition(".")[0]
+        capability = f"{major}.{minor}" if major.isdigit() and minor.isdigit() else ""
+        return GpuKind("-".join(product.split()), capability)
+
+
+@dataclass(frozen=True)
+class DeviceClassFacts:
+    """A DeviceClass: its name and the CEL selectors every device of it meets."""
+
+    name: str
+    selectors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Devices:
+    """The devices every ResourceSlice publishes, and the DeviceClasses."""
+
+    devices: tuple[DeviceFacts, ...] = ()
+    classes: tuple[DeviceClassFacts, ...] = ()
+
+
 @dataclass(frozen=True)
 class Nodes:
     """The cluster's nodes as placement sees them: those with GPUs, and how many there are in all."""

@@ -36,13 +36,14 @@ from mmd_operator.facts import Observed, Reading
 from mmd_operator.judgement import Judgement, judge
 from mmd_operator.judgement.artifact import JobWords
 from mmd_operator.judgement.canary import analysis_window
-from mmd_operator.judgement.gpu_kinds import KindChoice, choose_kind, kinds_in_reach
+from mmd_operator.judgement.gpu_kinds import KindChoice, claim_of, kinds_by_claim, kinds_for, kinds_in_reach
 from mmd_operator.judgement.judge import ARTIFACT_WORDS
 from mmd_operator.judgement.revisions import RETRY_ANNOTATION
 from mmd_operator.knowledge import Runtime
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube import object_facts
 from mmd_operator.kube.client import ApiError, KubeClient
+from mmd_operator.kube.devices import DeviceDirectory
 from mmd_operator.kube.events import EventRecorder
 from mmd_operator.kube.nodes import NodeDirectory
 from mmd_operator.kube.observe import observe, revision_template
@@ -50,7 +51,8 @@ from mmd_operator.kube.prometheus import read_counts
 from mmd_operator.kube.quotas import QuotaDirectory
 from mmd_operator.kube.settling import REREAD_SECONDS, UNSETTLED, SpecSettling
 from mmd_operator.kube.writes import WriteCount, Writer
-from mmd_operator.plan.resource_plan import AnyPlan, kind_bound
+from mmd_operator.plan.fit import fit
+from mmd_operator.plan.resource_plan import AnyPlan
 from mmd_operator.plan_memory import PlanMemory, Planned, Use
 from mmd_operator.status import Findings, Report, previous_status, recorded_kind, report, transition
 from mmd_operator.status.assessment import assess
@@ -145,6 +147,7 @@ class Reconciler:
         self.plans = PlanMemory(config)
         self.settling = SpecSettling(client, store)
         self.nodes = NodeDirectory(client, enabled=config.read_nodes)
+        self.devices = DeviceDirectory(client)
         self.quotas = QuotaDirectory(client)
         self.phases = metrics.PhaseTally()
         self.series = metrics.ResourceSeries()
@@ -222,9 +225,13 @@ class Reconciler:
         planned = self.plans.plan(body, kind.kind)
         if isinstance(planned, InvalidSpecError):
             return self._refuse(body, planned, now, count)
-        if kind.refusal is not None:
-            return self._refuse(body, InvalidSpecError([Problem(*kind.refusal)]), now, count)
-        case = self._case(body, *planned, now, kind.notice)
+        fitted = fit(planned[1].plan.gpu_needs, kind.offers)
+        refusal = kind.refusal or fitted.refusal
+        if refusal is not None:
+            return self._refuse(body, InvalidSpecError([Problem(*refusal)]), now, count)
+        case = self._case(
+            body, *planned, now, kind.notice, tuple(f"{path}: {said}" for path, said in fitted.warnings)
+        )
         observed = self._observe(case, first=True)
         judging, judged = self._judge_first(case, observed)
         decision = self._decide(case, observed, judged, judging.stable_template)
@@ -261,20 +268,22 @@ class Reconciler:
         return Outcome(phase=result.status.phase, writes=count.total)
 
     def _gpu_kind(self, body: Mapping[str, Any]) -> KindChoice:
-        """The kind of GPU the resource's engine is built for.
+        """The kind of GPU the resource's engine is built for, and the kinds its pods run on.
 
-        Of the nodes its serving placement reaches, or the kind it was built for; nothing for an artifact
-        that serves on any GPU.
+        Of the nodes its serving placement reaches, or the kind it was built for; for an artifact that
+        serves on any GPU, no kind but every kind in reach.
         """
         spec = body.get("spec")
-        if not kind_bound(spec):
-            return KindChoice()
+        recorded = recorded_kind(previous_status(body))
+        claim = claim_of(spec)
+        if claim is not None:
+            return kinds_by_claim(spec, claim, self.devices.devices(), recorded)
         serving = (spec.get("serving") if isinstance(spec, Mapping) else None) or {}
         nodes = self.nodes.nodes()
         reach = None
         if nodes is not None and isinstance(serving, Mapping):
             reach = kinds_in_reach(object_facts.pod_placement(serving.get("pod") or {}), nodes)
-        return choose_kind(reach, recorded_kind(previous_status(body)))
+        return kinds_for(spec, reach, recorded)
 
     def _case(
         self,
@@ -283,6 +292,7 @@ class Reconciler:
         checked: Planned,
         now: datetime,
         notice: str = "",
+        fit_warnings: tuple[str, ...] = (),
     ) -> _Case:
         """What the steps of the reconcile of `resource` read, its plan's use recorded."""
         metadata = body["metadata"]
@@ -297,7 +307,7 @@ class Reconciler:
             now=now,
             resource=resource,
             plan=plan,
-            warnings=checked.warnings + ((f"spec.serving.pod: {notice}",) if notice else ()),
+            warnings=checked.warnings + ((f"spec.serving.pod: {notice}",) if notice else ()) + fit_warnings,
             claim=claim,
             first_look=self.plans.record_use(key, Use(plan.cache_key, claim)),
             counted=metrics.ARTIFACT_METRICS[plan.runtime],

@@ -83,6 +83,9 @@ class Toolbox:
         if not arg.startswith(SOURCES_MOUNT + "/"):
             return arg
         moved = self.root / "sources" / arg.removeprefix(SOURCES_MOUNT + "/")
+        if moved.name == "config.json":  # a file of the model directory (the check-context step's)
+            self._source(str(Path(arg).parent))
+            return str(moved)
         if not moved.exists():
             if moved.relative_to(self.root / "sources").parts[0] == "lora":
                 write_lora_adapter(moved)

@@ -172,7 +172,7 @@ def test_sigterm_stops_the_running_tool_and_reports_the_step(
         assert process.wait(timeout=20) == 1
     assert time.monotonic() - started < 10
     assert toolbox.result()["reason"] == (
-        "step fetch-model (1/5): stopped by SIGTERM (the Job was deleted or its deadline passed)"
+        "step fetch-model (1/6): stopped by SIGTERM (the Job was deleted or its deadline passed)"
     )
     assert [p.name for p in toolbox.cache.iterdir()] == [f".lock-{KEY}"]
 

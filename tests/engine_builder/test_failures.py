@@ -34,7 +34,7 @@ def test_a_failing_step_is_reported_with_its_exit_code_and_last_error_line_and_s
         "cache_key": LLAVA_KEY,
         "step": "build-llm",
         "exit_code": 1,
-        "reason": "step build-llm (3/5) exited with code 1: "
+        "reason": "step build-llm (4/6) exited with code 1: "
         "RuntimeError: [TensorRT-LLM][ERROR] trtllm-build failed on demand (test double)",
     }
     assert [call["tool"] for call in toolbox.calls()] == [
@@ -51,7 +51,7 @@ def test_a_tool_killed_by_the_kernel_is_named_as_such(
     result = failed(toolbox, capsys)
     assert result["step"] == "build-vision-engine" and result["exit_code"] == -9
     assert str(result["reason"]).startswith(
-        "step build-vision-engine (4/5) was killed by SIGKILL (the kernel's OOM"
+        "step build-vision-engine (5/6) was killed by SIGKILL (the kernel's OOM"
     )
 
 
@@ -61,7 +61,7 @@ def test_a_step_that_succeeds_without_its_outputs_fails_the_build(
     monkeypatch.setenv("DOUBLE_NO_OUTPUT", "build_multimodal_engine")
     result = failed(toolbox, capsys)
     assert result["reason"] == (
-        "step build-vision-engine (4/5) exited 0 but did not produce "
+        "step build-vision-engine (5/6) exited 0 but did not produce "
         "encoder/model.engine, encoder/config.json"
     )
     assert result["exit_code"] == 0
@@ -113,7 +113,7 @@ def test_a_missing_job_secret_is_refused_before_anything_runs(
 def test_a_missing_tool_is_named(toolbox: Toolbox, capsys: pytest.CaptureFixture[str]) -> None:
     (toolbox.bin / "trtllm-build").unlink()
     result = failed(toolbox, capsys)
-    assert result["reason"] == "step build-llm (3/5) could not start trtllm-build: No such file or directory"
+    assert result["reason"] == "step build-llm (4/6) could not start trtllm-build: No such file or directory"
 
 
 def test_an_unreadable_plan_is_a_reported_failure(
@@ -150,7 +150,7 @@ def test_the_hugging_face_token_never_reaches_logs_manifest_or_termination_messa
             assert secret.encode() not in path.read_bytes(), path
     if leak == "fail":
         assert toolbox.result()["reason"] == (
-            "step fetch-model (1/5) exited with code 1: "
+            "step fetch-model (1/6) exited with code 1: "
             "huggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized: invalid token ***"
         )
     else:

@@ -612,12 +612,23 @@ CASES: list[BadInput] = [
         values=("4", "mllama"),
     ),
     _refused(
+        "llava-beyond-its-context",
+        "llava",
+        _spec(engine={"maxBatchSize": 2048, "maxInputLen": 131072, "maxSeqLen": 262144}),
+        "spec.engine.maxSeqLen",
+        "is 262144, beyond the 4096 positions of llava-hf/llava-1.5-7b-hf (max_position_embeddings in its "
+        "config.json)",
+        _spec(engine={"maxBatchSize": DELETE, "maxInputLen": DELETE, "maxSeqLen": DELETE}),
+        values=("262144", "4096"),
+    ),
+    _refused(
         "images-on-llava-1-5",
         "llava",
         _spec(engine={"maxImagesPerRequest": 8, "maxInputLen": 8192, "maxSeqLen": 9000}),
         "spec.engine.maxImagesPerRequest",
         "maxImagesPerRequest above 1 (here 8) is supported only for model types vila; model.type is llava",
-        _spec(engine={"maxImagesPerRequest": 1}),
+        # LLaVA-1.5's positions end at 4096: the fix drops the longer lengths too.
+        _spec(engine={"maxImagesPerRequest": 1, "maxInputLen": DELETE, "maxSeqLen": DELETE}),
         values=("8", "llava"),
     ),
     _refused(

@@ -65,7 +65,7 @@ Entry = tuple[str, str, str]  # field manager, operation (Apply or Update), subr
 ObjectId = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" when cluster-scoped), name
 
 _BY_PLURAL = {(kind.api_version, kind.plural): kind for kind in kinds.ALL}
-_CLUSTER_SCOPED = {kinds.NODE, kinds.STORAGE_CLASS, kinds.NAMESPACE}
+_CLUSTER_SCOPED = {kinds.NODE, kinds.STORAGE_CLASS, kinds.NAMESPACE, kinds.RESOURCE_SLICE, kinds.DEVICE_CLASS}
 _WITHOUT_STATUS = {
     kinds.CONFIGMAP,
     kinds.SECRET,
@@ -73,6 +73,9 @@ _WITHOUT_STATUS = {
     kinds.CONTROLLER_REVISION,
     kinds.LEASE,
     kinds.STORAGE_CLASS,
+    kinds.RESOURCE_CLAIM_TEMPLATE,
+    kinds.RESOURCE_SLICE,
+    kinds.DEVICE_CLASS,
 }
 # Custom resources: the generation counts every change outside metadata and status.
 _CUSTOM = {kinds.MULTIMODAL_DEPLOYMENT, kinds.LEADER_WORKER_SET}

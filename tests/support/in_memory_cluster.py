@@ -18,7 +18,7 @@ from mmd_operator.controller import WATCHED
 from mmd_operator.kube import cache as cached
 from mmd_operator.kube.client import KubeClient
 from mmd_operator.vocabulary import kinds
-from tests.support.in_memory_api import InMemoryApiServer, WatchEvent
+from tests.support.in_memory_api import InMemoryApiServer, Request, WatchEvent
 
 Handler = Callable[[cached.CachedKind, str, Mapping[str, Any]], None]
 _WATCHED = {kind.api: (kind, selector) for kind, selector in WATCHED}
@@ -118,3 +118,15 @@ class InMemoryCluster:
             },
             subresource="status",
         )
+
+
+def the_operators_writes(cluster: InMemoryCluster, since: int = 0) -> list[Request]:
+    """The operator's requests that were not reads, from the `since`th request on, its Events left out.
+
+    An Event is only recorded with a status write, which these include.
+    """
+    return [
+        request
+        for request in cluster.server.requests[since:]
+        if request.method != "GET" and not request.path.endswith("/events")
+    ]

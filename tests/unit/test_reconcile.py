@@ -31,7 +31,7 @@ from tests.support.builds import summary
 from tests.support.downloads import succeeded
 from tests.support.examples import ALL_EXAMPLE_PATHS
 from tests.support.in_memory_api import Request
-from tests.support.in_memory_cluster import InMemoryCluster
+from tests.support.in_memory_cluster import InMemoryCluster, the_operators_writes
 
 NS = "ml"
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -60,18 +60,6 @@ def prerequisites(cluster: InMemoryCluster, document: Mapping[str, Any]) -> None
             claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim"}
             metadata = {"name": source["pvc"]["claimName"], "namespace": NS}
             cluster.create({**claim, "metadata": metadata, "spec": {"accessModes": ["ReadWriteMany"]}})
-
-
-def the_operators_writes(cluster: InMemoryCluster, since: int = 0) -> list[Request]:
-    """The operator's requests that were not reads, from the `since`th request on, its Events left out.
-
-    An Event is only recorded with a status write, which these include.
-    """
-    return [
-        request
-        for request in cluster.server.requests[since:]
-        if request.method != "GET" and not request.path.endswith("/events")
-    ]
 
 
 def applied(writes: list[Request]) -> dict[tuple[str, str], str | None]:

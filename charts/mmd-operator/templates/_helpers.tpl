@@ -99,6 +99,10 @@ pods/status: only the Ready condition of a serving pod whose node has gone silen
 - apiGroups: [""]
   resources: [secrets]
   verbs: [create]
+# GPUs asked for by claim (spec.gpus.resourceClaim): the template the pods claim their devices from.
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaimtemplates]
+  verbs: [list, watch, create, patch]
 # A replica across pods (a group of a LeaderWorkerSet, whose controller the cluster installs).
 - apiGroups: [leaderworkerset.x-k8s.io]
   resources: [leaderworkersets]

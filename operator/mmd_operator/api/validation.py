@@ -127,9 +127,40 @@ def _quantity(value: celtypes.Value) -> celtypes.Value:
     return cast(celtypes.Value, quantities.Quantity(quantities.parse(str(value))))
 
 
+@dataclass(frozen=True, order=True)
+class SemVer:
+    """Kubernetes' CEL semantic version (a DRA device's version attribute, `semver(string)`)."""
+
+    major: int
+    minor: int
+    patch: int
+
+    @classmethod
+    def parse(cls, text: str) -> SemVer:
+        """`9.0.0` (a missing minor or patch is 0).
+
+        Raises:
+            ValueError: when `text` is not a version.
+        """
+        parts = text.split("-", 1)[0].split("+", 1)[0].split(".")
+        if not 1 <= len(parts) <= 3 or not all(part.isdigit() for part in parts):
+            raise ValueError(f"{text!r} is not a semantic version")
+        major, minor, patch = (*map(int, parts), 0, 0)[:3]
+        return cls(major, minor, patch)
+
+
+def _semver(value: celtypes.Value) -> celtypes.Value:
+    """Kubernetes' CEL `semver(string)`."""
+    if not isinstance(value, str):
+        raise TypeError("semver needs a string")
+    return cast(celtypes.Value, SemVer.parse(str(value)))
+
+
 def _compare_to(value: celtypes.Value, other: celtypes.Value) -> celtypes.IntType:
+    if isinstance(value, SemVer) and isinstance(other, SemVer):
+        return celtypes.IntType((value > other) - (value < other))
     if not isinstance(value, quantities.Quantity) or not isinstance(other, quantities.Quantity):
-        raise TypeError("compareTo needs two quantities")
+        raise TypeError("compareTo needs two quantities or two versions")
     return celtypes.IntType(value.compare(other))
 
 
@@ -167,6 +198,7 @@ _KUBERNETES_FUNCTIONS: dict[str, CELFunction] = {
     "isGreaterThan": _is_greater_than,
     "isLessThan": _is_less_than,
     "format": _format,
+    "semver": _semver,
 }
 
 

@@ -58,6 +58,8 @@ class Children:
     service: Manifest
     # The serving pods' NetworkPolicy, when the runtime wants one.
     network_policy: Manifest | None
+    # The ResourceClaimTemplates of pods that ask for their GPUs by claim (`gpu_claims`).
+    claim_templates: tuple[Manifest, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ Pure: imports the api models, the plan, the config, the facts, the judgement and
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -51,7 +52,7 @@ from engine_builder.result_format import BuildSucceeded
 from engine_builder.weights_format import DownloadSucceeded
 from mmd_operator.api.v1alpha1 import MultimodalDeployment
 from mmd_operator.config import OperatorConfig
-from mmd_operator.desired import cache, scaling, serving, triton, trtllm_serve
+from mmd_operator.desired import cache, gpu_claims, scaling, serving, triton, trtllm_serve
 from mmd_operator.desired.children import Children, Manifest, Owner
 from mmd_operator.facts import DeploymentFacts, Meta, Observed
 from mmd_operator.judgement import Judgement, Rendered
@@ -123,8 +124,34 @@ def owner_of(resource: MultimodalDeployment, config: OperatorConfig) -> Owner:
 
 
 def children_of(owned: Owner, plan: AnyPlan) -> Children:
-    """The children `plan`'s runtime makes for `owned`'s resource."""
-    return RUNTIMES[plan.runtime](owned, plan)
+    """The children `plan`'s runtime makes for `owned`'s resource.
+
+    Their GPUs asked for by claim (templates, and pods that use them) when the spec says so.
+    """
+    children = RUNTIMES[plan.runtime](owned, plan)
+    claim = owned.resource.spec.gpus.resource_claim
+    if claim is None:
+        return children
+    asked = (plan.resources.job, plan.resources.serving, plan.resources.worker)
+    templates = {
+        count: gpu_claims.claim_template(
+            claim,
+            instance=owned.instance,
+            namespace=owned.namespace,
+            owner=owned.owner,
+            gpus=count,
+            kind=plan.gpu_kind,
+        )
+        for count in sorted({pod.gpus for pod in asked if pod is not None and pod.gpus})
+    }
+    names = {count: template["metadata"]["name"] for count, template in templates.items()}
+    job, deployment = children.job, children.deployment
+    return dataclasses.replace(
+        children,
+        job=(lambda: gpu_claims.claimed(job(), names)) if job is not None else None,
+        deployment=lambda location: gpu_claims.claimed(deployment(location), names),
+        claim_templates=tuple(templates.values()),
+    )
 
 
 def _engine_cache_claim(case: _Case, writes: _Writes) -> None:
@@ -336,6 +363,8 @@ def desired_state(
     if case.children.uses_claim:
         _engine_cache_claim(case, writes)
     writes.leave += [ObjectKey.of(kinds.CLAIM, stale.meta.name) for stale in observed.stale_claims]
+    if not judgement.blocked:
+        writes.apply += [hashing.stamped(template) for template in case.children.claim_templates]
     if case.children.job is not None and case.children.job_name is not None:
         _artifact_job(case, writes, case.children.job_name, case.children.job)
     writes.leave += [ObjectKey.of(kinds.JOB, stale.meta.name) for stale in observed.stale_jobs]
@@ -378,7 +407,7 @@ def manifests(resource: MultimodalDeployment, plan: AnyPlan, *, config: Operator
     )
     owned = owner_of(resource, config)
     children = children_of(owned, plan)
-    objects: list[Manifest] = []
+    objects: list[Manifest] = list(children.claim_templates)
     if children.uses_claim:
         claim = cache.engine_cache_claim(
             resource, namespace=owned.namespace, config=config, owner=owned.owner

@@ -5,7 +5,8 @@ The build Job runs the builder image's `python -m engine_builder build` with the
 any model source claim read-only at `/sources/<role>`. The repository ConfigMap holds one `config.pbtxt`
 per model. A serving pod assembles its repository in an init container: the Python model code shipped
 in the serving image, the configs from the ConfigMap and the files some models load from the engine
-cache entry (Whisper's tokenizer and mel filters); it refuses to start on an incomplete cache entry. The
+cache entry (Whisper's tokenizer and mel filters); it refuses to start on an incomplete cache entry. A
+second init container refuses an engine built for another kind of GPU than the pod's (`gpu_check`). The
 main container runs the plan's exact launch argv, probed on `/v2/health/{ready,live}`; the Service
 carries HTTP, gRPC and metrics. Pure: imports the api models, the plan, the shared builders and the
 vocabulary.
@@ -20,6 +21,7 @@ from mmd_operator.api.v1alpha1 import VolumeSource
 from mmd_operator.api.v1alpha1.rules import BUILD_SHARED_MEMORY
 from mmd_operator.desired import cache, network, pods, serving
 from mmd_operator.desired.children import Children, Manifest, Owner
+from mmd_operator.desired.gpu_check import gpu_check_container
 from mmd_operator.plan.build_plan import HF_TOKEN_ENV, SOURCES_MOUNT
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from mmd_operator.plan.settings import ENGINE_MOUNT, MODEL_REPOSITORY
@@ -142,13 +144,21 @@ def deployment(owned: Owner, plan: TritonPlan, *, repository: str) -> Manifest:
         "resources": plan.resources.helper.manifest(),
         "securityContext": pods.container_security_context(),
     }
+    check = gpu_check_container(
+        image=image,
+        entry=f"{ENGINE_MOUNT}/{plan.cache_key}",
+        cache_key=plan.cache_key,
+        helper=plan.resources.helper,
+        gpus=plan.resources.serving.gpus,
+        mounts=[{"name": "engine-cache", "mountPath": ENGINE_MOUNT, "readOnly": True}],
+    )
     return serving.deployment(
         owned,
         cache_key=plan.cache_key,
         configmap=repository,
         server=server,
         segments=plan.launch.group_segments,
-        init_containers=[assemble],
+        init_containers=[assemble, check],
         worker=plan.resources.worker,
         gpu_selector=plan.settings.gpu_selector(),
         volumes=[

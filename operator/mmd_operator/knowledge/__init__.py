@@ -5,14 +5,18 @@ serves; adding a model type means adding one entry to the table of each runtime 
 module only re-exports the public names of its modules. Pure data: imports nothing of ours outside the
 package and does no I/O.
 
-- `shared`: the runtimes, the model types, the modalities and the largest worlds, which every table names;
+- `shared`: the runtimes, the model types, the modalities, the largest worlds and the shape of a known
+  checkpoint's language model, which every table names;
 - `triton`: the triton-trtllm-engine runtime's table (`KNOWLEDGE`): conversion, build and serving facts,
   the host memory of its pods' processes;
 - `trtllm_serve`: the trtllm-serve runtime's table (`SERVE_KNOWLEDGE`): architectures, features, heads,
   checkpoints' sizes;
+- `gpus`: common kinds of GPU by feature discovery's product name, with capability and memory;
 - `lookups`: each runtime's table behind one face (`types_of`, `types_taking`, the largest worlds).
 """
 
+from mmd_operator.knowledge.gpus import GPU_PRODUCTS as GPU_PRODUCTS
+from mmd_operator.knowledge.gpus import GpuProduct as GpuProduct
 from mmd_operator.knowledge.lookups import pipeline_types as pipeline_types
 from mmd_operator.knowledge.lookups import types_by_largest_world as types_by_largest_world
 from mmd_operator.knowledge.lookups import types_of as types_of
@@ -20,6 +24,7 @@ from mmd_operator.knowledge.lookups import types_taking as types_taking
 from mmd_operator.knowledge.shared import LARGE_WORLD as LARGE_WORLD
 from mmd_operator.knowledge.shared import LARGEST_SERVE_WORLD as LARGEST_SERVE_WORLD
 from mmd_operator.knowledge.shared import NODE_WORLD as NODE_WORLD
+from mmd_operator.knowledge.shared import LanguageModelShape as LanguageModelShape
 from mmd_operator.knowledge.shared import Modality as Modality
 from mmd_operator.knowledge.shared import ModelType as ModelType
 from mmd_operator.knowledge.shared import Runtime as Runtime
@@ -39,7 +44,6 @@ from mmd_operator.knowledge.triton import WhisperVariant as WhisperVariant
 from mmd_operator.knowledge.triton import knowledge_of as knowledge_of
 from mmd_operator.knowledge.triton import types_where as types_where
 from mmd_operator.knowledge.trtllm_serve import SERVE_KNOWLEDGE as SERVE_KNOWLEDGE
-from mmd_operator.knowledge.trtllm_serve import LanguageModelShape as LanguageModelShape
 from mmd_operator.knowledge.trtllm_serve import ServeKnowledge as ServeKnowledge
 from mmd_operator.knowledge.trtllm_serve import checkpoint_shapes as checkpoint_shapes
 from mmd_operator.knowledge.trtllm_serve import serve_knowledge_of as serve_knowledge_of

@@ -9,11 +9,19 @@ and the host memory its pods' processes hold (`HostMemory`). Adding a model type
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
-from mmd_operator.knowledge.shared import LARGE_WORLD, NODE_WORLD, Modality, ModelType
+from mmd_operator.knowledge.shared import (
+    LARGE_WORLD,
+    NODE_WORLD,
+    QWEN2_VL_7B,
+    LanguageModelShape,
+    Modality,
+    ModelType,
+)
 
 
 class RepositoryLayout(StrEnum):
@@ -98,8 +106,16 @@ class WhisperVariant:
     name: str
     n_mels: int
     parameters_b: float  # billions, from its model card: sizes the build's host memory
+    heads: int  # attention heads of each decoder layer (64 dimensions each in every size)
+    decoder_layers: int
     distilled: bool
     english_only: bool
+
+    def decoder(self) -> LanguageModelShape:
+        """The decoder as the KV cache sees it: 448 target positions (`max_target_positions`)."""
+        return LanguageModelShape(
+            self.heads, self.heads, self.decoder_layers, self.parameters_b, head_dim=64, context=448
+        )
 
 
 @dataclass(frozen=True)
@@ -168,6 +184,8 @@ class ModelKnowledge:
     # Models Triton ranks other than 0 must load explicitly besides tensorrt_llm.
     rank_models: tuple[str, ...] = ()
     whisper_variants: tuple[WhisperVariant, ...] = ()
+    # Known checkpoints of the type, by Hugging Face repository: heads, layers, context (config.json).
+    checkpoints: Mapping[str, LanguageModelShape] = field(default_factory=dict)
     # Not offered: the reference workflow's launch runs "only tensor parallelism".
     pipeline_parallel: bool = False
     largest_world: int = LARGE_WORLD
@@ -214,24 +232,24 @@ class ModelKnowledge:
 _GEMM = ("--gemm_plugin", "{gemm}")
 
 _WHISPER_VARIANTS = (
-    WhisperVariant("large-v3", 128, 1.55, distilled=False, english_only=False),
-    WhisperVariant("large-v3-turbo", 128, 0.81, distilled=False, english_only=False),
-    WhisperVariant("large-v2", 80, 1.55, distilled=False, english_only=False),
-    WhisperVariant("medium", 80, 0.77, distilled=False, english_only=False),
-    WhisperVariant("small", 80, 0.24, distilled=False, english_only=False),
-    WhisperVariant("base", 80, 0.074, distilled=False, english_only=False),
-    WhisperVariant("tiny", 80, 0.039, distilled=False, english_only=False),
-    WhisperVariant("medium.en", 80, 0.77, distilled=False, english_only=True),
-    WhisperVariant("small.en", 80, 0.24, distilled=False, english_only=True),
-    WhisperVariant("base.en", 80, 0.074, distilled=False, english_only=True),
-    WhisperVariant("tiny.en", 80, 0.039, distilled=False, english_only=True),
+    WhisperVariant("large-v3", 128, 1.55, 20, 32, distilled=False, english_only=False),
+    WhisperVariant("large-v3-turbo", 128, 0.81, 20, 4, distilled=False, english_only=False),
+    WhisperVariant("large-v2", 80, 1.55, 20, 32, distilled=False, english_only=False),
+    WhisperVariant("medium", 80, 0.77, 16, 24, distilled=False, english_only=False),
+    WhisperVariant("small", 80, 0.24, 12, 12, distilled=False, english_only=False),
+    WhisperVariant("base", 80, 0.074, 8, 6, distilled=False, english_only=False),
+    WhisperVariant("tiny", 80, 0.039, 6, 4, distilled=False, english_only=False),
+    WhisperVariant("medium.en", 80, 0.77, 16, 24, distilled=False, english_only=True),
+    WhisperVariant("small.en", 80, 0.24, 12, 12, distilled=False, english_only=True),
+    WhisperVariant("base.en", 80, 0.074, 8, 6, distilled=False, english_only=True),
+    WhisperVariant("tiny.en", 80, 0.039, 6, 4, distilled=False, english_only=True),
 )
 
 _DISTIL_WHISPER_VARIANTS = (
-    WhisperVariant("distil-large-v3", 128, 0.76, distilled=True, english_only=False),
-    WhisperVariant("distil-large-v2", 80, 0.76, distilled=True, english_only=False),
-    WhisperVariant("distil-medium.en", 80, 0.39, distilled=True, english_only=True),
-    WhisperVariant("distil-small.en", 80, 0.17, distilled=True, english_only=True),
+    WhisperVariant("distil-large-v3", 128, 0.76, 20, 2, distilled=True, english_only=False),
+    WhisperVariant("distil-large-v2", 80, 0.76, 20, 2, distilled=True, english_only=False),
+    WhisperVariant("distil-medium.en", 80, 0.39, 16, 2, distilled=True, english_only=True),
+    WhisperVariant("distil-small.en", 80, 0.17, 12, 2, distilled=True, english_only=True),
 )
 
 _WHISPER_DECODER_PLUGINS = (
@@ -306,6 +324,9 @@ _ENTRIES = (
         layout=RepositoryLayout.MULTIMODAL,
         encoder_decoder=False,
         reference_checkpoint="Salesforce/blip2-opt-2.7b",
+        checkpoints={
+            "Salesforce/blip2-opt-2.7b": LanguageModelShape(32, 32, 32, 3.8, head_dim=80, context=2048)
+        },
         reference_hidden_size=2560,
         converter="opt/convert_checkpoint.py",
         converter_args=("--model_type", "blip2"),
@@ -326,6 +347,10 @@ _ENTRIES = (
         layout=RepositoryLayout.MULTIMODAL,
         encoder_decoder=False,
         reference_checkpoint="llava-hf/llava-1.5-7b-hf",
+        checkpoints={
+            "llava-hf/llava-1.5-7b-hf": LanguageModelShape(32, 32, 32, 7.06, context=4096),
+            "llava-hf/llava-1.5-13b-hf": LanguageModelShape(40, 40, 40, 13.4, context=4096),
+        },
         reference_hidden_size=4096,
         converter="llama/convert_checkpoint.py",
         converter_args=(),
@@ -345,6 +370,7 @@ _ENTRIES = (
         layout=RepositoryLayout.MULTIMODAL,
         encoder_decoder=False,
         reference_checkpoint="Efficient-Large-Model/vila1.5-3b",
+        checkpoints={"Efficient-Large-Model/vila1.5-3b": LanguageModelShape(20, 20, 32, 3.1, context=4096)},
         reference_hidden_size=2560,
         converter="llama/convert_checkpoint.py",
         converter_args=(),
@@ -369,6 +395,9 @@ _ENTRIES = (
         layout=RepositoryLayout.MULTIMODAL,
         encoder_decoder=False,
         reference_checkpoint="llava-hf/llava-onevision-qwen2-7b-ov-hf",
+        checkpoints={
+            "llava-hf/llava-onevision-qwen2-7b-ov-hf": LanguageModelShape(28, 4, 28, 8.03, context=32768)
+        },
         reference_hidden_size=3584,
         converter="qwen/convert_checkpoint.py",
         converter_args=(),
@@ -394,6 +423,11 @@ _ENTRIES = (
         layout=RepositoryLayout.MULTIMODAL,
         encoder_decoder=True,
         reference_checkpoint="meta-llama/Llama-3.2-11B-Vision",
+        checkpoints={
+            # 40 layers, 8 of them cross-attention (counted as self-attention: an upper bound).
+            "meta-llama/Llama-3.2-11B-Vision": LanguageModelShape(32, 8, 40, 10.7, context=131072),
+            "meta-llama/Llama-3.2-11B-Vision-Instruct": LanguageModelShape(32, 8, 40, 10.7, context=131072),
+        },
         reference_hidden_size=4096,
         converter="mllama/convert_checkpoint.py",
         converter_args=(),
@@ -433,6 +467,7 @@ _ENTRIES = (
         layout=RepositoryLayout.MULTIMODAL,
         encoder_decoder=False,
         reference_checkpoint="Qwen/Qwen2-VL-7B-Instruct",
+        checkpoints={"Qwen/Qwen2-VL-7B-Instruct": QWEN2_VL_7B},
         reference_hidden_size=3584,
         converter="qwen/convert_checkpoint.py",
         converter_args=(),
@@ -459,6 +494,7 @@ _ENTRIES = (
         layout=RepositoryLayout.XCOMPOSER2,
         encoder_decoder=False,
         reference_checkpoint="internlm/internlm-xcomposer2-vl-7b",
+        checkpoints={"internlm/internlm-xcomposer2-vl-7b": LanguageModelShape(32, 8, 32, 8.6)},
         reference_hidden_size=4096,
         converter="internlm2/convert_checkpoint.py",
         converter_args=(),

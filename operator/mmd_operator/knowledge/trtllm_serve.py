@@ -12,7 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from mmd_operator.knowledge.shared import LARGEST_SERVE_WORLD, NODE_WORLD, Modality, ModelType
+from mmd_operator.knowledge.shared import (
+    LARGEST_SERVE_WORLD,
+    NODE_WORLD,
+    QWEN2_VL_7B,
+    LanguageModelShape,
+    Modality,
+    ModelType,
+)
 
 # Sources: the PyTorch backend's "Multimodal Feature Support Matrix" in
 # docs/source/models/supported-models.md, the 1.2-era version (it lists NemotronH_Nano_VL_V2 and Qwen3Next
@@ -21,23 +28,8 @@ from mmd_operator.knowledge.shared import LARGEST_SERVE_WORLD, NODE_WORLD, Modal
 # KV-cache reuse; a feature the matrix marks No or N/A, or a type it does not list, is not offered. The
 # matrix has no FP8 KV-cache column: it is offered only where the language model is of a family
 # TensorRT-LLM quantizes with an FP8 KV cache (Llama, Mistral, Qwen2), not verified for the multimodal
-# wrappers (decided conservatively). Heads and layers: each checkpoint's text model (config.json), if known.
-
-
-@dataclass(frozen=True)
-class LanguageModelShape:
-    """What parallelism splits in a checkpoint's language model: its heads (tensor) and layers (pipeline)."""
-
-    attention: int
-    key_value: int
-    layers: int
-    parameters_b: float | None = None  # the whole checkpoint's, vision included (billions, its model card)
-
-    def split_by(self, tensor_parallel_size: int) -> bool:
-        """Whether `tensor_parallel_size` ranks can share the heads (whole attention heads each)."""
-        # Key-value heads are split too or, when fewer than the ranks, replicated (ranks a multiple of them).
-        tp = tensor_parallel_size
-        return self.attention % tp == 0 and (self.key_value % tp == 0 or tp % self.key_value == 0)
+# wrappers (decided conservatively). Heads, layers and context: each checkpoint's text model (config.json),
+# if known.
 
 
 @dataclass(frozen=True)
@@ -83,9 +75,9 @@ _SERVE_ENTRIES = (
         pipeline_parallel=True,
         largest_world=LARGEST_SERVE_WORLD,
         checkpoints={
-            "Qwen/Qwen2-VL-2B-Instruct": LanguageModelShape(12, 2, 28, 2.21),
-            "Qwen/Qwen2-VL-7B-Instruct": LanguageModelShape(28, 4, 28, 8.29),
-            "Qwen/Qwen2-VL-72B-Instruct": LanguageModelShape(64, 8, 80, 73.4),
+            "Qwen/Qwen2-VL-2B-Instruct": LanguageModelShape(12, 2, 28, 2.21, context=32768),
+            "Qwen/Qwen2-VL-7B-Instruct": QWEN2_VL_7B,
+            "Qwen/Qwen2-VL-72B-Instruct": LanguageModelShape(64, 8, 80, 73.4, context=32768),
         },
     ),
     ServeKnowledge(
@@ -99,10 +91,10 @@ _SERVE_ENTRIES = (
         pipeline_parallel=True,
         largest_world=LARGEST_SERVE_WORLD,
         checkpoints={
-            "Qwen/Qwen2.5-VL-3B-Instruct": LanguageModelShape(16, 2, 36, 3.75),
-            "Qwen/Qwen2.5-VL-7B-Instruct": LanguageModelShape(28, 4, 28, 8.29),
-            "Qwen/Qwen2.5-VL-32B-Instruct": LanguageModelShape(40, 8, 64, 33.5),
-            "Qwen/Qwen2.5-VL-72B-Instruct": LanguageModelShape(64, 8, 80, 73.4),
+            "Qwen/Qwen2.5-VL-3B-Instruct": LanguageModelShape(16, 2, 36, 3.75, context=128000),
+            "Qwen/Qwen2.5-VL-7B-Instruct": LanguageModelShape(28, 4, 28, 8.29, context=128000),
+            "Qwen/Qwen2.5-VL-32B-Instruct": LanguageModelShape(40, 8, 64, 33.5, context=128000),
+            "Qwen/Qwen2.5-VL-72B-Instruct": LanguageModelShape(64, 8, 80, 73.4, context=128000),
         },
     ),
     # Not in the 1.2-era matrix (later ones list it): that 1.2.1 serves it is not verified.
@@ -113,8 +105,8 @@ _SERVE_ENTRIES = (
         reference_checkpoint="Qwen/Qwen3-VL-8B-Instruct",
         modalities=_IMAGE_VIDEO,
         checkpoints={
-            "Qwen/Qwen3-VL-4B-Instruct": LanguageModelShape(32, 8, 36, 4.44),
-            "Qwen/Qwen3-VL-8B-Instruct": LanguageModelShape(32, 8, 36, 8.77),
+            "Qwen/Qwen3-VL-4B-Instruct": LanguageModelShape(32, 8, 36, 4.44, context=262144),
+            "Qwen/Qwen3-VL-8B-Instruct": LanguageModelShape(32, 8, 36, 8.77, context=262144),
         },
     ),
     ServeKnowledge(
@@ -133,9 +125,9 @@ _SERVE_ENTRIES = (
         modalities=_IMAGE_ONLY,
         fp8_kv_cache=True,
         checkpoints={
-            "llava-hf/llava-v1.6-mistral-7b-hf": LanguageModelShape(32, 8, 32, 7.57),
-            "llava-hf/llava-v1.6-vicuna-7b-hf": LanguageModelShape(32, 32, 32, 7.06),
-            "llava-hf/llava-v1.6-vicuna-13b-hf": LanguageModelShape(40, 40, 40, 13.4),
+            "llava-hf/llava-v1.6-mistral-7b-hf": LanguageModelShape(32, 8, 32, 7.57, context=32768),
+            "llava-hf/llava-v1.6-vicuna-7b-hf": LanguageModelShape(32, 32, 32, 7.06, context=4096),
+            "llava-hf/llava-v1.6-vicuna-13b-hf": LanguageModelShape(40, 40, 40, 13.4, context=4096),
         },
     ),
     ServeKnowledge(
@@ -148,8 +140,10 @@ _SERVE_ENTRIES = (
         pipeline_parallel=True,
         largest_world=LARGEST_SERVE_WORLD,
         checkpoints={
-            "meta-llama/Llama-4-Scout-17B-16E-Instruct": LanguageModelShape(40, 8, 48, 109),
-            "meta-llama/Llama-4-Maverick-17B-128E-Instruct": LanguageModelShape(40, 8, 48, 402),
+            "meta-llama/Llama-4-Scout-17B-16E-Instruct": LanguageModelShape(40, 8, 48, 109, context=10485760),
+            "meta-llama/Llama-4-Maverick-17B-128E-Instruct": LanguageModelShape(
+                40, 8, 48, 402, context=1048576
+            ),
         },
     ),
     ServeKnowledge(
@@ -159,9 +153,9 @@ _SERVE_ENTRIES = (
         reference_checkpoint="google/gemma-3-4b-it",
         modalities=_IMAGE_ONLY,
         checkpoints={
-            "google/gemma-3-4b-it": LanguageModelShape(8, 4, 34, 4.3),
-            "google/gemma-3-12b-it": LanguageModelShape(16, 8, 48, 12.2),
-            "google/gemma-3-27b-it": LanguageModelShape(32, 16, 62, 27.4),
+            "google/gemma-3-4b-it": LanguageModelShape(8, 4, 34, 4.3, head_dim=256, context=131072),
+            "google/gemma-3-12b-it": LanguageModelShape(16, 8, 48, 12.2, head_dim=256, context=131072),
+            "google/gemma-3-27b-it": LanguageModelShape(32, 16, 62, 27.4, context=131072),
         },
     ),
     ServeKnowledge(
@@ -173,7 +167,11 @@ _SERVE_ENTRIES = (
         chunked_prefill=True,
         kv_cache_reuse=True,
         fp8_kv_cache=True,
-        checkpoints={"mistralai/Mistral-Small-3.1-24B-Instruct-2503": LanguageModelShape(32, 8, 40, 24.0)},
+        checkpoints={
+            "mistralai/Mistral-Small-3.1-24B-Instruct-2503": LanguageModelShape(
+                32, 8, 40, 24.0, context=131072
+            )
+        },
     ),
     ServeKnowledge(
         model_type=ModelType.PHI4MM,
@@ -183,7 +181,9 @@ _SERVE_ENTRIES = (
         modalities=frozenset({Modality.IMAGE, Modality.AUDIO}),
         chunked_prefill=True,
         kv_cache_reuse=True,
-        checkpoints={"microsoft/Phi-4-multimodal-instruct": LanguageModelShape(24, 8, 32, 5.57)},
+        checkpoints={
+            "microsoft/Phi-4-multimodal-instruct": LanguageModelShape(24, 8, 32, 5.57, context=131072)
+        },
     ),
 )
 

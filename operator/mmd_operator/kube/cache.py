@@ -87,6 +87,8 @@ AUTOSCALERS = CachedKind(kinds.HORIZONTAL_POD_AUTOSCALER, object_facts.autoscale
 DISRUPTION_BUDGETS = CachedKind(kinds.POD_DISRUPTION_BUDGET, object_facts.meta)
 # Watched only where the cluster serves it (`optional`): its CRD comes with the LeaderWorkerSet controller.
 LEADER_WORKER_SETS = CachedKind(kinds.LEADER_WORKER_SET, object_facts.leader_worker_set, optional=True)
+# Watched only where the cluster serves Dynamic Resource Allocation (`resource.k8s.io/v1`).
+CLAIM_TEMPLATES = CachedKind(kinds.RESOURCE_CLAIM_TEMPLATE, object_facts.meta, optional=True)
 KINDS = (
     RESOURCES,
     JOBS,
@@ -99,6 +101,7 @@ KINDS = (
     AUTOSCALERS,
     DISRUPTION_BUDGETS,
     LEADER_WORKER_SETS,
+    CLAIM_TEMPLATES,
 )
 
 
@@ -305,6 +308,7 @@ class Cache:
 __all__ = [
     "AUTOSCALERS",
     "CLAIMS",
+    "CLAIM_TEMPLATES",
     "CONFIGMAPS",
     "DEPLOYMENTS",
     "DISRUPTION_BUDGETS",

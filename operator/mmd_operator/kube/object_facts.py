@@ -23,6 +23,8 @@ from mmd_operator.facts import (
     AutoscalerFacts,
     ClaimFacts,
     DeploymentFacts,
+    DeviceClassFacts,
+    DeviceFacts,
     JobFacts,
     Meta,
     NodeFacts,
@@ -34,6 +36,7 @@ from mmd_operator.facts import (
     QuotaFacts,
     Taint,
     Toleration,
+    VersionText,
 )
 from mmd_operator.vocabulary import labels
 from mmd_operator.vocabulary.kinds import GPU_RESOURCE
@@ -423,4 +426,53 @@ def claim(obj: Mapping[str, Any]) -> ClaimFacts:
         phase=str((obj.get("status") or {}).get("phase", "Pending")),
         managed=facts.label(labels.MANAGED_BY) == labels.OPERATOR,
         access_modes=tuple(str(mode) for mode in (obj.get("spec") or {}).get("accessModes") or ()),
+    )
+
+
+def _qualified(driver: str, name: str) -> str:
+    return name if "/" in name else f"{driver}/{name}"
+
+
+def _attribute_value(value: Mapping[str, Any]) -> str | int | bool:
+    if "version" in value:
+        return VersionText(value["version"])
+    for key in ("string", "int", "bool"):
+        if key in value:
+            found = value[key]
+            return found if isinstance(found, bool | int) else str(found)
+    return ""
+
+
+def slice_devices(obj: Mapping[str, Any]) -> list[DeviceFacts]:
+    """The devices of a ResourceSlice (`resource.k8s.io/v1`), on its node ("" for a slice of several)."""
+    spec = obj.get("spec") or {}
+    driver, node = str(spec.get("driver", "")), str(spec.get("nodeName") or "")
+    return [
+        DeviceFacts(
+            node=node,
+            driver=driver,
+            name=str(device.get("name", "")),
+            attributes=tuple(
+                sorted(
+                    (_qualified(driver, name), _attribute_value(value or {}))
+                    for name, value in (device.get("attributes") or {}).items()
+                )
+            ),
+            capacity=tuple(
+                sorted(
+                    (_qualified(driver, name), str((value or {}).get("value", "")))
+                    for name, value in (device.get("capacity") or {}).items()
+                )
+            ),
+        )
+        for device in spec.get("devices") or []
+    ]
+
+
+def device_class(obj: Mapping[str, Any]) -> DeviceClassFacts:
+    """A DeviceClass: its name and selectors' CEL expressions."""
+    selectors = ((obj.get("spec") or {}).get("selectors")) or []
+    return DeviceClassFacts(
+        name=str((obj.get("metadata") or {}).get("name", "")),
+        selectors=tuple(str((s.get("cel") or {}).get("expression", "")) for s in selectors if s.get("cel")),
     )

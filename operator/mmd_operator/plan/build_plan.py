@@ -306,6 +306,20 @@ def build_plan(settings: Settings, *, cache_key: str) -> BuildPlan:
     if spec.model.lora is not None:
         lora_steps, lora_dir = _fetch(spec.model.lora.source, "lora")
         steps += lora_steps
+    if settings.variant is None:
+        steps.append(
+            BuildStep(
+                name="check-context",
+                description="Refuse a maxSeqLen beyond the checkpoint's max_position_embeddings",
+                argv=(
+                    *_OUR_STEPS,
+                    "check-context",
+                    *_flags(
+                        config=f"{model_dir}/config.json", **{"max-seq-len": settings.limits.max_seq_len}
+                    ),
+                ),
+            )
+        )
     steps += _checkpoint_steps(settings, model_dir)
     steps += _engine_steps(settings, model_dir=model_dir, lora_dir=lora_dir)
     keep = [LAYOUT.llm]

@@ -74,8 +74,10 @@ def _with_derivation_problems(
     return problems
 
 
-def plan_resource(document: Mapping[str, Any]) -> tuple[MultimodalDeployment, AnyPlan]:
-    """Validate a MultimodalDeployment document and derive its plan, reporting every problem at once.
+def plan_resource(
+    document: Mapping[str, Any], gpu_kind: GpuKind | None = None
+) -> tuple[MultimodalDeployment, AnyPlan]:
+    """Validate a MultimodalDeployment document and derive its plan (for `gpu_kind`), every problem at once.
 
     Schema, CEL and derivation problems are collected together, so one run lists everything to fix.
 
@@ -86,7 +88,7 @@ def plan_resource(document: Mapping[str, Any]) -> tuple[MultimodalDeployment, An
     problems = _with_derivation_problems(resource.spec if resource is not None else None, problems)
     if resource is None or problems:
         raise InvalidSpecError(problems)
-    return resource, plan_spec(resource.spec)
+    return resource, plan_spec(resource.spec, gpu_kind)
 
 
 def plan_spec_document(document: object, gpu_kind: GpuKind | None = None) -> AnyPlan:

@@ -63,8 +63,13 @@ class Settings:
     gpu_kind: GpuKind | None = None
 
     def gpu_selector(self) -> dict[str, str]:
-        """The node label that keeps the build and serving pods on the engine's kind of GPU."""
-        return {GPU_PRODUCT_LABEL: self.gpu_kind.product} if self.gpu_kind is not None else {}
+        """The node label that keeps the build and serving pods on the engine's kind of GPU.
+
+        None for GPUs asked for by claim: the claim's template selects the kind (`desired.gpu_claims`).
+        """
+        if self.gpu_kind is None or self.spec.gpus.resource_claim is not None:
+            return {}
+        return {GPU_PRODUCT_LABEL: self.gpu_kind.product}
 
     def engine_dir(self, cache_key: str, part: str) -> str:
         """Absolute path of `part` of the cache entry `cache_key`, as the serving pods see it."""

@@ -19,10 +19,20 @@ from engine_builder import versions
 from engine_builder.plan_format import BuildPlan
 from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeploymentSpec, Parallelism
 from mmd_operator.api.v1alpha1.rules import BUILD_SHARED_MEMORY
+from mmd_operator.api.validation import InvalidSpecError
 from mmd_operator.facts import GpuKind
-from mmd_operator.knowledge import ImageInput, Modality, Runtime
+from mmd_operator.knowledge import ImageInput, Modality, RepositoryLayout, Runtime
 from mmd_operator.plan.build_plan import build_plan
 from mmd_operator.plan.cache_key import cache_key, cache_key_inputs
+from mmd_operator.plan.fit import (
+    WEIGHT_BYTES,
+    GpuNeeds,
+    KnownShape,
+    context_problems,
+    estimate,
+    requirements,
+    shape_of,
+)
 from mmd_operator.plan.launch import LaunchPlan, launch_plan
 from mmd_operator.plan.model_repository import ModelRepository, render_repository
 from mmd_operator.plan.pod_resources import (
@@ -76,6 +86,8 @@ class TritonPlan:
     repository: ModelRepository
     launch: LaunchPlan
     resources: PlannedResources
+    # What each GPU must offer: capabilities, and memory (`fit`).
+    gpu_needs: GpuNeeds
 
     @property
     def spec(self) -> MultimodalDeploymentSpec:
@@ -86,6 +98,11 @@ class TritonPlan:
     def parallelism(self) -> Parallelism:
         """The world of one replica and its shape."""
         return self.settings.parallelism
+
+    @property
+    def gpu_kind(self) -> GpuKind | None:
+        """The kind of GPU the engine is built for (None: not known)."""
+        return self.settings.gpu_kind
 
     @property
     def limits(self) -> DerivedLimits:
@@ -141,6 +158,10 @@ def plan_triton(spec: MultimodalDeploymentSpec, gpu_kind: GpuKind | None = None)
         RepositoryError: when the rendered repository would not load in Triton (a bug, never a user error).
     """
     settings = resolve(spec, gpu_kind)
+    known = _shape(settings)
+    problems = context_problems(known, settings.limits.max_seq_len, "spec.engine.maxSeqLen")
+    if problems:
+        raise InvalidSpecError(problems)
     key = cache_key(settings)
     repository = render_repository(settings, cache_key=key)
     models = check_repository(repository.configs)
@@ -151,7 +172,49 @@ def plan_triton(spec: MultimodalDeploymentSpec, gpu_kind: GpuKind | None = None)
         repository=repository,
         launch=launch_plan(settings),
         resources=pod_resources(settings, models),
+        gpu_needs=_gpu_needs(settings, known),
     )
+
+
+def _shape(settings: Settings) -> KnownShape | None:
+    """The language model the figures rest on: a Whisper decoder, the checkpoint's, the reference's."""
+    if settings.variant is not None:
+        return KnownShape(settings.variant.decoder(), f"Whisper {settings.variant.name}", own=True)
+    hub = settings.spec.model.source.huggingface
+    knowledge = settings.knowledge
+    return shape_of(hub.repo if hub else None, knowledge.checkpoints, knowledge.reference_checkpoint)
+
+
+def _gpu_needs(settings: Settings, known: KnownShape | None) -> GpuNeeds:
+    """What each GPU of the engine's world must offer: rank 0 holds the CUDA pool and the vision engine."""
+    engine = settings.spec.engine
+    needs = requirements(dtype=settings.dtype, kv_cache_dtype=engine.kv_cache_dtype)
+    if known is None:
+        return GpuNeeds(needs)
+    size = checkpoint(settings)
+    precision = engine.weight_only_precision if engine.weight_only_precision != "none" else settings.dtype
+    limits, world = settings.limits, settings.tensor_parallel_size
+    # Whisper's decoder attends the encoder's 1500 positions (3000 mel frames, halved by its convolutions).
+    cross = (
+        (limits.max_encoder_input_len or 0) // 2
+        if settings.knowledge.layout is RepositoryLayout.WHISPER
+        else 0
+    )
+    memory = estimate(
+        known,
+        parameters_b=size.parameters_b,
+        weight_bytes=WEIGHT_BYTES[precision],
+        weights_basis=f"{size.parameters_b:g} B parameters at {precision} over {world} rank(s)",
+        world=(world, 1),
+        kv_bytes=1 if engine.kv_cache_dtype == "fp8" else 2,
+        max_seq_len=limits.max_seq_len,
+        sequences=limits.max_batch_size,
+        cross_tokens=cross,
+        max_num_tokens=limits.max_num_tokens,
+        pool_bytes=limits.cuda_memory_pool_bytes,
+        kv_fraction=settings.kv_cache_free_gpu_mem_fraction,
+    )
+    return GpuNeeds(needs, memory)
 
 
 def checkpoint(settings: Settings) -> Checkpoint:

@@ -31,8 +31,19 @@ import yaml
 from engine_builder import versions
 from engine_builder.weights_format import DownloadPlan, is_commit, snapshot_directory, weights_key
 from mmd_operator.api.v1alpha1 import MultimodalDeploymentSpec, Parallelism
+from mmd_operator.api.validation import InvalidSpecError
 from mmd_operator.facts import GpuKind
 from mmd_operator.knowledge import Modality, Runtime, ServeKnowledge, serve_knowledge_of
+from mmd_operator.plan.fit import (
+    DEFAULT_MAX_NUM_TOKENS,
+    WEIGHT_BYTES,
+    GpuNeeds,
+    KnownShape,
+    context_problems,
+    estimate,
+    requirements,
+    shape_of,
+)
 from mmd_operator.plan.launch import HTTP_PORT, Segment
 from mmd_operator.plan.pod_resources import (
     BYTES_16_BITS,
@@ -90,6 +101,13 @@ class TrtllmServePlan:
     parallelism: Parallelism
     modalities: tuple[Modality, ...]
     resources: PlannedResources
+    # What each GPU must offer: capabilities, and memory where the checkpoint's shape is known (`fit`).
+    gpu_needs: GpuNeeds
+
+    @property
+    def gpu_kind(self) -> GpuKind | None:
+        """None: the snapshot serves on any kind of GPU."""
+        return None
 
     @property
     def config_yaml(self) -> str:
@@ -232,6 +250,11 @@ def plan_trtllm_serve(spec: MultimodalDeploymentSpec, gpu_kind: GpuKind | None =
     modalities = tuple(
         sorted(knowledge.modalities if spec.serving.modalities is None else set(spec.serving.modalities))
     )
+    known = shape_of(hub.repo if hub else None, knowledge.checkpoints, knowledge.reference_checkpoint)
+    if spec.engine.max_seq_len is not None:
+        problems = context_problems(known, spec.engine.max_seq_len, "spec.engine.maxSeqLen")
+        if problems:
+            raise InvalidSpecError(problems)
     return TrtllmServePlan(
         spec=spec,
         knowledge=knowledge,
@@ -242,7 +265,42 @@ def plan_trtllm_serve(spec: MultimodalDeploymentSpec, gpu_kind: GpuKind | None =
         parallelism=spec.parallelism,
         modalities=modalities,
         resources=pod_resources(spec, knowledge, modalities, download is not None),
+        gpu_needs=_gpu_needs(spec, knowledge, known),
     )
+
+
+def _gpu_needs(
+    spec: MultimodalDeploymentSpec, knowledge: ServeKnowledge, known: KnownShape | None
+) -> GpuNeeds:
+    """What each GPU of the world must offer.
+
+    Without `maxSeqLen` trtllm-serve takes the checkpoint's context, which the KV cache need not hold
+    whole: one sequence of `maxNumTokens` is the least then. Without `maxBatchSize` (trtllm-serve's 2048
+    is a ceiling, not a promise) the batch is not weighed.
+    """
+    engine = spec.engine
+    needs = requirements(dtype=engine.dtype, kv_cache_dtype=engine.kv_cache_dtype)
+    if known is None:
+        return GpuNeeds(needs)
+    size = checkpoint(spec, knowledge).parameters_b
+    dtype = engine.dtype or "bfloat16"
+    world = (spec.parallelism.tensor, spec.parallelism.pipeline)
+    memory = estimate(
+        known,
+        parameters_b=size,
+        weight_bytes=WEIGHT_BYTES[dtype],
+        weights_basis=f"{size:g} B parameters at {engine.dtype or 'the checkpoint dtype (2 bytes)'} over "
+        f"{world[0] * world[1]} rank(s)",
+        world=world,
+        kv_bytes=1 if engine.kv_cache_dtype == "fp8" else 2,
+        max_seq_len=engine.max_seq_len or engine.max_num_tokens or DEFAULT_MAX_NUM_TOKENS,
+        sequences=engine.max_batch_size or 1,
+        cross_tokens=0,
+        max_num_tokens=engine.max_num_tokens,
+        pool_bytes=0,
+        kv_fraction=spec.serving.kv_cache_free_gpu_mem_fraction or DEFAULT_FREE_GPU_MEMORY_FRACTION,
+    )
+    return GpuNeeds(needs, memory)
 
 
 def checkpoint(spec: MultimodalDeploymentSpec, knowledge: ServeKnowledge) -> Checkpoint:

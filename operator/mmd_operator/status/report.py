@@ -68,6 +68,8 @@ MESSAGE_LIMIT = 4000
 SPEC_WARNINGS = "SpecWarnings"
 # A group of a replica across pods that served and lost a pod: recreated whole.
 GROUP_RESTARTING = "GroupRestarting"
+# The engine is keyed to a kind of GPU: its first, or another.
+GPU_KIND_CHOSEN = "GpuKindChosen"
 _FAILED_REASONS = frozenset(
     {"InvalidSpec", "RepositoryTooLarge", *(w.failed for w in ARTIFACT_WORDS.values())}
 )
@@ -333,6 +335,22 @@ def _warning_event(
     return (Event("Warning", SPEC_WARNINGS, _clip(message)),)
 
 
+def _gpu_kind_event(
+    status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
+) -> tuple[Event, ...]:
+    """A Normal event when the engine is first keyed to a kind of GPU, or to another one."""
+    engine, before = status.engine, previous.engine if previous is not None else None
+    if engine is None or engine.gpu is None or (before is not None and before.gpu == engine.gpu):
+        return ()
+    kind = f"{engine.gpu.product} (compute capability {engine.gpu.compute_capability or 'unknown'})"
+    was = f", no longer {before.gpu.product}" if before is not None and before.gpu is not None else ""
+    message = (
+        f"engine {engine.cache_key} is built for {kind}{was}: its build and serving pods run only on nodes "
+        "of that kind"
+    )
+    return (Event("Normal", GPU_KIND_CHOSEN, message),)
+
+
 def _scaled_event(
     status: MultimodalDeploymentStatus, previous: MultimodalDeploymentStatus | None
 ) -> tuple[Event, ...]:
@@ -405,6 +423,7 @@ def _events(
         + _warning_event(status, previous)
         + _scaled_event(status, previous)
         + _group_events(status, previous)
+        + _gpu_kind_event(status, previous)
     )
 
 

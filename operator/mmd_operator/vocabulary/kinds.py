@@ -58,6 +58,12 @@ LEASE = ApiKind("coordination.k8s.io/v1", "Lease", "leases")
 NODE = ApiKind("v1", "Node", "nodes")
 STORAGE_CLASS = ApiKind("storage.k8s.io/v1", "StorageClass", "storageclasses")
 NAMESPACE = ApiKind("v1", "Namespace", "namespaces")
+# Dynamic Resource Allocation, for a resource that asks for its GPUs by claim (`spec.gpus.resourceClaim`):
+# the template the operator makes for its pods, and (cluster-scoped, only read) the devices the drivers
+# publish and their classes.
+RESOURCE_CLAIM_TEMPLATE = ApiKind("resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates")
+RESOURCE_SLICE = ApiKind("resource.k8s.io/v1", "ResourceSlice", "resourceslices")
+DEVICE_CLASS = ApiKind("resource.k8s.io/v1", "DeviceClass", "deviceclasses")
 
 ALL = (
     MULTIMODAL_DEPLOYMENT,
@@ -80,4 +86,7 @@ ALL = (
     NODE,
     STORAGE_CLASS,
     NAMESPACE,
+    RESOURCE_CLAIM_TEMPLATE,
+    RESOURCE_SLICE,
+    DEVICE_CLASS,
 )

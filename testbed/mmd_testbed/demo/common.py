@@ -201,7 +201,7 @@ class Demo:
     def show_what_exists(self, kinds: str) -> None:
         """The resources and their children of `kinds` (comma-separated, as kubectl takes them)."""
         step("What exists now")
-        self.run_kubectl("get", "mmd", "-n", NAMESPACE)
+        self.run_kubectl("get", "mmd", "-n", NAMESPACE, "-o", "wide")  # -o wide: the GPU kind of each engine
         self.run_kubectl("get", kinds, "-n", NAMESPACE)
 
 

@@ -415,6 +415,12 @@ class LocalCluster:
             state = self._real_state()
             self._node_runner(state, None).revive(name, timeout)
 
+    def swap_gpus(self, name: str, model: str, timeout: float = 60.0) -> None:
+        """Give real node `name` GPUs of `model` (a key of `GPU_MODELS`), its labels unchanged."""
+        with self._lock():
+            state = self._real_state()
+            self._node_runner(state, None).swap_gpus(name, GPU_MODELS[model], timeout)
+
     def _real_state(self) -> ClusterState:
         state = self.load_state()
         if state is None or state.network is None:

@@ -43,7 +43,7 @@ from mmd_testbed.localcluster import addons, fakegpu, network, nodes, processes
 from mmd_testbed.localcluster.network import ClusterNetwork
 from mmd_testbed.localcluster.nodebinaries import NodeBinaries
 from mmd_testbed.localcluster.nodes import RealNode
-from mmd_testbed.localcluster.objects import NodePool, gpu_labels
+from mmd_testbed.localcluster.objects import GpuModel, NodePool, gpu_labels
 from mmd_testbed.localcluster.ocilayout import import_image
 from mmd_testbed.localcluster.pki import Credentials, issue_certificate
 
@@ -318,10 +318,28 @@ class NodeRunner:
         labels = {**gpu_labels(self.pool, node.ordinal), nodes.NODE_KIND_LABEL: nodes.REAL}
         core.patch_node(node.name, {"metadata": {"labels": labels}})
 
-    def _plugin_command(self, node: RealNode) -> list[str]:
-        model = self.pool.model_of(node.ordinal)
+    def _plugin_command(self, node: RealNode, model: GpuModel | None = None) -> list[str]:
+        model = model or self.pool.model_of(node.ordinal)
         kubeconfig = _files_of(node).kubelet_kubeconfig
         return fakegpu.plugin_command(node, self.fake_gpu, model, self.pool.gpus_per_node, kubeconfig)
+
+    def swap_gpus(self, name: str, model: GpuModel, timeout: float) -> None:
+        """Give node `name` GPUs of `model` (its labels unchanged), as a GPU swapped in a chassis would.
+
+        Its device plugin is restarted with the other model: pods started after this see it; the node's
+        feature-discovery labels still name the model of before. `swap_gpus(name, pool's model)` undoes it.
+        """
+        node = self._node(name)
+        record = self.records.get(node.record_name(fakegpu.COMPONENT))
+        if record is not None:
+            processes.kill(record)
+        self._start(node, fakegpu.COMPONENT, self._plugin_command(node, model))
+        self._wait(node, fakegpu.COMPONENT, partial(_healthy, node, fakegpu.COMPONENT), "healthy", timeout)
+        with self.host.api_client() as api_client:
+            self._wait_gpus(k8s.CoreV1Api(api_client), node, timeout)
+        self.host.say(
+            f"--> {name}'s GPUs are now {model.name} (compute capability {model.compute_capability})"
+        )
 
     def _wait_gpus(self, core: k8s.CoreV1Api, node: RealNode, timeout: float) -> None:
         """Wait until the node's allocatable `nvidia.com/gpu` is the plugin's count.

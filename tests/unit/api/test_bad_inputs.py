@@ -107,7 +107,14 @@ def test_no_spec_can_render_a_repository_over_the_configmap_limit() -> None:
     largest = 0
     for model, patch in (
         ("llava", {"serving": {"streaming": True, "instances": {"bls": 256}}}),
-        ("vila", {"engine": {"maxImagesPerRequest": 64, "maxInputLen": 1_048_575, "maxSeqLen": 1_048_576}}),
+        (
+            "vila",
+            {
+                # A checkpoint whose context the knowledge does not know: the longest lengths pass.
+                "model": {"source": {"huggingface": {"repo": "example/vila-long-context"}}},
+                "engine": {"maxImagesPerRequest": 64, "maxInputLen": 1_048_575, "maxSeqLen": 1_048_576},
+            },
+        ),
         ("internlm_xcomposer2", {}),
         ("whisper", {}),
         ("mllama", {}),

@@ -16,9 +16,17 @@ def plan_of(example: str) -> BuildPlan:
 
 
 STEP_ORDER = {
-    "blip2": ["fetch-model", "convert-checkpoint", "build-llm", "build-vision-engine", "keep-tokenizer"],
+    "blip2": [
+        "fetch-model",
+        "check-context",
+        "convert-checkpoint",
+        "build-llm",
+        "build-vision-engine",
+        "keep-tokenizer",
+    ],
     "llava-tp2-fp8": [
         "fetch-model",
+        "check-context",
         "quantize-checkpoint",
         "build-llm",
         "build-vision-engine",
@@ -26,6 +34,7 @@ STEP_ORDER = {
     ],
     "internlm_xcomposer2": [
         "fetch-model",
+        "check-context",
         "convert-checkpoint",
         "build-llm",
         "build-vision-engine",
@@ -33,6 +42,7 @@ STEP_ORDER = {
         "keep-tokenizer",
     ],
     "internlm-xcomposer2-lora": [
+        "check-context",
         "convert-checkpoint",
         "build-llm",
         "build-vision-engine",

@@ -48,7 +48,12 @@ def test_every_pod_setting_is_checked_or_said_to_give_nothing() -> None:
 def test_each_field_is_where_the_crd_has_it_and_has_no_default(power: privilege_check.PodPower) -> None:
     schema = _schema_at(power.path)
     assert "default" not in schema  # else every create would set it
-    kinds = {"imagePullSecrets": "array", "labels": "object", "annotations": "object"}
+    kinds = {
+        "imagePullSecrets": "array",
+        "labels": "object",
+        "annotations": "object",
+        "resourceClaim": "object",
+    }
     expected = kinds.get(
         power.path.rsplit(".", 1)[1], "object" if power.path.endswith(("Ref", "Policy")) else "string"
     )

@@ -227,6 +227,34 @@ class EngineSpec(Schema):
     """The multimodal (vision) engine."""
 
 
+class ResourceClaimGpus(Schema):
+    """GPUs asked for through Dynamic Resource Allocation (`resource.k8s.io/v1`) instead of `nvidia.com/gpu`.
+
+    The operator makes one ResourceClaimTemplate for the resource: one request for a pod's GPUs, of
+    `deviceClassName`, narrowed by `selector` and pinned to the kind of GPU the engine is built for. The
+    build pod and every serving pod take their claims from it, so the engine and the GPUs it serves on
+    are one kind. The kind comes from the devices the cluster's DRA driver publishes (ResourceSlices)
+    that the class and the selector admit: several kinds are refused, as for nodes.
+    """
+
+    device_class_name: str = Field("gpu.nvidia.com", max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    """The DeviceClass of the GPUs (NVIDIA's DRA driver installs `gpu.nvidia.com`)."""
+    selector: str | None = Field(None, min_length=1, max_length=10240)
+    """A CEL expression over `device`, as a ResourceClaim's selector takes it, e.g.
+    `device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"`."""
+
+
+class GpuSpec(Schema):
+    """How the pods ask for their GPUs.
+
+    The `nvidia.com/gpu` extended resource (the default, a device plugin's), or claims of Dynamic
+    Resource Allocation (`resourceClaim`).
+    """
+
+    resource_claim: ResourceClaimGpus | None = None
+    """Ask through a ResourceClaimTemplate the operator makes; needs a DRA driver for the GPUs."""
+
+
 class MultimodalDeploymentSpec(Schema):
     """Desired state: the model, how to build its engines and how to serve them."""
 
@@ -261,3 +289,5 @@ class MultimodalDeploymentSpec(Schema):
     """The engine-build Job (never part of the cacheKey)."""
     engine_cache: EngineCacheSpec = Field(default_factory=EngineCacheSpec)
     """Where engines are built and served from."""
+    gpus: GpuSpec = Field(default_factory=GpuSpec)
+    """How the pods ask for their GPUs (never part of the cacheKey, which holds the kind they are of)."""

@@ -1,0 +1,54 @@
+"""The devices DRA drivers publish (ResourceSlices) and their DeviceClasses, listed at most once a minute.
+
+Read only for resources that ask for their GPUs by claim (`spec.gpus.resourceClaim`), to learn which kinds
+of GPU their claims can be given (`judgement.gpu_kinds.kinds_of_devices`). Shared by every reconcile,
+safe to call from worker threads. A cluster without `resource.k8s.io/v1`, or an operator not allowed to
+list them, reads as nothing known. Imports the kube client, the object facts and the vocabulary.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from mmd_operator.facts import Devices
+from mmd_operator.kube import object_facts
+from mmd_operator.kube.client import ApiError, KubeClient
+from mmd_operator.vocabulary import kinds
+
+_log = logging.getLogger(__name__)
+# How old a listing may be; a GPU node that joins is seen within this.
+MAX_AGE = 60.0
+
+
+class DeviceDirectory:
+    """The last listing of the devices and their classes."""
+
+    def __init__(self, client: KubeClient, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.client = client
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._devices: Devices | None = None
+        self._listed_at = float("-inf")
+
+    def devices(self) -> Devices | None:
+        """The devices and classes, at most `MAX_AGE` s old; None when they cannot be read."""
+        with self._lock:
+            now = self.clock()
+            if now - self._listed_at < MAX_AGE:
+                return self._devices
+            self._listed_at = now
+            try:
+                slices = self.client.list(kinds.RESOURCE_SLICE.api_version, kinds.RESOURCE_SLICE.kind)
+                classes = self.client.list(kinds.DEVICE_CLASS.api_version, kinds.DEVICE_CLASS.kind)
+            except ApiError as error:
+                _log.info("Could not list ResourceSlices and DeviceClasses (%s): GPU kinds unknown", error)
+                self._devices = None
+                return None
+            self._devices = Devices(
+                devices=tuple(device for item in slices for device in object_facts.slice_devices(item)),
+                classes=tuple(object_facts.device_class(item) for item in classes),
+            )
+            return self._devices
