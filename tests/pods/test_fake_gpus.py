@@ -12,11 +12,10 @@ a GPU of that kind, on the node that has it, whose nvidia-smi lists it (injected
 
 from __future__ import annotations
 
+import os
 import shutil
-import tempfile
 import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,11 +39,17 @@ NAMESPACE = "default"
 
 @pytest.fixture(scope="module")
 def two_kinds(
-    say: Callable[[str], None], built_images: dict[str, images.BuiltImage]
+    say: Callable[[str], None],
+    built_images: dict[str, images.BuiltImage],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[LocalCluster]:
     """A cluster with an A100 node and an H100 node, and the serving stand-in image on both."""
-    # Short: the nodes' sockets (containerd's, the GPU plugin's) must fit in 104 bytes.
-    directory = Path(tempfile.mkdtemp(prefix="mmd-gpus-", dir="/tmp"))
+    # In the session's own directory (the logs stay, as the session cluster's do), not a worker's: the nodes'
+    # sockets (containerd's, the GPU plugin's) must fit in 104 bytes.
+    base = tmp_path_factory.getbasetemp()
+    base = base.parent if base.name.startswith("popen-") else base
+    directory = base / f"gpu-kinds-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    directory.mkdir()
     cluster = LocalCluster(directory, say=say, bind_to_parent=True)
     try:
         cluster.up(NodePool(count=0), real_nodes=POOL)
@@ -52,7 +57,8 @@ def two_kinds(
         yield cluster
     finally:
         cluster.down()
-        shutil.rmtree(directory, ignore_errors=True)
+        # What the nodes hold (image layers, volumes) goes; the logs stay.
+        shutil.rmtree(directory / "nodes", ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
