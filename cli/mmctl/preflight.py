@@ -386,7 +386,9 @@ def _gpu_kinds(
     if choice.notice:
         checks.add(Severity.WARNING, "spec.serving.pod", choice.notice)
     if choice.kind is not None:
-        checks.add(Severity.INFO, "spec.serving.pod", f"the engine is built for {choice.kind.describe()}")
+        # The field that decides the kind: the serving placement, or the claim's selector.
+        field = "spec.gpus.resourceClaim" if claim is not None else "spec.serving.pod.nodeSelector"
+        checks.add(Severity.INFO, field, f"the engine is built for {choice.kind.describe()}")
     verdict = fit(plan.gpu_needs, choice.offers)
     if verdict.refusal is not None:
         checks.add(Severity.ERROR, *verdict.refusal)

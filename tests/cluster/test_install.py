@@ -118,7 +118,14 @@ def test_the_chart_lints_strictly_and_the_api_server_accepts_what_it_renders_in_
             for d in _documents(rendered)
             if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-nodes")
         )
-        assert node_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
+        assert node_role["rules"] == [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+            {
+                "apiGroups": ["resource.k8s.io"],
+                "resources": ["resourceslices", "deviceclasses"],
+                "verbs": ["list"],
+            },
+        ]
         lease_role = next(d for d in _documents(rendered) if d["metadata"]["name"].endswith("-node-leases"))
         assert lease_role["metadata"]["namespace"] == "kube-node-lease"
         assert lease_role["rules"] == [

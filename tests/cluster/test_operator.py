@@ -19,8 +19,10 @@ import yaml
 
 from engine_builder.result_format import BuildFailed, termination_message
 from mmd_operator.api.v1alpha1 import API_VERSION, KIND
+from mmd_testbed.localcluster.objects import NodePool
 from mmd_testbed.localcluster.stages import FAULT_LABEL, FAULT_MESSAGE_ANNOTATION
 from tests.support.kube import Kube, Resources, Tools, printed_rows
+from tests.support.nodes import extra_gpu_nodes
 
 from .conftest import OperatorProcess, operator_writes_at_rest
 
@@ -28,6 +30,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BUILDS = "app.kubernetes.io/component=engine-build"
+H100_NODES = NodePool(count=1, gpus_per_node=8, gpu_model="h100-80gb", name_prefix="h100")
 
 
 def example(name: str, **changes: Any) -> dict[str, Any]:
@@ -102,9 +105,7 @@ def _prepare(kube: Kube, namespace: str, document: dict[str, Any]) -> None:
         )
 
 
-@pytest.mark.parametrize(
-    "name", ["llava", "llava-tp2-fp8", "mllama", "qwen2_vl", "internlm-xcomposer2-lora", "whisper"]
-)
+@pytest.mark.parametrize("name", ["llava", "mllama", "qwen2_vl", "internlm-xcomposer2-lora", "whisper"])
 def test_each_model_type_goes_from_apply_to_ready(
     kube: Kube, resources: Resources, namespace: str, tools: Tools, name: str
 ) -> None:
@@ -147,6 +148,43 @@ def test_each_model_type_goes_from_apply_to_ready(
     # PROGRESS is empty once the engine is there.
     row = [resource, document["spec"]["model"]["type"], "Ready", "Ready", "1", "Stable", "", cache_key]
     assert list(printed_rows("\n".join(printed))[0].values())[:8] == row
+
+
+def test_an_fp8_engine_is_refused_on_a100s_and_built_and_served_on_the_h100s_it_is_pinned_to(
+    kube: Kube, resources: Resources, namespace: str
+) -> None:
+    document = example("llava-tp2-fp8")
+    _prepare(kube, namespace, document)
+    on_a100s = renamed(document, "fp8-anywhere")
+    del on_a100s["spec"]["serving"]["pod"]
+    resources.apply(on_a100s)
+    failed = resources.wait_phase("fp8-anywhere", "Failed")
+    message = " ".join(
+        next(c for c in failed["status"]["conditions"] if c["type"] == "Ready")["message"].split()
+    )
+    assert (
+        "spec.engine.kvCacheDtype: no kind of GPU in reach can run it: kvCacheDtype fp8 needs compute "
+        "capability 8.9 or later; NVIDIA-A100-SXM4-80GB (compute capability 8.0) has not"
+    ) in message
+    assert jobs(kube, namespace) == []
+    with extra_gpu_nodes(kube, H100_NODES) as (h100,):
+        resources.apply(document)
+        # The operator's node listing may be a minute old: the kind, then the engine of that kind.
+        ready = resources.wait_phase(
+            "llava-tp2-fp8",
+            "Ready",
+            timeout=150,
+            status_also=lambda status: (
+                (status.get("engine") or {}).get("gpu", {}).get("computeCapability") == "9.0"
+            ),
+        )["status"]
+        assert ready["engine"]["gpu"] == {"product": "NVIDIA-H100-80GB-HBM3", "computeCapability": "9.0"}
+        build = next(job for job in jobs(kube, namespace) if job.metadata.name == ready["engine"]["job"])
+        assert build.spec.template.spec.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+        pods = kube.core.list_namespaced_pod(
+            namespace, label_selector="app.kubernetes.io/instance=llava-tp2-fp8"
+        )
+        assert {pod.spec.node_name for pod in pods.items if pod.status.phase == "Running"} == {h100}
 
 
 def test_resources_with_the_same_engine_inputs_share_one_job_and_deleting_one_keeps_it(

@@ -204,10 +204,14 @@ def test_the_operators_permissions_are_the_table_in_operations_md(
             f"in the table, not granted: {sorted(documented - live)}"
         )
         if mode == "namespaced":
-            # Anywhere else, only the cluster-scoped rows (nodes).
+            # Anywhere else, only the cluster-scoped rows (nodes, and the devices of DRA drivers).
             nobody = can_i(tools, f"system:serviceaccount:{release_namespace}:nobody", other_namespace)
             elsewhere = _less(can_i(tools, who, other_namespace), nobody)
-            assert {(resource, names) for resource, names in elsewhere} == {("nodes", ())}
+            assert {(resource, names) for resource, names in elsewhere} == {
+                ("nodes", ()),
+                ("resourceslices.resource.k8s.io", ()),
+                ("deviceclasses.resource.k8s.io", ()),
+            }
     finally:
         _uninstall(tools, release, release_namespace)
 

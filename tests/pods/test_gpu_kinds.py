@@ -1,7 +1,11 @@
 """Engines of two kinds of GPU on real nodes: each built and served on its own kind, and refused on another.
 
-The session's two real nodes get their GPUs from the device plugin double. For this module the second is
-made an H100 node (its feature-discovery labels and its plugin's GPUs), the first stays an A100 node:
+The session's two real nodes get their GPUs from the device plugin double, which is also their DRA driver.
+For this module the second is made an H100 node (its feature-discovery labels and its plugin's GPUs, both
+halves), the first stays an A100 node:
+
+- a resource asking for its GPUs by claim, its selector admitting capability 9.0, is keyed, built and
+  served on the H100 node: its pods' claims allocated there, the GPU reaching its containers (CDI);
 
 - a resource whose placement reaches both kinds is refused, naming them, and nothing is built;
 - one pinned to each kind builds its own engine on a node of that kind (two keys, no cache hit across
@@ -18,8 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client as k8s
 
 from mmd_operator.desired.gpu_check import GPU_CHECK_CONTAINER
+from mmd_operator.vocabulary.kinds import GPU_RESOURCE
 from mmd_testbed.localcluster import nodes
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.objects import GPU_MODELS, GpuModel, NodePool, gpu_labels
@@ -59,6 +65,68 @@ def _pinned(name: str, model: str) -> dict[str, object]:
     document = example("llava", serving={"pod": {"nodeSelector": {PRODUCT: GPU_MODELS[model].product}}})
     document["metadata"]["name"] = name
     return document
+
+
+def _slice_products(api_client: k8s.ApiClient, node: str) -> set[str]:
+    """The productName of each GPU the node's DRA driver publishes."""
+    slices = k8s.CustomObjectsApi(api_client).list_cluster_custom_object(
+        "resource.k8s.io", "v1", "resourceslices"
+    )
+    return {
+        device["attributes"]["productName"]["string"]
+        for item in slices["items"]
+        if item["spec"].get("nodeName") == node
+        for device in item["spec"].get("devices", [])
+    }
+
+
+def test_a_claim_s_engine_is_built_and_served_on_the_kind_its_selector_admits(
+    resources: Resources,
+    kube: Kube,
+    tools: Tools,
+    namespace: str,
+    api_client: k8s.ApiClient,
+    kinds: dict[str, str],
+    picture: Path,
+) -> None:
+    """First in the module: the operator's first listing of the devices sees the H100 node's."""
+    h100 = GPU_MODELS[H100]
+    kube.wait_for("the H100 node's slice", lambda: _slice_products(api_client, kinds[H100]) == {h100.name})
+    selector = 'device.attributes["gpu.nvidia.com"].cudaComputeCapability == semver("9.0.0")'
+    document = example("llava", gpus={"resourceClaim": {"selector": selector}})
+    document["metadata"]["name"] = "by-claim"
+    resources.apply(document)
+    engine = resources.wait_phase("by-claim", "Ready", timeout=300)["status"]["engine"]
+    assert engine["gpu"] == {"product": h100.product, "computeCapability": "9.0"}
+    (build,) = kube.core.list_namespaced_pod(namespace, label_selector=f"job-name={engine['job']}").items
+    (pod,) = serving_pods(kube, namespace, "by-claim")
+    for made in (build, pod):
+        assert made.spec.node_name == kinds[H100], made.metadata.name
+        (claim,) = made.spec.resource_claims
+        assert claim.resource_claim_template_name.startswith("by-claim-gpus-1-")
+        for container in made.spec.containers:
+            assert GPU_RESOURCE not in (container.resources.limits or {})
+    # The serving pod's claim, allocated on the H100 node's devices (a finished build pod's claim is gone).
+    claims = k8s.CustomObjectsApi(api_client).list_namespaced_custom_object(
+        "resource.k8s.io", "v1", namespace, "resourceclaims"
+    )["items"]
+    (allocated,) = [
+        claim["status"]["allocation"]["devices"]["results"]
+        for claim in claims
+        if claim["metadata"]["ownerReferences"][0]["name"] == pod.metadata.name
+    ]
+    assert [(result["driver"], result["pool"]) for result in allocated] == [("gpu.nvidia.com", kinds[H100])]
+    # The claim's GPU reached the containers (CDI): gpu-check found the engine's capability.
+    checked = tools.run("kubectl", "logs", "-n", namespace, pod.metadata.name, "-c", GPU_CHECK_CONTAINER)
+    assert checked.stdout.strip() == (
+        f"gpu check: engine {engine['cacheKey']} was built for compute capability 9.0, as this pod's GPUs"
+    )
+    answer = mmctl_infer(
+        f"http://{service_ip(kube, namespace, 'by-claim')}:8000",
+        "--model-type", "llava", "--image", str(picture), "--text", "What is this?",
+    )  # fmt: skip
+    assert answer.returncode == 0, answer.stderr
+    resources.delete("by-claim")
 
 
 def test_each_kind_builds_and_serves_its_own_engine_and_refuses_another_s(

@@ -611,7 +611,7 @@ CASES: list[BadInput] = [
         _spec(engine={"maxImagesPerRequest": 1}),
         values=("4", "mllama"),
     ),
-    _refused(
+    _invalid(
         "llava-beyond-its-context",
         "llava",
         _spec(engine={"maxBatchSize": 2048, "maxInputLen": 131072, "maxSeqLen": 262144}),

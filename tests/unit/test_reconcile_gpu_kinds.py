@@ -154,7 +154,7 @@ def test_a_precision_the_only_kind_cannot_run_is_refused(
     cluster: InMemoryCluster, reconciler: Reconciler
 ) -> None:
     add_pools(cluster, A100)
-    _llava(cluster, example="llava-tp2-fp8.yaml")
+    _llava(cluster, example="llava-tp2-fp8.yaml", nodeSelector={})  # its H100 pin left out
     phase, reason, message = _ready(_reconciled(cluster, reconciler, name="llava-tp2-fp8")["status"])
     assert (phase, reason) == ("Failed", "InvalidSpec")
     assert (

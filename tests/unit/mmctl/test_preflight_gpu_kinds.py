@@ -81,7 +81,9 @@ def test_the_kind_the_engine_is_built_for_is_said_when_it_fits(cluster: InMemory
     add_pools(cluster, NodePool(count=1, gpu_model="h100-80gb", name_prefix="h100"))
     findings = preflight(*plan_resource(_llava()), NS, cluster.client)
     kinds_said = [
-        f.message for f in findings if f.field == "spec.serving.pod" and f.severity is Severity.INFO
+        f.message
+        for f in findings
+        if f.field == "spec.serving.pod.nodeSelector" and f.severity is Severity.INFO
     ]
     assert "the engine is built for NVIDIA-H100-80GB-HBM3 (compute capability 9.0)" in kinds_said
 
