@@ -277,12 +277,22 @@ class Reconciler:
         recorded = recorded_kind(previous_status(body))
         claim = claim_of(spec)
         if claim is not None:
-            return kinds_by_claim(spec, claim, self.devices.devices(), recorded)
+            choice = kinds_by_claim(spec, claim, self.devices.devices(), recorded)
+            if choice.kind is None and choice.refusal is None:
+                # No device admitted: the listing may predate the GPUs a driver just published.
+                choice = kinds_by_claim(spec, claim, self.devices.devices(renew=True), recorded)
+            return choice
         serving = (spec.get("serving") if isinstance(spec, Mapping) else None) or {}
-        nodes = self.nodes.nodes()
-        reach = None
-        if nodes is not None and isinstance(serving, Mapping):
-            reach = kinds_in_reach(object_facts.pod_placement(serving.get("pod") or {}), nodes)
+        placement = object_facts.pod_placement(
+            serving.get("pod") or {} if isinstance(serving, Mapping) else {}
+        )
+        nodes, reach = self.nodes.nodes(), None
+        if nodes is not None:
+            reach = kinds_in_reach(placement, nodes)
+            if not reach.kinds and not reach.unlabelled:
+                # Nothing in reach: the listing may predate a node pool that just joined.
+                nodes = self.nodes.nodes(renew=True) or nodes
+                reach = kinds_in_reach(placement, nodes)
         return kinds_for(spec, reach, recorded)
 
     def _case(

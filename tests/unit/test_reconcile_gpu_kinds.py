@@ -186,3 +186,29 @@ def test_trtllm_serve_is_weighed_against_every_kind_in_reach(
     assert status["phase"] != "Failed"
     (warning,) = [w for w in status.get("warnings", []) if w.startswith("spec.engine:")]
     assert "Tesla-T4 (compute capability 7.5) has 15.0 GiB per GPU and the model needs" in warning
+
+
+def test_a_pool_that_joins_after_the_last_listing_is_seen_by_a_placement_that_reaches_nothing(
+    cluster: InMemoryCluster, reconciler: Reconciler
+) -> None:
+    now = [0.0]
+    reconciler.nodes = NodeDirectory(cluster.client, clock=lambda: now[0])
+    add_pools(cluster, A100)
+    assert reconciler.nodes.nodes() is not None  # listed before the H100 pool joins
+    add_pools(cluster, H100)
+    now[0] = 10.0  # within the listing's minute, past its retry pause
+    _llava(cluster, nodeSelector={PRODUCT: H100_KIND.product})
+    status = _reconciled(cluster, reconciler)["status"]
+    assert status["engine"]["gpu"] == {"product": H100_KIND.product, "computeCapability": "9.0"}
+
+
+def test_without_a_kind_the_build_pod_goes_where_the_serving_pods_are_placed(
+    cluster: InMemoryCluster, reconciler: Reconciler
+) -> None:
+    bare = gpu_node("bare-0", NodePool(count=1))
+    bare["metadata"]["labels"] = {"kubernetes.io/hostname": "bare-0", "pool": "inference"}
+    add_node(cluster, bare)
+    _llava(cluster, nodeSelector={"pool": "inference"})
+    status = _reconciled(cluster, reconciler)["status"]
+    assert "gpu" not in status["engine"]
+    assert _build_pod(cluster)["nodeSelector"] == {"pool": "inference"}

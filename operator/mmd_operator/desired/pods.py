@@ -79,10 +79,12 @@ def engine_build_scheduling(
     """Where an engine build runs: on the kind of GPU its engine is built for, reached as serving is.
 
     The build pod's own settings, plus `gpu_selector`, the serving pods' tolerations (a tainted GPU pool
-    admits the build only with them) and, when the build names no affinity of its own, the serving pods'
-    node affinity; never their pod affinity, which speaks of serving pods.
+    admits the build only with them) and, when the build names none of its own, the serving pods' node
+    selector and node affinity: where no kind is known (no feature discovery, a node pool just added), the
+    build still lands where the serving pods will; never their pod affinity, which speaks of serving pods.
     """
-    spec = scheduling(build, gpu_selector)
+    selector = {**(serving.node_selector if not build.node_selector else {}), **gpu_selector}
+    spec = scheduling(build, selector)
     tolerations = [*spec.get("tolerations", [])]
     for toleration in scheduling(serving).get("tolerations", []):
         if toleration not in tolerations:

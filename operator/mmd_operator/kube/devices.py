@@ -19,8 +19,10 @@ from mmd_operator.kube.client import ApiError, KubeClient
 from mmd_operator.vocabulary import kinds
 
 _log = logging.getLogger(__name__)
-# How old a listing may be; a GPU node that joins is seen within this.
+# How old a listing may be; a GPU node that joins is seen within this, or at once when a claim admits
+# none of the listed devices (at most every `RETRY_AFTER` s).
 MAX_AGE = 60.0
+RETRY_AFTER = 5.0
 
 
 class DeviceDirectory:
@@ -33,11 +35,14 @@ class DeviceDirectory:
         self._devices: Devices | None = None
         self._listed_at = float("-inf")
 
-    def devices(self) -> Devices | None:
-        """The devices and classes, at most `MAX_AGE` s old; None when they cannot be read."""
+    def devices(self, *, renew: bool = False) -> Devices | None:
+        """The devices and classes; None when they cannot be read.
+
+        At most `MAX_AGE` s old, or `RETRY_AFTER` s when the caller asks to `renew`.
+        """
         with self._lock:
             now = self.clock()
-            if now - self._listed_at < MAX_AGE:
+            if now - self._listed_at < (RETRY_AFTER if renew else MAX_AGE):
                 return self._devices
             self._listed_at = now
             try:

@@ -72,11 +72,12 @@ class NodeDirectory:
         self._tried_at = float("-inf")
         self._forbidden = False
 
-    def nodes(self, scheduler_count: int | None = None) -> Nodes | None:
+    def nodes(self, scheduler_count: int | None = None, *, renew: bool = False) -> Nodes | None:
         """The nodes, or None when the operator may not read them.
 
-        The listing is at most `MAX_AGE` s old, and renewed sooner when the scheduler counts
-        `scheduler_count` nodes and it holds another number.
+        The listing is at most `MAX_AGE` s old, and renewed sooner (at most every `RETRY_AFTER` s) when
+        the scheduler counts `scheduler_count` nodes and it holds another number, or when the caller asks
+        (`renew`: a placement that reaches none of the listed nodes, whose pool may just have joined).
         """
         if not self.enabled:
             return None
@@ -87,7 +88,7 @@ class NodeDirectory:
                     return None
             elif self._nodes is not None:
                 old = now - self._listed_at >= MAX_AGE
-                recount = scheduler_count is not None and scheduler_count != self._nodes.total
+                recount = renew or (scheduler_count is not None and scheduler_count != self._nodes.total)
                 if not (old or recount) or now - self._tried_at < RETRY_AFTER:
                     return self._nodes
             elif now - self._tried_at < RETRY_AFTER:

@@ -67,7 +67,8 @@ def test_build_and_serving_pods_run_only_on_the_engine_s_kind() -> None:
     objects = _objects(_llava(nodeSelector={"team": "vision"}), H100)
     build = objects["Job"]["spec"]["template"]["spec"]
     serving = objects["Deployment"]["spec"]["template"]["spec"]
-    assert build["nodeSelector"] == {"nvidia.com/gpu.product": H100.product}
+    # The build follows the serving pods' selector (it names none of its own), and the kind.
+    assert build["nodeSelector"] == {"team": "vision", "nvidia.com/gpu.product": H100.product}
     assert serving["nodeSelector"] == {"team": "vision", "nvidia.com/gpu.product": H100.product}
     unknown = _objects(_llava(), None)
     assert "nodeSelector" not in unknown["Job"]["spec"]["template"]["spec"]
