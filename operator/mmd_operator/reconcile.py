@@ -60,6 +60,9 @@ from mmd_operator.vocabulary import ownership
 
 _log = logging.getLogger(__name__)
 Key = tuple[str, str]
+# How soon a resource whose placement reached no known node is looked at again (the node listing is
+# renewed then, at most every few seconds): the kind of a pool that just joined, within this.
+KIND_RECHECK_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class _Case:
     # Whether this reconcile is the resource's first look at its plan's artifact (for the lookup metric).
     first_look: bool
     counted: metrics.ArtifactMetrics | None
+    # Whether its placement reached no node the listing knows (look again soon: a pool may have joined).
+    recheck_kind: bool = False
 
 
 @dataclass(frozen=True)
@@ -232,6 +237,7 @@ class Reconciler:
         case = self._case(
             body, *planned, now, kind.notice, tuple(f"{path}: {said}" for path, said in fitted.warnings)
         )
+        case = dataclasses.replace(case, recheck_kind=kind.unseen)
         observed = self._observe(case, first=True)
         judging, judged = self._judge_first(case, observed)
         decision = self._decide(case, observed, judged, judging.stable_template)
@@ -281,7 +287,7 @@ class Reconciler:
             if choice.kind is None and choice.refusal is None:
                 # No device admitted: the listing may predate the GPUs a driver just published.
                 choice = kinds_by_claim(spec, claim, self.devices.devices(renew=True), recorded)
-            return choice
+            return dataclasses.replace(choice, unseen=choice.kind is None and choice.refusal is None)
         serving = (spec.get("serving") if isinstance(spec, Mapping) else None) or {}
         placement = object_facts.pod_placement(
             serving.get("pod") or {} if isinstance(serving, Mapping) else {}
@@ -293,7 +299,8 @@ class Reconciler:
                 # Nothing in reach: the listing may predate a node pool that just joined.
                 nodes = self.nodes.nodes(renew=True) or nodes
                 reach = kinds_in_reach(placement, nodes)
-        return kinds_for(spec, reach, recorded)
+        unseen = reach is not None and not reach.kinds and not reach.unlabelled
+        return dataclasses.replace(kinds_for(spec, reach, recorded), unseen=unseen)
 
     def _case(
         self,
@@ -439,6 +446,8 @@ class Reconciler:
         requeue = result.recheck_after
         if observed.missing or judged.artifact.retry or observed.job_pod_mounting:
             requeue = min(requeue or self.config.retry_seconds, self.config.retry_seconds)
+        if case.recheck_kind:
+            requeue = min(requeue or KIND_RECHECK_SECONDS, KIND_RECHECK_SECONDS)
         if count.total:
             _log.debug(
                 "Reconciled %s/%s: %s", *case.key, ", ".join(count.applied + count.owners + count.deleted)

@@ -19,7 +19,7 @@ from mmd_operator.config import OperatorConfig
 from mmd_operator.facts import GpuKind
 from mmd_operator.kube.nodes import NodeDirectory
 from mmd_operator.plan.resource_plan import plan_spec
-from mmd_operator.reconcile import Reconciler
+from mmd_operator.reconcile import KIND_RECHECK_SECONDS, Reconciler
 from mmd_operator.vocabulary import kinds
 from mmd_testbed.localcluster.objects import NodePool, gpu_node
 from tests.support.examples import EXAMPLES_DIR
@@ -212,3 +212,12 @@ def test_without_a_kind_the_build_pod_goes_where_the_serving_pods_are_placed(
     status = _reconciled(cluster, reconciler)["status"]
     assert "gpu" not in status["engine"]
     assert _build_pod(cluster)["nodeSelector"] == {"pool": "inference"}
+
+
+def test_a_placement_that_reaches_no_node_is_looked_at_again_soon(
+    cluster: InMemoryCluster, reconciler: Reconciler
+) -> None:
+    add_pools(cluster, A100)
+    _llava(cluster, nodeSelector={PRODUCT: H100_KIND.product})
+    outcome = reconciler.reconcile(NS, "llava")
+    assert outcome.requeue_after is not None and outcome.requeue_after <= KIND_RECHECK_SECONDS
