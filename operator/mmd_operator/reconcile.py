@@ -60,8 +60,8 @@ from mmd_operator.vocabulary import ownership
 
 _log = logging.getLogger(__name__)
 Key = tuple[str, str]
-# How soon a resource whose placement reached no known node is looked at again (the node listing is
-# renewed then, at most every few seconds): the kind of a pool that just joined, within this.
+# How soon a resource whose placement reached no known node, or several kinds, is looked at again (the
+# node listing is renewed then, at most every few seconds): a pool that just joined or left, within this.
 KIND_RECHECK_SECONDS = 15.0
 
 
@@ -233,7 +233,11 @@ class Reconciler:
         fitted = fit(planned[1].plan.gpu_needs, kind.offers)
         refusal = kind.refusal or fitted.refusal
         if refusal is not None:
-            return self._refuse(body, InvalidSpecError([Problem(*refusal)]), now, count)
+            refused = self._refuse(body, InvalidSpecError([Problem(*refusal)]), now, count)
+            # A refusal for the kinds in reach holds only while the nodes do: look again soon.
+            return (
+                dataclasses.replace(refused, requeue_after=KIND_RECHECK_SECONDS) if kind.unseen else refused
+            )
         case = self._case(
             body, *planned, now, kind.notice, tuple(f"{path}: {said}" for path, said in fitted.warnings)
         )
@@ -295,12 +299,14 @@ class Reconciler:
         nodes, reach = self.nodes.nodes(), None
         if nodes is not None:
             reach = kinds_in_reach(placement, nodes)
-            if not reach.kinds and not reach.unlabelled:
-                # Nothing in reach: the listing may predate a node pool that just joined.
+            if (not reach.kinds and not reach.unlabelled) or len(reach.kinds) > 1:
+                # Nothing in reach, or several kinds: the listing may predate a node pool that just
+                # joined, or one that just left.
                 nodes = self.nodes.nodes(renew=True) or nodes
                 reach = kinds_in_reach(placement, nodes)
+        choice = kinds_for(spec, reach, recorded)
         unseen = reach is not None and not reach.kinds and not reach.unlabelled
-        return dataclasses.replace(kinds_for(spec, reach, recorded), unseen=unseen)
+        return dataclasses.replace(choice, unseen=unseen or choice.refusal is not None)
 
     def _case(
         self,

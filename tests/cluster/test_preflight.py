@@ -155,6 +155,13 @@ def test_what_the_cluster_lacks_is_named_by_field_with_what_to_do(
             "nvidia.com/gpu (they carry NVIDIA-A100-SXM4-80GB, NVIDIA-L40S); set it to a value the nodes "
             "carry, or remove it",
         ),
+        # The build pod takes the serving pods' selector (spec.build.pod names none): it goes where they go.
+        (
+            "spec.build.pod.nodeSelector",
+            'spec.build.pod.nodeSelector["nvidia.com/gpu.product"]=H100 matches no node with '
+            "nvidia.com/gpu (they carry NVIDIA-A100-SXM4-80GB, NVIDIA-L40S); set it to a value the nodes "
+            "carry, or remove it",
+        ),
     }
     assert TOKEN_VALUE not in "\n".join(str(f) for f in found)
 

@@ -110,8 +110,8 @@ class KindChoice:
     notice: str = ""
     # The kinds the pods will run on, with their memory: what the model must fit (`plan.fit`).
     offers: tuple[KindOffer, ...] = ()
-    # True when the placement reached no node (or the claim no device) the listing knows: a pool may have
-    # just joined, so the resource is looked at again soon.
+    # True when the placement reached no node (or the claim no device) the listing knows, or several
+    # kinds: a pool may have just joined or left, so the resource is looked at again soon.
     unseen: bool = False
 
 

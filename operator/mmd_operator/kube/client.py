@@ -449,8 +449,10 @@ class KubeClient:
         try:
             self.request("POST", path("v1", "Event", metadata["namespace"]), body=event)
         except ApiError as error:
-            # An event is a courtesy; losing one must not fail a reconcile.
-            _log.warning("Could not post event %s on %s: %s", reason, metadata["name"], error)
+            # An event is a courtesy; losing one must not fail a reconcile. In a namespace being deleted
+            # it is lost with everything else there: nothing to warn about.
+            log = _log.debug if error.namespace_terminating else _log.warning
+            log("Could not post event %s on %s: %s", reason, metadata["name"], error)
 
 
 def _api_error(status: int, reason: str | None, body: bytes | str | None) -> ApiError:
