@@ -87,6 +87,18 @@ def example(name: str, *, build_seconds: int | None = None, **spec: dict[str, An
     return document
 
 
+def tp2_on_a100s(*, build_seconds: int | None = None) -> dict[str, Any]:
+    """`llava-tp2-fp8.yaml` as `llava-tp2`, with a 16-bit KV cache and no H100 selector.
+
+    Its FP8 KV cache needs compute capability 8.9 (its pods select H100s); the demo's GPUs are A100s.
+    """
+    document = example("llava-tp2-fp8", build_seconds=build_seconds)
+    document["metadata"]["name"] = "llava-tp2"
+    document["spec"]["engine"]["kvCacheDtype"] = "auto"
+    del document["spec"]["serving"]["pod"]
+    return document
+
+
 class Demo:
     """The cluster, the operator process and the API handles of one demo run."""
 

@@ -37,6 +37,7 @@ from mmd_testbed.demo.common import (
     ready,
     say,
     step,
+    tp2_on_a100s,
 )
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.layout import default_state_dir
@@ -85,10 +86,10 @@ def kwok_demo(args: argparse.Namespace) -> int:
         with operator(cluster, out / "operator.log", metrics_port):
             say("  operator running, watching namespace " + NAMESPACE)
 
-            step("Applying llava, llava-tp2-fp8 and whisper (each fake build takes 4-8 s)")
+            step("Applying llava, llava-tp2 and whisper (each fake build takes 4-8 s)")
             documents = [
                 example("llava", build_seconds=4),
-                example("llava-tp2-fp8", build_seconds=8),
+                tp2_on_a100s(build_seconds=8),
                 example("whisper", build_seconds=6),
             ]
             for document in documents:

@@ -37,6 +37,7 @@ from mmd_testbed.demo.common import (
     ready,
     say,
     step,
+    tp2_on_a100s,
 )
 from mmd_testbed.localcluster import builds, hub
 from mmd_testbed.localcluster.cluster import LocalCluster
@@ -195,10 +196,10 @@ def real_demo(keep_cluster: bool) -> int:
         say(f"  namespace {NAMESPACE} ready")
 
         step(
-            "Applying llava, llava-tp2-fp8 and whisper (build pods, then tritonserver pods) and qwen2-5-vl "
+            "Applying llava, llava-tp2 and whisper (build pods, then tritonserver pods) and qwen2-5-vl "
             "(runtime trtllm-serve: a download pod, then a trtllm-serve pod)"
         )
-        documents = [example("llava"), example("llava-tp2-fp8"), example("whisper"), example("qwen2_5_vl")]
+        documents = [example("llava"), tp2_on_a100s(), example("whisper"), example("qwen2_5_vl")]
         # The Hub double slowed down: the 67 kB snapshot takes half a minute, and its progress shows.
         hub.set_chunk_delay(demo.api, 1.5)
         for document in documents:
