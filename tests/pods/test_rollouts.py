@@ -211,9 +211,11 @@ def watching(
     picture: Path,
     clients: int = 1,
     max_requests: int = MAX_REQUESTS,
+    pace_seconds: float = 0.0,
 ) -> Iterator[Watch]:
     """Watch `served` once it is Ready: the sampler and `clients` clients run until the block ends, or
-    `max_requests` were sent, or `MAX_SECONDS` passed."""
+    `max_requests` were sent, or `MAX_SECONDS` passed. A client starts a request at most every
+    `pace_seconds`, so a fast server does not spend the requests before the block's end."""
     name = served.instance
     resources.wait_phase(name, "Ready", timeout=240)
     address = service_ip(kube, namespace, name)
@@ -243,6 +245,7 @@ def watching(
             watched.requests.append((sent, answer.returncode, answer.stderr.strip()[-300:]))
             if "trying again" in answer.stderr:
                 watched.reconnected.append(sent)
+            watched.stop.wait(max(0.0, sent + pace_seconds - time.monotonic()))
 
     threads = [threading.Thread(target=target, daemon=True) for target in (sample, *[send] * clients)]
     for thread in threads:
