@@ -164,7 +164,9 @@ def real_demo(keep_cluster: bool) -> int:
     step("Local cluster with two real nodes (built from the Go module proxy on the first run, images beside)")
     layout = Layout.discover()
     # Two Go caches at a time, the images beside them (`builds`): a first run is mostly these builds.
-    built = builds.ensure_all(layout, say, ["control plane", "nodes", "LeaderWorkerSet"], with_images=True)
+    built = builds.ensure_all(
+        layout, say, ["control plane", "nodes", "fake GPU plugin", "LeaderWorkerSet"], with_images=True
+    )
     cluster = LocalCluster(default_state_dir(ROOT), layout, say=say)
     was_running = cluster.load_state() is not None
     state = cluster.up(
