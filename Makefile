@@ -57,7 +57,7 @@ test-unit: venv ## the fast tiers: unit, engine builder, test bed (nothing built
 unit: test-unit ## the same as test-unit
 
 # pytest-xdist workers; each runs whole groups (conftest.py), longest first.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 PYTEST_GROUPS = $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 test-triton: venv triton-server ## tests/triton on a real CPU tritonserver (installs it)
