@@ -4,6 +4,7 @@
 - `documents`: reads YAML documents from files, directories and stdin;
 - `render`, `validate`, `preflight`: what the operator would apply, and what it would refuse or warn of,
   offline or against a cluster (the base install);
+- `migrate`: the trtllm-serve resource equivalent to an engine resource, or why there is none;
 - `infer`, `eval_asr`: requests to a serving tritonserver (the `triton` and `asr` extras);
 - `chat`: the OpenAI API of a trtllm-serve deployment (the `chat` extra);
 - `triton`: the Triton client and request builder `infer` and `eval_asr` share;

@@ -39,6 +39,10 @@ COMMANDS = {
     "validate": Command(
         "mmctl.validate", "check MultimodalDeployments in files, directories or stdin, for CI"
     ),
+    "migrate": Command(
+        "mmctl.migrate",
+        "print the trtllm-serve resource equivalent to an engine resource, or why there is none",
+    ),
     "infer": Command(
         "mmctl.infer", "send one request (text, images, video or audio) to a serving model", "triton"
     ),

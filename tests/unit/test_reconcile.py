@@ -5,7 +5,7 @@ and kubelet end it (one pod reporting the artifact), and reconciled again: the m
 both passes are `mmctl render`'s (`desired.decision.manifests`), by kind, name and digest, and live with
 those digests; besides them only the status, the engine index and (for a replica across pods) its SSH
 Secret are written. Another pass then writes nothing. A spec the API server admits and the plan refuses
-writes its status alone.
+writes its status alone. An engine resource's status says once that its runtime is frozen upstream.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ import yaml
 from engine_builder import result_format, weights_format
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired.decision import manifests
-from mmd_operator.knowledge import Runtime
+from mmd_operator.knowledge import ModelType, Runtime
+from mmd_operator.knowledge.engine_path import WAYS_OFF
 from mmd_operator.plan.resource_plan import AnyPlan, plan_resource
 from mmd_operator.reconcile import Reconciler
+from mmd_operator.status.report import FROZEN
 from mmd_operator.vocabulary import hashing, kinds, labels
 from tests.support import bad_inputs
 from tests.support.builds import summary
@@ -143,6 +145,15 @@ def test_every_example_writes_what_mmctl_render_shows_and_then_nothing(
     assert the_operators_writes(cluster, settled) == [] and outcome.writes == 0
     status = cluster.server.get(kinds.MULTIMODAL_DEPLOYMENT, NS, name)
     assert status is not None and status["status"]["observedGeneration"] == 1
+    # The engine runtime's end upstream, once, in a condition that a second pass left as it was.
+    frozen = [c for c in status["status"]["conditions"] if c["type"] == FROZEN]
+    if plan.runtime is Runtime.TRTLLM_SERVE:
+        assert frozen == []
+    else:
+        (condition,) = frozen
+        way = WAYS_OFF[ModelType(document["spec"]["model"]["type"])]
+        assert condition["status"] == "True" and "frozen upstream" in condition["message"]
+        assert ("mmctl migrate" in condition["message"]) == way.to_serve, condition["message"]
 
 
 def _branch(plan: AnyPlan) -> bool:

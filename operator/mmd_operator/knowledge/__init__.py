@@ -11,6 +11,7 @@ package and does no I/O.
   the host memory of its pods' processes;
 - `trtllm_serve`: the trtllm-serve runtime's table (`SERVE_KNOWLEDGE`): architectures, features, heads,
   checkpoints' sizes;
+- `engine_path`: the engine runtime's end upstream, and the way off it per model type;
 - `gpus`: common kinds of GPU by feature discovery's product name, with capability and memory;
 - `lookups`: each runtime's table behind one face (`types_of`, `types_taking`, the largest worlds).
 """

@@ -40,6 +40,7 @@ from mmd_operator.judgement.placement import serving_demand
 from mmd_operator.judgement.quotas import serving_refusal
 from mmd_operator.judgement.revisions import ROLLED_BACK, revision_of, settled
 from mmd_operator.knowledge import Runtime
+from mmd_operator.knowledge.engine_path import frozen_notice
 from mmd_operator.plan.launch import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from mmd_operator.plan.resource_plan import AnyPlan
 from mmd_operator.plan.triton import TritonPlan
@@ -56,6 +57,8 @@ class RuntimeFindings:
     endpoints: Endpoints
     artifact_status: Mapping[str, Any] = field(default_factory=dict)
     derived: DerivedLimits | None = None
+    # The runtime's standing upstream, where it is worth a condition (`report.FROZEN`).
+    frozen: str | None = None
 
 
 def _carries(meta: Meta | None, digest: str | None) -> bool:
@@ -95,6 +98,7 @@ def _triton(
         ),
         artifact_status={"engine": engine},
         derived=plan.limits,
+        frozen=frozen_notice(plan.settings.knowledge.model_type),
     )
 
 
@@ -213,6 +217,7 @@ def assess(
         runtime=plan.runtime,
         validated=own.validated,
         derived=own.derived,
+        frozen=own.frozen,
         pod_resources=plan.resources.status(),
         artifact=artifact,
         artifact_status=own.artifact_status,

@@ -58,6 +58,8 @@ from mmd_operator.knowledge import Runtime
 VALIDATED = "Validated"
 AVAILABLE = "Available"
 READY = "Ready"
+# The runtime is frozen upstream (the engine runtime: its last release), with the way off it.
+FROZEN = "RuntimeFrozen"
 # The two abnormal-true conditions of the kstatus convention, which Flux, kpt and Argo CD read: True while
 # the operator still works towards Ready, or while it cannot get there without a change.
 RECONCILING = "Reconciling"
@@ -140,6 +142,8 @@ class Findings:
     # The Validated condition's message: what the valid spec's artifact is keyed by.
     validated: str = ""
     derived: DerivedLimits | None = None
+    # The runtime's end upstream and the way off it (the engine runtime's), for the FROZEN condition.
+    frozen: str | None = None
     # The CPU and memory each kind of pod asks for.
     pod_resources: Sequence[PodResources] = ()
     artifact: ArtifactState[Any, Any] | None = None
@@ -269,6 +273,9 @@ def _conditions(findings: Findings) -> list[Condition]:
         conditions.append(_condition(READY, True, "Ready", serving.message, generation))
     else:
         conditions.append(_condition(READY, False, failing[0], failing[1], generation))
+    if findings.frozen is not None:
+        # A standing fact, once in the status: never an Event or a warning on each apply, never Ready's.
+        conditions.append(_condition(FROZEN, True, "LastUpstreamRelease", findings.frozen, generation))
     return conditions
 
 

@@ -8,7 +8,7 @@ from mmctl import main
 from mmd_operator import __version__
 from mmd_operator.knowledge import KNOWLEDGE, SERVE_KNOWLEDGE
 
-SUBCOMMANDS = {"render", "validate", "infer", "eval-asr", "chat"}
+SUBCOMMANDS = {"render", "validate", "migrate", "infer", "eval-asr", "chat"}
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -338,6 +338,14 @@ _NOT_ON_SERVE: tuple[tuple[str, str, str | None, str], ...] = (
 )
 
 
+def engine_only_fields() -> dict[str, str]:
+    """The spec fields that mean nothing on trtllm-serve (dotted, from the spec), with what each belongs to.
+
+    What `mmctl migrate` leaves out of an engine resource.
+    """
+    return {path: belongs for path, _, _, belongs in _NOT_ON_SERVE}
+
+
 def _not_on_serve(path: str, present: str, value: str | None, belongs: str) -> JsonDict:
     shown = f" ({{{value}}})" if value is not None else ""
     return cel_rule(
