@@ -6,8 +6,11 @@ Reads, with `ast` (nothing is imported or run):
 - `tensorrt_llm/builder.py`: the BuildConfig defaults `serve` uses as option defaults;
 - `tensorrt_llm/logger.py`: the `--log_level` choices (`severity_map`);
 - `tensorrt_llm/llmapi/llm_args.py` (and `llm_utils.py` where a version keeps it there): the fields of
-  TorchLlmArgs and of every strict nested config class they name, whether BaseLlmArgs forbids extra keys,
-  and the fields `update_llm_args_with_extra_dict` builds from the YAML by class;
+  TorchLlmArgs and of every strict nested config class they name, with each field's type (bool, int,
+  float, str, Optional, List/Set/Dict, Literal members, enum members, pydantic's constrained numbers) and
+  its `Field` bounds and default; the enum classes the file defines; the pydantic validators of those
+  classes (method, mode, line, the messages they raise); whether BaseLlmArgs forbids extra keys, and the
+  fields `update_llm_args_with_extra_dict` builds from the YAML by class;
 - `tensorrt_llm/metrics/collector.py`: the Prometheus metric names.
 
 Two ways to give the sources:
@@ -260,6 +263,197 @@ def _forbids_extra(node: ast.ClassDef) -> bool:
     return False
 
 
+# pydantic's constrained numbers, as the bound each one adds.
+CONSTRAINED_NUMBERS: dict[str, dict[str, Any]] = {
+    "PositiveInt": {"type": "int", "gt": 0},
+    "NonNegativeInt": {"type": "int", "ge": 0},
+    "NegativeInt": {"type": "int", "lt": 0},
+    "NonPositiveInt": {"type": "int", "le": 0},
+    "PositiveFloat": {"type": "float", "gt": 0},
+    "NonNegativeFloat": {"type": "float", "ge": 0},
+    "NegativeFloat": {"type": "float", "lt": 0},
+    "NonPositiveFloat": {"type": "float", "le": 0},
+}
+SCALARS = {"bool": "bool", "int": "int", "float": "float", "str": "str", "Path": "path"}
+ANYTHING = ("object", "Any")
+CONTAINERS = {"List": "list", "list": "list", "Set": "set", "set": "set", "Tuple": "list", "tuple": "list"}
+# `Field` keywords that bound a value; pydantic checks them on the field's own type.
+BOUNDS = ("gt", "ge", "lt", "le", "min_length", "max_length", "multiple_of")
+ENUM_BASES = ("Enum", "StrEnum", "IntEnum")
+VALIDATOR_DECORATORS = ("model_validator", "field_validator")
+
+
+def _enum_classes(tree: ast.Module) -> dict[str, dict[str, Any]]:
+    """Every Enum the file defines (nested ones too): its base and its members' values."""
+    enums: dict[str, dict[str, Any]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and any(b in ENUM_BASES for b in _base_names(node)):
+            members: dict[str, Any] = {}
+            for statement in node.body:
+                if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+                    target = statement.targets[0]
+                    if isinstance(target, ast.Name):
+                        members[target.id] = _literal(statement.value)
+            base = next(b for b in _base_names(node) if b in ENUM_BASES)
+            enums[node.name] = {"base": base, "members": members}
+    return enums
+
+
+def _type_aliases(tree: ast.Module) -> dict[str, ast.expr]:
+    """Module-level `Name = <type>` and `Name: TypeAlias = <type>` assignments."""
+    aliases: dict[str, ast.expr] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            aliases[node.targets[0].id] = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            aliases[node.target.id] = node.value
+    return aliases
+
+
+class _TypeReader:
+    """Annotations as JSON type descriptions the double can rebuild pydantic types from."""
+
+    def __init__(self, tree: ast.Module, classes: dict[str, ast.ClassDef], enums: dict[str, Any]) -> None:
+        self.classes = classes
+        self.enums = enums
+        self.aliases = _type_aliases(tree)
+
+    def read(self, node: ast.expr) -> dict[str, Any]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a forward reference
+            return self.read(ast.parse(node.value, mode="eval").body)
+        if isinstance(node, ast.Constant) and node.value is None:
+            return {"type": "none"}
+        if isinstance(node, ast.Attribute):  # e.g. GuidedDecodingConfig.GuidedDecodingBackend
+            return self._named(node.attr)
+        if isinstance(node, ast.Name):
+            return self._named(node.id)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            return self._union([node.left, node.right])
+        if isinstance(node, ast.Subscript):
+            origin = ast.unparse(node.value).split(".")[-1]
+            arguments = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
+            if origin == "Optional":
+                return {"type": "optional", "of": self.read(arguments[0])}
+            if origin == "Union":
+                return self._union(arguments)
+            if origin == "Literal":
+                return {"type": "literal", "values": [_literal(a) for a in arguments]}
+            if origin == "Annotated":
+                return self.read(arguments[0])
+            if origin in CONTAINERS:
+                return {"type": CONTAINERS[origin], "of": self.read(arguments[0])}
+            if origin in ("Dict", "dict"):
+                return {"type": "dict", "key": self.read(arguments[0]), "value": self.read(arguments[1])}
+        return {"type": "any", "name": ast.unparse(node)}
+
+    def _union(self, members: list[ast.expr]) -> dict[str, Any]:
+        described = [self.read(m) for m in members]
+        present = [d for d in described if d["type"] != "none"]
+        union = present[0] if len(present) == 1 else {"type": "union", "of": present}
+        return {"type": "optional", "of": union} if len(present) < len(described) else union
+
+    def _named(self, name: str) -> dict[str, Any]:
+        if name in SCALARS:
+            return {"type": SCALARS[name]}
+        if name in ANYTHING:
+            return {"type": "any"}
+        if name in CONSTRAINED_NUMBERS:
+            return dict(CONSTRAINED_NUMBERS[name])
+        if name in self.enums:
+            return {"type": "enum", "enum": name}
+        if name in self.classes and _is_strict(name, self.classes):
+            return {"type": "model", "class": name}
+        if name in self.aliases and name not in self.classes:
+            return self.read(self.aliases[name])
+        # Classes of other modules (LoraConfig, CpType, TokenizerBase): not checked deeper.
+        return {"type": "any", "name": name}
+
+
+def _field_call(statement: ast.AnnAssign) -> ast.Call | None:
+    value = statement.value
+    return value if isinstance(value, ast.Call) and _call_name(value) in ("Field", "PydanticField") else None
+
+
+def _field_description(statement: ast.AnnAssign, reader: _TypeReader) -> dict[str, Any]:
+    """Type, bounds and default of one field declaration."""
+    described: dict[str, Any] = {"type": reader.read(statement.annotation)}
+    call = _field_call(statement)
+    keywords = {k.arg: k.value for k in call.keywords if k.arg} if call is not None else {}
+    bounds = {name: _literal(keywords[name]) for name in BOUNDS if name in keywords}
+    if bounds:
+        described["bounds"] = bounds
+    if call is not None:
+        default = keywords.get("default", call.args[0] if call.args else None)
+    else:
+        default = statement.value
+    if "default_factory" in keywords:
+        described["default_factory"] = ast.unparse(keywords["default_factory"])
+    elif default is None or (isinstance(default, ast.Constant) and default.value is Ellipsis):
+        described["required"] = True
+    else:
+        try:
+            described["default"] = ast.literal_eval(default)
+        except ValueError:  # an enum member or an expression: recorded as written
+            described["default_source"] = ast.unparse(default)
+    return described
+
+
+def _declarations(name: str, classes: dict[str, ast.ClassDef]) -> dict[str, ast.AnnAssign]:
+    """Every field declaration of a class, inherited ones first, a redeclaration replacing the inherited."""
+    declared: dict[str, ast.AnnAssign] = {}
+    for base in _base_names(classes[name]):
+        if base in classes:
+            declared.update(_declarations(base, classes))
+    for statement in classes[name].body:
+        if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            field = statement.target.id
+            if not field.startswith("_") and not ast.unparse(statement.annotation).startswith("ClassVar"):
+                declared[field] = statement
+    return declared
+
+
+def _message(node: ast.expr) -> str:
+    """An exception's message as written, f-string parts as `{expression}`."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for value in node.values:
+            if isinstance(value, ast.Constant):
+                parts.append(str(value.value))
+            elif isinstance(value, ast.FormattedValue):
+                parts.append("{" + ast.unparse(value.value) + "}")
+        return "".join(parts)
+    return ast.unparse(node)
+
+
+def _validators(name: str, classes: dict[str, ast.ClassDef]) -> list[dict[str, Any]]:
+    """The pydantic validators a class body declares: method, decorator, mode, fields, line, raises."""
+    found = []
+    for statement in classes[name].body:
+        if not isinstance(statement, ast.FunctionDef):
+            continue
+        for decorator in statement.decorator_list:
+            if isinstance(decorator, ast.Call) and _call_name(decorator) in VALIDATOR_DECORATORS:
+                keywords = {k.arg: _literal(k.value) for k in decorator.keywords if k.arg}
+                raises = [
+                    {"exception": _call_name(node.exc.func), "message": _message(node.exc.args[0])}
+                    for node in ast.walk(statement)
+                    if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args
+                ]
+                found.append(
+                    {
+                        "method": statement.name,
+                        "decorator": _call_name(decorator),
+                        "mode": keywords.get("mode", "after"),
+                        "fields": _strings(decorator.args),
+                        "line": statement.lineno,
+                        "raises": raises,
+                    }
+                )
+    return found
+
+
 def _field_mapping(sources: list[str]) -> list[str]:
     for source in sources:
         for node in ast.walk(ast.parse(source)):
@@ -276,9 +470,18 @@ def _field_mapping(sources: list[str]) -> list[str]:
     raise ExtractionError("llm_args.py / llm_utils.py: no field_mapping in update_llm_args_with_extra_dict")
 
 
+def _walk_type(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for key in ("of", "key", "value"):
+        child = node.get(key)
+        for part in child if isinstance(child, list) else [child] if child is not None else []:
+            yield from _walk_type(part)
+
+
 def extract_llm_args(llm_args_source: str, llm_utils_source: str | None) -> dict[str, Any]:
     """TorchLlmArgs' fields, the strict classes nested under them (recursively) and their fields."""
-    classes = _classes(ast.parse(llm_args_source))
+    tree = ast.parse(llm_args_source)
+    classes = _classes(tree)
     if ARGS_CLASS not in classes:
         raise ExtractionError(f"llm_args.py: no `class {ARGS_CLASS}`")
     nested_classes: dict[str, dict[str, str | None]] = {}
@@ -298,12 +501,46 @@ def extract_llm_args(llm_args_source: str, llm_utils_source: str | None) -> dict
         return fields
 
     top = describe(ARGS_CLASS)
+    enums = _enum_classes(tree)
+    reader = _TypeReader(tree, classes, enums)
+    described = [ARGS_CLASS, *sorted(nested_classes)]
+    types = {
+        name: {
+            field: _field_description(d, reader) for field, d in sorted(_declarations(name, classes).items())
+        }
+        for name in described
+    }
+    # The validators of each described class and of the classes it derives from (in this file).
+    lineage: dict[str, list[str]] = {}
+
+    def ancestors(name: str) -> list[str]:
+        own = [b for b in _base_names(classes[name]) if b in classes]
+        return [a for b in own for a in ancestors(b)] + [name]
+
+    for name in described:
+        lineage[name] = ancestors(name)
+    validators = {
+        owner: _validators(owner, classes)
+        for owner in dict.fromkeys(o for name in described for o in lineage[name])
+        if _validators(owner, classes)
+    }
+    used_enums = {
+        node["enum"]
+        for t in types.values()
+        for d in t.values()
+        for node in _walk_type(d["type"])
+        if "enum" in node
+    }
     return {
         "class": ARGS_CLASS,
         "extra_forbidden": _forbids_extra(classes[BASE_ARGS_CLASS]) if BASE_ARGS_CLASS in classes else False,
         "strict_root": STRICT_ROOT,
         "fields": top,
         "classes": dict(sorted(nested_classes.items())),
+        "types": types,
+        "enums": {name: enums[name] for name in sorted(used_enums)},
+        "bases": {name: lineage[name][:-1] for name in described if lineage[name][:-1]},
+        "validators": validators,
         "aliases": aliases,
         "built_by_class_from_yaml": _field_mapping([s for s in (llm_args_source, llm_utils_source) if s]),
         "popped_for_pytorch": list(POPPED_FOR_PYTORCH),

@@ -45,6 +45,14 @@ class LlmArgsFacts:
     built_by_class_from_yaml: tuple[str, ...]
     # YAML keys serve.py removes before the PyTorch LLM validates the args
     popped_for_pytorch: tuple[str, ...]
+    # class -> field -> {"type": <type description>, "bounds", "default" | "default_source" | "required"}
+    types: Mapping[str, Mapping[str, Mapping[str, Any]]]
+    # enum class -> {"base": "StrEnum" | "Enum" | ..., "members": {name: value}}
+    enums: Mapping[str, Mapping[str, Any]]
+    # class -> the classes of llm_args.py it derives from, outermost first
+    bases: Mapping[str, tuple[str, ...]]
+    # class -> its pydantic validators: method, decorator, mode, fields, line, raises
+    validators: Mapping[str, tuple[Mapping[str, Any], ...]]
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,10 @@ def parse(raw: Mapping[str, Any]) -> Facts:
             aliases={name: dict(aliases) for name, aliases in llm["aliases"].items()},
             built_by_class_from_yaml=tuple(llm["built_by_class_from_yaml"]),
             popped_for_pytorch=tuple(llm["popped_for_pytorch"]),
+            types=llm["types"],
+            enums=llm["enums"],
+            bases={name: tuple(bases) for name, bases in llm["bases"].items()},
+            validators={name: tuple(found) for name, found in llm["validators"].items()},
         ),
         metric_names=tuple(raw["prometheus"]["names"]),
     )

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
+import re
+import textwrap
 from pathlib import Path
 
 import click
 from pydantic import BaseModel
 
-from mmd_testbed.trtllm_serve import cli, config, server
+from mmd_testbed.trtllm_serve import cli, config, rules, server
 from mmd_testbed.trtllm_serve.facts import load
 from tools.trtllm_serve import extract_facts
 
@@ -182,3 +186,136 @@ def test_the_script_says_which_source_is_missing(tmp_path: Path) -> None:
     argv = ["--source-root", str(root), "--sources", str(sources), "--output", str(tmp_path / "out.json")]
     assert extract_facts.main(argv) == 1
     assert not (tmp_path / "out.json").exists()
+
+
+TYPED_LLM_ARGS_PY = """
+class Policy(StrEnum, metaclass=PybindMirrorEnumMeta):
+    FAST = "FAST"
+    SLOW = "SLOW"
+
+Backend = Literal['a', 'b']
+
+class CacheConfig(StrictBaseModel):
+    fraction: Optional[float] = Field(default=0.9, ge=0, le=1)
+    windows: Optional[List[PositiveInt]] = Field(default=None, min_length=1)
+    bytes: NonNegativeInt = Field(default=0)
+    wait: NonNegativeFloat = 0
+    policy: Policy = Field(default=Policy.FAST)
+    backends: List[Backend] = Field(default_factory=lambda: ['a'])
+    module: str = Field(...)
+    env: Optional[Dict[str, str]] = None
+    loader: Optional[Union[object, str]] = None
+
+    @model_validator(mode='after')
+    def validate_cache(self) -> 'CacheConfig':
+        if self.bytes > 8:
+            raise ValueError(f"bytes {self.bytes} too large")
+        return self
+
+class BaseLlmArgs(StrictBaseModel):
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    flag: bool = Field(default=False)
+
+    @field_validator("flag", mode="before")
+    @classmethod
+    def keep_flag(cls, v):
+        return v
+
+class TorchLlmArgs(BaseLlmArgs):
+    lora: Optional[LoraConfig] = None
+
+def update_llm_args_with_extra_dict(llm_args, llm_args_dict):
+    field_mapping = {"cache": CacheConfig}
+"""
+
+
+def test_the_script_reads_types_bounds_enums_and_validators() -> None:
+    llm = extract_facts.extract_llm_args(TYPED_LLM_ARGS_PY, None)
+    cache = llm["types"]["CacheConfig"]
+    assert cache["fraction"] == {
+        "type": {"type": "optional", "of": {"type": "float"}},
+        "bounds": {"ge": 0, "le": 1},
+        "default": 0.9,
+    }
+    assert cache["windows"]["type"] == {
+        "type": "optional",
+        "of": {"type": "list", "of": {"type": "int", "gt": 0}},
+    }
+    assert cache["windows"]["bounds"] == {"min_length": 1}
+    assert cache["bytes"]["type"] == {"type": "int", "ge": 0}
+    assert cache["wait"] == {"type": {"type": "float", "ge": 0}, "default": 0}
+    assert cache["policy"] == {"type": {"type": "enum", "enum": "Policy"}, "default_source": "Policy.FAST"}
+    assert cache["backends"]["type"] == {"type": "list", "of": {"type": "literal", "values": ["a", "b"]}}
+    assert cache["module"] == {"type": {"type": "str"}, "required": True}
+    assert cache["env"]["type"] == {
+        "type": "optional",
+        "of": {"type": "dict", "key": {"type": "str"}, "value": {"type": "str"}},
+    }
+    assert cache["loader"]["type"] == {
+        "type": "optional",
+        "of": {"type": "union", "of": [{"type": "any"}, {"type": "str"}]},
+    }
+    top = llm["types"]["TorchLlmArgs"]
+    assert top["cache"]["type"] == {"type": "model", "class": "CacheConfig"}
+    assert top["flag"] == {"type": {"type": "bool"}, "default": False}
+    assert top["lora"]["type"] == {"type": "optional", "of": {"type": "any", "name": "LoraConfig"}}
+    assert llm["enums"] == {"Policy": {"base": "StrEnum", "members": {"FAST": "FAST", "SLOW": "SLOW"}}}
+    assert llm["bases"] == {"TorchLlmArgs": ["BaseLlmArgs"]}
+    (cache_rule,) = llm["validators"]["CacheConfig"]
+    assert cache_rule["method"] == "validate_cache" and cache_rule["mode"] == "after"
+    assert cache_rule["raises"] == [{"exception": "ValueError", "message": "bytes {self.bytes} too large"}]
+    assert (
+        cache_rule["line"]
+        == TYPED_LLM_ARGS_PY.splitlines().index("    def validate_cache(self) -> 'CacheConfig':") + 1
+    )
+    (flag_rule,) = llm["validators"]["BaseLlmArgs"]
+    assert (flag_rule["decorator"], flag_rule["mode"], flag_rule["fields"]) == (
+        "field_validator",
+        "before",
+        ["flag"],
+    )
+
+
+def test_the_facts_carry_the_real_bounds_and_enums() -> None:
+    llm = FACTS.llm_args
+    fraction = llm.types["KvCacheConfig"]["free_gpu_memory_fraction"]
+    assert fraction["bounds"] == {"ge": 0, "le": 1}
+    assert llm.types["TorchLlmArgs"]["enable_chunked_prefill"]["type"] == {"type": "bool"}
+    assert llm.types["SchedulerConfig"]["capacity_scheduler_policy"]["type"] == {
+        "type": "enum",
+        "enum": "CapacitySchedulerPolicy",
+    }
+    assert list(llm.enums["CapacitySchedulerPolicy"]["members"]) == [
+        "MAX_UTILIZATION",
+        "GUARANTEED_NO_EVICT",
+        "STATIC_BATCH",
+    ]
+    assert llm.types["CudaGraphConfig"]["max_batch_size"]["type"] == {"type": "int", "ge": 0}
+    assert set(llm.types) == {llm.class_name, *llm.classes}
+
+
+def test_every_validator_is_checked_or_said_why_not_in_the_real_words() -> None:
+    llm = FACTS.llm_args
+    listed = {(owner, v["method"]): v for owner, found in llm.validators.items() for v in found}
+    assert set(rules.CHECKED) | set(rules.NOT_CHECKED) == set(listed)
+    assert not set(rules.CHECKED) & set(rules.NOT_CHECKED)
+    for key, rule in rules.CHECKED.items():
+        assert rule.mode == listed[key]["mode"], key
+        assert list(rule.fields) == listed[key]["fields"], key
+        # Every message the double raises is one the real validator raises (the f-string parts aside).
+        real = {_shape(r["message"]) for r in listed[key]["raises"]}
+        tree = ast.parse(textwrap.dedent(inspect.getsource(rule.check)))
+        raised = [
+            extract_facts._message(node.exc.args[0])
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args
+        ]
+        assert raised, key
+        for message in raised:
+            assert _shape(message) in real, (key, message)
+    assert list(rules.LOAD_FORMATS) == list(llm.enums["LoadFormat"]["members"])
+
+
+def _shape(message: str) -> str:
+    """A message with its f-string parts blanked: the words, whatever the variables are called."""
+    return re.sub(r"\{[^}]*\}", "{}", message)

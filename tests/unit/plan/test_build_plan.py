@@ -6,6 +6,7 @@ import pytest
 
 from engine_builder import versions
 from engine_builder.plan_format import WORK_DIR, BuildPlan
+from mmd_testbed.build_tools.trtllm_tools import PLUGIN
 from tests.support.examples import EXAMPLE_PATHS, plan_example
 from tests.support.reference_workflow import REFERENCE_ARGV, flag_values
 
@@ -129,3 +130,12 @@ def test_expectations_name_the_limits_the_engine_must_show() -> None:
     vision = next(e for e in plan.expectations if e.config_path == "encoder/config.json").values
     assert vision == {"builder_config.model_type": "vila", "builder_config.max_batch_size": 32}
     assert plan.trtllm_version == "0.19.0"
+
+
+@pytest.mark.parametrize("example", ["llava-tp2-fp8", "mllama"])
+def test_gemm_plugin_auto_stays_an_accepted_value_on_the_engine_path(example: str) -> None:
+    """An FP8 checkpoint and mllama build with `--gemm_plugin auto` (the checkpoint decides the type):
+    `auto` must stay among the values trtllm-build takes (its double's choices mirror the real ones)."""
+    build = next(step for step in plan_of(example).steps if step.name == "build-llm")
+    assert flag_values(build.argv)["--gemm_plugin"] == "auto"
+    assert "auto" in PLUGIN
