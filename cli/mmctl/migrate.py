@@ -16,8 +16,9 @@ import argparse
 import copy
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -25,7 +26,7 @@ import yaml
 from mmctl.documents import Document, InputError, input_files, read_documents
 from mmd_operator.api.v1alpha1 import KIND, MAX_NAME_LENGTH
 from mmd_operator.api.v1alpha1.rules import engine_only_fields
-from mmd_operator.api.validation import check_resource
+from mmd_operator.api.validation import check_resource, spec_runtime
 from mmd_operator.knowledge import ModelType, Runtime
 from mmd_operator.knowledge.engine_path import GAINED, GIVEN_UP, LAST_RELEASE, WAYS_OFF
 
@@ -52,12 +53,14 @@ class Migration:
 
 def migrate(document: dict[str, Any], where: str) -> Migration | None:
     """The way off the engine path for `document`, or None if it is not an engine resource."""
+    if document.get("kind") != KIND:
+        return None
+    return _BY_RUNTIME[spec_runtime(document.get("spec"))](document, where)
+
+
+def _off_the_engine_path(document: dict[str, Any], where: str) -> Migration:
     spec = document.get("spec") or {}
     name = str((document.get("metadata") or {}).get("name", ""))
-    if document.get("kind") != KIND or spec.get("runtime", Runtime.TRITON_TRTLLM_ENGINE) != (
-        Runtime.TRITON_TRTLLM_ENGINE
-    ):
-        return None
     named = (spec.get("model") or {}).get("type")
     try:
         model_type = ModelType(str(named))
@@ -94,6 +97,16 @@ def migrate(document: dict[str, Any], where: str) -> Migration | None:
         f"Apply it beside {name}, move the clients to its OpenAI API, then delete {name}.",
     )
     return Migration(where, name, served, notes)
+
+
+def _already_served(document: dict[str, Any], where: str) -> None:
+    """A resource on trtllm-serve has nothing to migrate."""
+
+
+# What each runtime's resources migrate to (looked up once, as the operator looks its runtimes up).
+_BY_RUNTIME: Mapping[Runtime, Callable[[dict[str, Any], str], Migration | None]] = MappingProxyType(
+    {Runtime.TRITON_TRTLLM_ENGINE: _off_the_engine_path, Runtime.TRTLLM_SERVE: _already_served}
+)
 
 
 def _served(document: dict[str, Any]) -> dict[str, Any]:
