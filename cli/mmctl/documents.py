@@ -9,6 +9,7 @@ and, where there is one, the line. Imports PyYAML.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -174,3 +175,16 @@ def read_documents(name: str) -> tuple[list[Document], InputError | None]:
         what = "is empty" if not text.strip() else "holds no YAML document, only comments or empty ones"
         return [], InputError(f"{source}:1: nothing to check: the file {what}")
     return documents, None
+
+
+def add_file_argument(parser: argparse.ArgumentParser) -> None:
+    """The `-f/--file` argument of the commands that read many documents (repeatable)."""
+    parser.add_argument(
+        "-f",
+        "--file",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help=f"a YAML or JSON file (several documents allowed), a directory (searched recursively for "
+        f"*.yaml, *.yml, *.json) or '{STDIN}' for stdin; repeatable",
+    )

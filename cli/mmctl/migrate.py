@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from mmctl.documents import Document, InputError, input_files, read_documents
+from mmctl.documents import Document, InputError, add_file_argument, input_files, read_documents
 from mmd_operator.api.v1alpha1 import KIND, MAX_NAME_LENGTH
 from mmd_operator.api.v1alpha1.rules import engine_only_fields
 from mmd_operator.api.validation import check_resource, spec_runtime
@@ -201,14 +201,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "the OpenAI API, then delete the old one.",
         width=100,
     )
-    parser.add_argument(
-        "-f",
-        "--file",
-        action="append",
-        required=True,
-        metavar="PATH",
-        help="a YAML or JSON file (several documents allowed), a directory or '-' for stdin; repeatable",
-    )
+    add_file_argument(parser)
     parser.epilog = (
         f"exit status: {EXIT_OK} every engine resource printed; {EXIT_NONE} one has no equivalent or needs "
         f"a change by hand (the others are printed); {EXIT_UNREADABLE} an input cannot be read or holds no "

@@ -30,7 +30,7 @@ from typing import Any
 
 import urllib3
 
-from mmctl.documents import STDIN, Document, InputError, input_files, read_documents
+from mmctl.documents import Document, InputError, add_file_argument, input_files, read_documents
 from mmctl.preflight import ClusterUnavailableError, Severity, ask_cluster, preflight, unreachable
 from mmd_operator.api.v1alpha1 import GROUP, KIND, MultimodalDeployment
 from mmd_operator.api.validation import InvalidSpecError, Problem, check_resource
@@ -465,15 +465,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         textwrap.fill(meaning, HELP_WIDTH, initial_indent=f"  {code}  ", subsequent_indent="     ")
         for code, meaning in EXIT_CODES.items()
     )
-    parser.add_argument(
-        "-f",
-        "--file",
-        action="append",
-        required=True,
-        metavar="PATH",
-        help=f"a YAML or JSON file (several documents allowed), a directory (searched recursively for "
-        f"*.yaml, *.yml, *.json) or '{STDIN}' for stdin; repeatable",
-    )
+    add_file_argument(parser)
     parser.add_argument("--strict", action="store_true", help="treat every warning as an error")
     parser.add_argument(
         "-o", "--output", choices=("text", "json"), default="text", help="text lines (default) or JSON"

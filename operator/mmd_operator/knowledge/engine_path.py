@@ -6,7 +6,7 @@ the per-model checkpoint converters and the backend with its multimodal and Whis
 (whose notice already called the multimodal part end-of-life at 1.2). What TensorRT-LLM keeps is its
 PyTorch backend, which the trtllm-serve runtime runs. `WAYS_OFF` says, per engine model type, whether
 that backend serves the architecture at 1.2.1 (the same model type on trtllm-serve), and if not, why.
-Pure data: imports `shared` of ours and does no I/O.
+Pure data: imports `shared` and `trtllm_serve` of ours and does no I/O.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from mmd_operator.knowledge.shared import ModelType
+from mmd_operator.knowledge.trtllm_serve import SERVE_KNOWLEDGE
 
 LAST_RELEASE = "TensorRT-LLM 1.2.1 (Triton 26.04-26.07 trtllm-python-py3)"
 # What every move off the engine path changes, whatever the model type.
@@ -30,65 +31,56 @@ class WayOff:
     """Whether the trtllm-serve runtime serves an engine model type, and what moving there means."""
 
     model_type: ModelType
-    # Where True, the same model type on runtime trtllm-serve; else `why` says why there is none.
-    to_serve: bool
+    # Where the type has a way off: what changes there; else why there is none.
     why: str
 
+    @property
+    def to_serve(self) -> bool:
+        """Whether runtime trtllm-serve serves the same model type (its own table says)."""
+        return self.model_type in SERVE_KNOWLEDGE
 
+
+_NO_SPEECH = (
+    "TensorRT-LLM 1.2.1's PyTorch backend has no speech recognition model (its one audio model is "
+    "Phi-4-multimodal, model type phi4mm, a chat model), so whisper_bls's WAV path has no equivalent"
+)
 _WAYS = (
     WayOff(
         ModelType.BLIP2,
-        False,
         "TensorRT-LLM 1.2.1's PyTorch backend has no BLIP-2 (Blip2ForConditionalGeneration is not in its "
         "multimodal support matrix)",
     ),
     WayOff(
         ModelType.LLAVA,
-        False,
         "TensorRT-LLM 1.2.1's PyTorch backend has no LLaVA-1.5 (LlavaForConditionalGeneration); it serves "
         "LLaVA-NeXT (model type llava_next, another checkpoint)",
     ),
     WayOff(
         ModelType.VILA,
-        True,
         "the PyTorch backend's VILA (LlavaLlamaModel) is written for NVILA (examples/nvila.yaml); that a "
         "VILA 1.5 checkpoint loads there is not verified, so try NVILA's checkpoint if it does not",
     ),
     WayOff(
         ModelType.LLAVA_ONEVISION,
-        False,
         "TensorRT-LLM 1.2.1's PyTorch backend has no LLaVA-OneVision "
         "(LlavaOnevisionForConditionalGeneration is not in its multimodal support matrix)",
     ),
     WayOff(
         ModelType.MLLAMA,
-        False,
         "TensorRT-LLM 1.2.1's PyTorch backend serves MllamaForConditionalGeneration for text only: its "
         "image path is not implemented; Llama 4 (model type llama4) takes images there",
     ),
     WayOff(
         ModelType.QWEN2_VL,
-        True,
         "the same checkpoint, images and video; chunked prefill is not offered for it there",
     ),
     WayOff(
         ModelType.INTERNLM_XCOMPOSER2,
-        False,
         "TensorRT-LLM 1.2.1's PyTorch backend has no InternLM-XComposer2 (its remote-code architecture is "
         "not in the multimodal support matrix), and nothing there takes its per-request LoRA",
     ),
-    WayOff(
-        ModelType.WHISPER,
-        False,
-        "TensorRT-LLM 1.2.1's PyTorch backend has no speech recognition model (its one audio model is "
-        "Phi-4-multimodal, model type phi4mm, a chat model), so whisper_bls's WAV path has no equivalent",
-    ),
-    WayOff(
-        ModelType.DISTIL_WHISPER,
-        False,
-        "TensorRT-LLM 1.2.1's PyTorch backend has no speech recognition model (its one audio model is "
-        "Phi-4-multimodal, model type phi4mm, a chat model), so whisper_bls's WAV path has no equivalent",
-    ),
+    WayOff(ModelType.WHISPER, _NO_SPEECH),
+    WayOff(ModelType.DISTIL_WHISPER, _NO_SPEECH),
 )
 WAYS_OFF: MappingProxyType[ModelType, WayOff] = MappingProxyType({way.model_type: way for way in _WAYS})
 
