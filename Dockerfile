@@ -11,12 +11,15 @@
 #   engine-builder-cpu   CPU stand-ins of the three above for the local cluster's real pods (no GPU): the
 #   serving-cpu          same paths, a CPU tritonserver, doubles of the GPU parts, the trtllm-serve double
 #   trtllm-serve-cpu     (docs/development/real-pods.md)
+#   release-cpu          another engine-path release's CPU stand-in, from the default's (see its stage)
 #
-#   make images REGISTRY=registry.example.com/ml PUSH=1                   # the four real images
+#   make images REGISTRY=registry.example.com/ml PUSH=1     # the real images, engine path per release
 #
 # TRITON_TAG and TRTLLM_VERSION must match engine_builder/engine_builder/versions.py (SERVING_IMAGE,
 # TRTLLM_VERSION), SERVE_TRTLLM_VERSION its SERVE_TRTLLM_VERSION; tests/engine_builder/test_dockerfile.py
 # checks the defaults, the engine-builder and trtllm-serve stages check their base image's TensorRT-LLM.
+# The engine path's other releases (versions.ENGINE_RELEASES) are built from the same stages with their
+# row's TRITON_TAG, TRTLLM_VERSION, TEMPLATE_TAG, TEMPLATE_REPOSITORY and TEMPLATE_DIR (tools/images.py).
 #
 # Worlds across pods. A replica whose world is larger than `serving.gpusPerPod` runs as a LeaderWorkerSet
 # group (operator/mmd_operator/desired/groups.py): the leader's bash script waits for its workers (getent,
@@ -40,6 +43,8 @@ ARG MODEL_CODE_DIR=/opt/mmd-operator/all_models
 # The trtllm-serve runtime: TensorRT-LLM's own release image (its `trtllm-serve` is the server).
 ARG SERVE_TRTLLM_VERSION=1.2.1
 ARG SERVE_BASE=nvcr.io/nvidia/tensorrt-llm/release:${SERVE_TRTLLM_VERSION}
+# release-cpu's base: the default release's engine-builder-cpu or serving-cpu (the test bed passes its archive).
+ARG RELEASE_CPU_BASE=scratch
 
 # This repository's wheels and their dependencies, resolved on the build host (mounted, never copied).
 FROM scratch AS wheelhouse
@@ -60,15 +65,19 @@ ENTRYPOINT ["python", "-m", "mmd_operator"]
 # fork's preprocessing, laid out as all_models/ under MODEL_CODE_DIR (engine_builder/versions.py).
 FROM ${SERVING_BASE} AS serving
 ARG TEMPLATE_TAG=v0.19.0
+# 0.19.0's model code is tensorrtllm_backend's all_models/; from 1.x it is TensorRT-LLM's own
+# triton_backend/all_models/ (each release's row in versions.py; tools/images.py passes them).
+ARG TEMPLATE_REPOSITORY=triton-inference-server/tensorrtllm_backend
+ARG TEMPLATE_DIR=all_models
 ARG MODEL_CODE_DIR
 ARG XCOMPOSER2_BACKEND_COMMIT=76a0d1f53335a9f08b6a750c278651458813948e
 RUN command -v git || (apt-get update && apt-get install -y --no-install-recommends git \
     && rm -rf /var/lib/apt/lists/*)
 RUN git clone --depth 1 --branch ${TEMPLATE_TAG} --filter=blob:none --sparse \
-        https://github.com/triton-inference-server/tensorrtllm_backend.git /tmp/backend \
-    && git -C /tmp/backend sparse-checkout set all_models \
+        https://github.com/${TEMPLATE_REPOSITORY}.git /tmp/backend \
+    && git -C /tmp/backend sparse-checkout set ${TEMPLATE_DIR} \
     && mkdir -p $(dirname ${MODEL_CODE_DIR}) \
-    && mv /tmp/backend/all_models ${MODEL_CODE_DIR} \
+    && mv /tmp/backend/${TEMPLATE_DIR} ${MODEL_CODE_DIR} \
     && rm -rf /tmp/backend
 ADD https://raw.githubusercontent.com/Howe-Young/tensorrtllm_backend/${XCOMPOSER2_BACKEND_COMMIT}/all_models/internlm_xcomposer2/preprocessing/1/model.py \
     ${MODEL_CODE_DIR}/internlm_xcomposer2/preprocessing/1/model.py
@@ -168,6 +177,7 @@ ENTRYPOINT ["python3", "-m", "engine_builder"]
 # trtllm-serve's stand-ins have it too.
 FROM ${SERVING_CPU_BASE} AS serving-cpu
 ARG MODEL_CODE_DIR
+ARG TRTLLM_VERSION
 ENV PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONUNBUFFERED=1
 RUN (command -v mpirun && command -v ssh && command -v /usr/sbin/sshd) >/dev/null || (apt-get update \
         && apt-get install -y --no-install-recommends openmpi-bin openssh-client openssh-server \
@@ -196,6 +206,8 @@ RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
         --pytriton /opt/pytriton --prefix /opt/tritonserver --model-code-dir ${MODEL_CODE_DIR} \
     && printf '#!/bin/sh\nexec python3 -m mmd_testbed.build_tools.nvidia_smi "$@"\n' >/usr/local/bin/nvidia-smi \
     && chmod 0755 /usr/local/bin/nvidia-smi
+# The release whose backend the doubles stand for (mmd_testbed.triton.doubles.repository.RELEASE_ENV).
+ENV MMD_DOUBLE_TRTLLM_VERSION=${TRTLLM_VERSION}
 ENV HOME=/tmp
 USER 1000:1000
 
@@ -255,3 +267,15 @@ ENV HOME=/home/trtllm-serve
 USER 1000:1000
 EXPOSE 8000
 ENTRYPOINT ["trtllm-serve"]
+
+# CPU stand-in of another engine-path release's engine-builder or serving image: the default release's
+# stand-in (RELEASE_CPU_BASE) with that release's version where the builder (what it records and the plans
+# it accepts, where its example scripts lie) and the serving doubles (the backend they stand for) read it.
+FROM ${RELEASE_CPU_BASE} AS release-cpu
+ARG TRTLLM_VERSION
+USER 0
+# The builder's example scripts where this release keeps them (the serving stand-in has none).
+RUN if [ -d /opt/tensorrt_llm/examples ]; then python3 -m mmd_testbed.build_tools.toolbox \
+        --examples /opt/tensorrt_llm/examples --release ${TRTLLM_VERSION}; fi
+USER 1000:1000
+ENV ENGINE_BUILDER_ASSUME_TRTLLM_VERSION=${TRTLLM_VERSION} MMD_DOUBLE_TRTLLM_VERSION=${TRTLLM_VERSION}

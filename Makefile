@@ -126,7 +126,7 @@ clean: ## remove the virtualenvs and the tools' caches (not the cluster caches)
 
 # The four real images from the Dockerfile, tagged for REGISTRY (README.md, "Install"); PUSH=1 pushes them,
 # TOOL=buildah builds without Docker. Prints the chart values that point at them.
-images: venv ## the four real images for REGISTRY (PUSH=1 pushes, TOOL=buildah); prints chart values
+images: venv ## the real images for REGISTRY (the engine path per release) (PUSH=1 pushes, TOOL=buildah); prints chart values
 	$(BIN)/python -m tools.images --registry $(REGISTRY) $(if $(PUSH),--push) $(if $(TOOL),--tool $(TOOL)) $(ARGS)
 
 # Local Kubernetes control plane (docs/development/local-cluster.md). The first `cluster-up` builds the binaries

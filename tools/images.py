@@ -3,11 +3,12 @@
     python -m tools.images --registry registry.example.com/ml [--push] [--tool buildah] [--dry-run]
 
 The `operator` target (FROM a slim Python image), `engine-builder` and `serving` FROM the NGC Triton image
-and `trtllm-serve` FROM TensorRT-LLM's release image, with docker buildx (or buildah), tagged for the
-registry as the chart's defaults are; then it prints the chart values that point at them (`--values FILE`
-also writes them as a values file). Before any build, `wheelhouse/` receives the operator's and the
-builder's wheels and their dependencies, so no stage that installs our packages reaches a package index
-for them.
+(once per engine-path release: the default's are the chart's, the others' are what a resource naming
+`engine.tensorrtLlmVersion` runs) and `trtllm-serve` FROM TensorRT-LLM's release image, with docker
+buildx (or buildah), tagged for the registry as the chart's defaults are; then it prints the chart values
+that point at them (`--values FILE` also writes them as a values file). Before any build, `wheelhouse/`
+receives the operator's and the builder's wheels and their dependencies, so no stage that installs our
+packages reaches a package index for them.
 
 The local cluster's CPU stand-ins of these images are the test bed's (`mmd_testbed.localcluster.images`);
 both fill the wheelhouse and print the chart values with the test bed's `image_build`. Maintainer
@@ -22,7 +23,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine_builder.versions import SERVE_TRTLLM_VERSION, TRTLLM_VERSION
+from engine_builder.versions import (
+    DEFAULT_ENGINE_RELEASE,
+    ENGINE_RELEASES,
+    SERVE_TRTLLM_VERSION,
+    TRTLLM_VERSION,
+)
 from mmd_testbed.localcluster.image_build import REPOSITORIES, ImageBuildError, fill_wheelhouse, print_values
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -40,18 +46,52 @@ def registry_images(registry: str, version: str) -> dict[str, str]:
     }
 
 
+def release_images(registry: str, version: str) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The engine path's other releases' engine-builder and serving images: (target, reference, arguments).
+
+    Built from the same stages with their row's build arguments, tagged with their version.
+    """
+    builds: list[tuple[str, str, tuple[str, ...]]] = []
+    for release in ENGINE_RELEASES.values():
+        if release is DEFAULT_ENGINE_RELEASE:
+            continue
+        arguments = (
+            f"TRITON_TAG={release.triton}",
+            f"TRTLLM_VERSION={release.tensorrt_llm}",
+            f"TEMPLATE_TAG={release.template_tag}",
+            f"TEMPLATE_REPOSITORY={release.template_repository}",
+            f"TEMPLATE_DIR={release.template_dir}",
+        )
+        tag = f"{version}-trtllm{release.tensorrt_llm}"
+        for target in ("engine-builder", "serving"):
+            builds.append((target, f"{registry.rstrip('/')}/{REPOSITORIES[target]}:{tag}", arguments))
+    return builds
+
+
 def registry_commands(
-    repo_root: Path, references: dict[str, str], *, tool: str, push: bool
+    repo_root: Path,
+    references: dict[str, str],
+    *,
+    tool: str,
+    push: bool,
+    releases: Sequence[tuple[str, str, tuple[str, ...]]] = (),
 ) -> list[list[str]]:
-    """The commands that build (and push) the real images (run after `fill_wheelhouse`)."""
+    """The commands that build (and push) the real images (run after `fill_wheelhouse`).
+
+    First `references`, then the other releases' (`release_images`).
+    """
     context = str(repo_root)
     commands = []
-    for target, name in references.items():
+    builds = [(target, name, ()) for target, name in references.items()] + list(releases)
+    for target, name, arguments in builds:
+        flags = [part for argument in arguments for part in ("--build-arg", argument)]
         if tool == "docker":
             where = "--push" if push else "--load"
-            commands.append(["docker", "buildx", "build", "--target", target, "-t", name, where, context])
+            commands.append(
+                ["docker", "buildx", "build", "--target", target, *flags, "-t", name, where, context]
+            )
         else:
-            commands.append(["buildah", "bud", "--target", target, "-t", name, context])
+            commands.append(["buildah", "bud", "--target", target, *flags, "-t", name, context])
             if push:
                 commands.append(["buildah", "push", name])
     return commands
@@ -84,7 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Build (and push) the real images; print the chart values that point at them."""
     args = _parser().parse_args(argv)
     references = registry_images(args.registry, args.version)
-    commands = registry_commands(REPO_ROOT, references, tool=args.tool, push=args.push)
+    releases = release_images(args.registry, args.version)
+    commands = registry_commands(REPO_ROOT, references, tool=args.tool, push=args.push, releases=releases)
     if args.dry_run:
         for command in commands:
             print(" ".join(command))

@@ -107,6 +107,9 @@ def _infer(args: argparse.Namespace) -> int:
                 server_fetches_urls=bool(args.image)
                 and ImageInput.URL in knowledge.image_inputs
                 and ImageInput.URL in client.input_names(model),
+                seed_input="seed"
+                if args.seed is not None and "seed" in client.input_names(model)
+                else "random_seed",
             )
             tensors = text_request(knowledge, request)
         client.check_ready(model)

@@ -119,7 +119,8 @@ class OperatorConfig:
         """`spec` with the operator's default images where it names none, for planning.
 
         Only an image set away from the pinned default is filled in, so with the defaults a spec (and
-        the cacheKey derived from it) is exactly what the user wrote.
+        the cacheKey derived from it) is exactly what the user wrote. The images set are the default
+        engine-path release's; another release's are the same names tagged for it (`_for_release`).
         """
         if not isinstance(spec, Mapping):
             return spec
@@ -134,10 +135,13 @@ class OperatorConfig:
                 ("serving", "image", self.trtllm_serve_image, versions.TRTLLM_SERVE_IMAGE),
             ),
         }
+        release = _engine_release(spec)
         for section, key, image, pinned in images[spec_runtime(spec)]:
             given = filled.get(section)
             if image != pinned and (given is None or isinstance(given, Mapping)):
-                filled[section] = {key: image, **(given or {})}
+                released = _for_release(image, release)
+                if released is not None:
+                    filled[section] = {key: released, **(given or {})}
         return filled
 
     def with_changes(self, **changes: object) -> OperatorConfig:
@@ -185,3 +189,25 @@ class OperatorConfig:
                 f"{config.lease_duration_seconds}"
             )
         return config
+
+
+def _engine_release(spec: Mapping[str, object]) -> str:
+    engine = spec.get("engine")
+    version = engine.get("tensorrtLlmVersion") if isinstance(engine, Mapping) else None
+    return version if isinstance(version, str) else versions.TRTLLM_VERSION
+
+
+def _for_release(image: str, release: str) -> str | None:
+    """`image`, set for the default engine-path release, as the image of `release`.
+
+    `make images` and the test bed tag each release's images `<version>-trtllm<release>`: an image tagged
+    so for the default release gives the name of the other's. Any other image (a digest, a tag of one's
+    own) says nothing of another release: None, and the release's own default applies unless the
+    resource names one.
+    """
+    if release == versions.TRTLLM_VERSION:
+        return image
+    default_suffix = f"-trtllm{versions.TRTLLM_VERSION}"
+    if image.endswith(default_suffix):
+        return image.removesuffix(default_suffix) + f"-trtllm{release}"
+    return None

@@ -10,12 +10,15 @@ bound to this process, so none outlives the session.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 import yaml
 
+from mmd_operator.plan.triton import TritonPlan
 from mmd_testbed.triton.localserver import TritonInstall, TritonNotInstalledError
+from mmd_testbed.triton.serving import Served, serve
 from tests.support.file_host import serving_directory
 from tests.support.progress import terminal_printer
 from tests.triton.serving import EXAMPLES
@@ -55,3 +58,19 @@ def image_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     root = tmp_path_factory.mktemp("images")
     with serving_directory(root) as base:
         yield base, root
+
+
+# Serve a plan's repository under a name for the length of a `with` block.
+Start = Callable[[str, TritonPlan], AbstractContextManager[Served]]
+
+
+@pytest.fixture(scope="module")
+def start(
+    triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory, say: Callable[[str], None]
+) -> Start:
+    """Serve a plan's repository for the length of a `with` block (a module's servers share a directory)."""
+
+    def serving(name: str, plan: TritonPlan) -> AbstractContextManager[Served]:
+        return serve(name, plan, triton_install, tmp_path_factory.mktemp("served"), say)
+
+    return serving

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -28,11 +27,11 @@ from mmctl.triton.requests import (
     load_audio,
     text_request,
 )
-from mmd_operator.plan.triton import TritonPlan
 from mmd_testbed.triton import media
 from mmd_testbed.triton.doubles import codec
-from mmd_testbed.triton.localserver import ServerFailedError, TritonInstall
-from mmd_testbed.triton.serving import Served, serve
+from mmd_testbed.triton.localserver import ServerFailedError
+from mmd_testbed.triton.serving import Served
+from tests.triton.conftest import Start
 from tests.triton.reference import grpc_results
 from tests.triton.serving import load_example, replaced, scalar, with_parameter, without_parameter
 
@@ -44,21 +43,6 @@ EXTRA_IDS_REFUSED = (
     + ASSERTION
     + "Input token extra ids must be provided when enabling kv cache reuse with prompt table"
 )
-
-
-Start = Callable[[str, TritonPlan], AbstractContextManager[Served]]
-
-
-@pytest.fixture(scope="module")
-def start(
-    triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory, say: Callable[[str], None]
-) -> Start:
-    """Serve a plan's repository for the length of a `with` block."""
-
-    def serving(name: str, plan: TritonPlan) -> AbstractContextManager[Served]:
-        return serve(name, plan, triton_install, tmp_path_factory.mktemp("rules"), say)
-
-    return serving
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ MLLAMA_COUNTS = (
 
 
 @pytest.fixture(scope="module")
-def start(
+def start_example(
     triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory, say: Callable[[str], None]
 ) -> Callable[[str], Iterator[Served]]:
     def serving(name: str) -> Iterator[Served]:
@@ -47,23 +47,23 @@ def start(
 
 
 @pytest.fixture(scope="module")
-def whisper(start: Callable[[str], Iterator[Served]]) -> Iterator[Served]:
-    yield from start("whisper")
+def whisper(start_example: Callable[[str], Iterator[Served]]) -> Iterator[Served]:
+    yield from start_example("whisper")
 
 
 @pytest.fixture(scope="module")
-def mllama(start: Callable[[str], Iterator[Served]]) -> Iterator[Served]:
-    yield from start("mllama")
+def mllama(start_example: Callable[[str], Iterator[Served]]) -> Iterator[Served]:
+    yield from start_example("mllama")
 
 
 @pytest.fixture(scope="module")
-def onevision(start: Callable[[str], Iterator[Served]]) -> Iterator[Served]:
-    yield from start("llava_onevision")
+def onevision(start_example: Callable[[str], Iterator[Served]]) -> Iterator[Served]:
+    yield from start_example("llava_onevision")
 
 
 @pytest.fixture(scope="module")
-def llava(start: Callable[[str], Iterator[Served]]) -> Iterator[Served]:
-    yield from start("llava")
+def llava(start_example: Callable[[str], Iterator[Served]]) -> Iterator[Served]:
+    yield from start_example("llava")
 
 
 def _answer(served: Served, model: str, tensors: list[Tensor]) -> str:

@@ -105,3 +105,32 @@ def test_the_leader_election_settings_come_from_the_environment() -> None:
     assert config.leader_election and (config.lease_namespace, config.lease_name) == ("ops", "mmd")
     assert config.lease_duration_seconds == 20 and config.pod_name == "mmd-operator-5d9c-x2"
     assert not OperatorConfig().leader_election  # run from a checkout, it runs alone unless told
+
+
+def test_images_of_a_registry_name_the_other_release_by_its_tag_and_any_other_image_leaves_it_alone() -> None:
+    document = _llava()
+    last = {
+        **document["spec"],
+        "engine": {**document["spec"].get("engine", {}), "tensorrtLlmVersion": "1.2.1"},
+    }
+    registry = OperatorConfig(
+        builder_image="registry.example/ml/engine-builder:0.1.0-trtllm0.19.0",
+        serving_image="registry.example/ml/serving:0.1.0-trtllm0.19.0",
+    )
+    filled = registry.with_spec_defaults(last)
+    assert isinstance(filled, dict)
+    assert filled["engine"]["builderImage"] == "registry.example/ml/engine-builder:0.1.0-trtllm1.2.1"
+    assert filled["serving"]["image"] == "registry.example/ml/serving:0.1.0-trtllm1.2.1"
+    # The default release keeps the images as set.
+    kept = registry.with_spec_defaults(document["spec"])
+    assert (
+        isinstance(kept, dict)
+        and kept["serving"]["image"] == "registry.example/ml/serving:0.1.0-trtllm0.19.0"
+    )
+    # An image tagged otherwise says nothing of 1.2.1: the release's own default applies.
+    mirror = OperatorConfig(
+        builder_image="mirror.example/builder:1", serving_image="mirror.example/serving:1"
+    )
+    _, plan = plan_resource({**document, "spec": mirror.with_spec_defaults(last)})
+    assert plan.settings.serving_image == versions.ENGINE_RELEASES["1.2.1"].serving_image
+    assert plan.settings.builder_image == versions.ENGINE_RELEASES["1.2.1"].builder_image

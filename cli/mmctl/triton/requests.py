@@ -122,6 +122,9 @@ class TextRequest:
     # Whether the server declares `image_url_input` (the resource's `serving.imageUrlInput`); without
     # it the client fetches an image URL itself and sends the pixels.
     server_fetches_urls: bool = True
+    # The seed's input name: `random_seed` up to TensorRT-LLM 0.19.0, `seed` from 1.x (the server's
+    # release declares one of them).
+    seed_input: str = "random_seed"
 
 
 def _scalar(name: str, value: object, datatype: str) -> Tensor:
@@ -379,7 +382,7 @@ def text_request(knowledge: ModelKnowledge, request: TextRequest) -> list[Tensor
         ("presence_penalty", sampling.presence_penalty, "FP32"),
         ("frequency_penalty", sampling.frequency_penalty, "FP32"),
         ("length_penalty", sampling.length_penalty, "FP32"),
-        ("random_seed", sampling.seed, "UINT64"),
+        (request.seed_input, sampling.seed, "UINT64"),
         ("beam_width", sampling.beam_width, "INT32"),
     ):
         if value is not None:

@@ -38,6 +38,7 @@ _PRINTER_COLUMNS = [
     {"name": "Runtime", "type": "string", "jsonPath": ".spec.runtime", "priority": 1},
     {"name": "Commit", "type": "string", "jsonPath": ".status.weights.commit", "priority": 1},
     {"name": "GPU", "type": "string", "jsonPath": ".status.engine.gpu.product", "priority": 1},
+    {"name": "TRT-LLM", "type": "string", "jsonPath": ".status.engine.tensorrtLlmVersion", "priority": 1},
     {"name": "Cache-Key", "type": "string", "jsonPath": ".status.engine.cacheKey"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Message", "type": "string", "jsonPath": f"{_READY_CONDITION}.message", "priority": 1},

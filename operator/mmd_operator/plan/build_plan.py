@@ -20,7 +20,6 @@ from mmd_operator.plan.settings import LAYOUT, Settings
 # Where the build Job mounts PersistentVolumeClaim sources, read-only: `<mount>/model`, `<mount>/lora`.
 SOURCES_MOUNT = "/sources"
 HF_TOKEN_ENV = "HF_TOKEN"
-_EXAMPLES = versions.TRTLLM_EXAMPLES_DIR
 # Steps of our own, run by the engine builder package inside the build image.
 _OUR_STEPS = ("python3", "-m", "engine_builder.steps")
 
@@ -50,8 +49,9 @@ def _fetch(source: ModelSource, role: str) -> tuple[list[BuildStep], str]:
     return [step], target
 
 
-def _python(script: str, *args: str) -> tuple[str, ...]:
-    return ("python3", f"{_EXAMPLES}/{script}", *args)
+def _python(settings: Settings, script: str, *args: str) -> tuple[str, ...]:
+    """Run the example `script` (its 0.19.0 path) where the settings' release keeps it."""
+    return ("python3", settings.release.example(script), *args)
 
 
 def _flags(**values: object) -> tuple[str, ...]:
@@ -117,6 +117,7 @@ def _checkpoint_steps(settings: Settings, model_dir: str) -> list[BuildStep]:
                 name="quantize-checkpoint",
                 description="Quantize to FP8 (weights and KV cache) and calibrate",
                 argv=_python(
+                    settings,
                     "quantization/quantize.py",
                     *_flags(
                         model_dir=model_dir,
@@ -146,6 +147,7 @@ def _checkpoint_steps(settings: Settings, model_dir: str) -> list[BuildStep]:
                     name="convert-to-openai-format",
                     description="Convert the Hugging Face Whisper checkpoint to OpenAI's format",
                     argv=_python(
+                        settings,
                         "whisper/distil_whisper/convert_from_distil_whisper.py",
                         *_flags(
                             model_name=model_dir,
@@ -167,6 +169,7 @@ def _checkpoint_steps(settings: Settings, model_dir: str) -> list[BuildStep]:
             name="convert-checkpoint",
             description=f"Convert the checkpoint with {knowledge.converter}",
             argv=_python(
+                settings,
                 knowledge.converter,
                 *converter_args,
                 *_flags(model_dir=model_dir, output_dir=checkpoint, dtype=settings.dtype),
@@ -249,6 +252,7 @@ def _vision_step(settings: Settings, model_dir: str) -> BuildStep:
         name="build-vision-engine",
         description=f"Build the {knowledge.vision_model_type} multimodal engine",
         argv=_python(
+            settings,
             "multimodal/build_multimodal_engine.py",
             *_flags(
                 model_type=knowledge.vision_model_type,
@@ -265,7 +269,7 @@ def _vision_step(settings: Settings, model_dir: str) -> BuildStep:
 def _expectations(settings: Settings) -> tuple[EngineExpectation, ...]:
     limits, knowledge = settings.limits, settings.knowledge
     llm: dict[str, int | str] = {
-        "version": versions.TRTLLM_VERSION,
+        "version": settings.release.tensorrt_llm,
         "pretrained_config.dtype": settings.dtype,
         "pretrained_config.mapping.tp_size": settings.tensor_parallel_size,
         "build_config.max_batch_size": limits.max_batch_size,
@@ -331,6 +335,7 @@ def build_plan(settings: Settings, *, cache_key: str) -> BuildPlan:
                 name="convert-lora",
                 description="Convert the LoRA adapter to TensorRT-LLM's weights and config arrays",
                 argv=_python(
+                    settings,
                     "hf_lora_convert.py",
                     "-i",
                     lora_dir,
@@ -370,7 +375,7 @@ def build_plan(settings: Settings, *, cache_key: str) -> BuildPlan:
     return BuildPlan(
         cache_key=cache_key,
         model_type=knowledge.model_type.value,
-        trtllm_version=versions.TRTLLM_VERSION,
+        trtllm_version=settings.release.tensorrt_llm,
         builder_image=settings.builder_image,
         steps=tuple(steps),
         keep=tuple(keep),

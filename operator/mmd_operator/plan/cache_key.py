@@ -15,7 +15,6 @@ import hashlib
 import json
 from typing import Any
 
-from engine_builder import versions
 from mmd_operator.api.v1alpha1 import ModelSource
 from mmd_operator.plan.settings import Settings
 
@@ -55,7 +54,7 @@ def cache_key_inputs(settings: Settings) -> dict[str, Any]:
         "source": source_identity(spec.model.source),
         "lora": None if lora is None else {"source": source_identity(lora.source), "max_rank": lora.max_rank},
         "builder_image": settings.builder_image,
-        "trtllm_version": versions.TRTLLM_VERSION,
+        "trtllm_version": settings.release.tensorrt_llm,
         "dtype": settings.dtype,
         "tensor_parallel_size": settings.tensor_parallel_size,
         "limits": {name: getattr(limits, name) for name in _ENGINE_LIMITS},

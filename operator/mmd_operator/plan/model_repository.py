@@ -150,6 +150,9 @@ def render_context(settings: Settings, *, cache_key: str) -> dict[str, Any]:
     bls_default = WHISPER_BLS_INSTANCES if variant is not None else 1
     return {
         "model_type": knowledge.model_type.value,
+        # The release's names of request tensors that were renamed after 0.19.0 (min_length, random_seed).
+        "input_name": settings.release.input_name,
+        "preprocessing_reads_hf_model_path": settings.release.preprocessing_reads_hf_model_path,
         "triton_max_batch_size": limits.triton_max_batch_size,
         "decoupled": serving.streaming,
         "max_queue_delay_microseconds": queue.max_queue_delay_microseconds,

@@ -50,6 +50,8 @@ class Settings:
     # The world of one replica and its shape (`spec.parallelism`), carried by the plan.
     parallelism: Parallelism
     variant: WhisperVariant | None
+    # The engine path's release the engine is built and served with.
+    release: versions.EngineRelease
     builder_image: str
     serving_image: str
     enable_bls: bool
@@ -101,6 +103,9 @@ def resolve(spec: MultimodalDeploymentSpec, gpu_kind: GpuKind | None = None) -> 
     if knowledge.encoder_decoder:
         cross_fraction = serving.cross_kv_cache_fraction or DEFAULT_CROSS_KV_CACHE_FRACTION
     limits = derive_limits(spec)
+    release = versions.ENGINE_RELEASES.get(
+        spec.engine.tensorrt_llm_version or "", versions.DEFAULT_ENGINE_RELEASE
+    )
     return Settings(
         spec=spec,
         knowledge=knowledge,
@@ -115,8 +120,9 @@ def resolve(spec: MultimodalDeploymentSpec, gpu_kind: GpuKind | None = None) -> 
         tensor_parallel_size=spec.engine.tensor_parallel_size,
         parallelism=spec.parallelism,
         variant=knowledge.variant(spec.model.variant) if spec.model.variant else None,
-        builder_image=spec.engine.builder_image or versions.BUILDER_IMAGE,
-        serving_image=serving.image or versions.SERVING_IMAGE,
+        release=release,
+        builder_image=spec.engine.builder_image or release.builder_image,
+        serving_image=serving.image or release.serving_image,
         enable_bls=serving.enable_bls if serving.enable_bls is not None else knowledge.bls,
         exclude_input_in_output=(
             serving.exclude_input_in_output

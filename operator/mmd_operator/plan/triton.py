@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any, ClassVar
 
-from engine_builder import versions
 from engine_builder.plan_format import BuildPlan
 from mmd_operator.api.v1alpha1 import DerivedLimits, MultimodalDeploymentSpec, Parallelism
 from mmd_operator.api.v1alpha1.rules import BUILD_SHARED_MEMORY
@@ -123,10 +122,13 @@ class TritonPlan:
             "encoder_input_features_data_type": settings.knowledge.encoder_input_dtype,
             "n_mels": settings.variant.n_mels if settings.variant else None,
             "versions": {
-                "trtllm": versions.TRTLLM_VERSION,
+                "trtllm": settings.release.tensorrt_llm,
                 "serving_image": settings.serving_image,
                 "builder_image": settings.builder_image,
-                "templates": versions.TEMPLATE_REVISION,
+                "templates": settings.release.template_revision,
+                # The host driver branch the release's images were built for (CUDA's forward
+                # compatibility aside, the GPU nodes need at least this one).
+                "cuda_driver": settings.release.cuda_driver,
             },
             "cache_key_inputs": cache_key_inputs(settings),
             "pod_resources": [pod.model_dump(by_alias=True) for pod in self.resources.status()],

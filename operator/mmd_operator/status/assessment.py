@@ -88,6 +88,7 @@ def _triton(
         source=judgement.artifact.source,
         progress=judgement.artifact.progress,
         gpu=_gpu(plan.settings.gpu_kind),
+        tensorrt_llm_version=plan.settings.release.tensorrt_llm,
     )
     return RuntimeFindings(
         validated=f"engine cacheKey {plan.cache_key}",

@@ -10,16 +10,24 @@ Each tool is `trtllm_tools.py` linked under the tool's name (it dispatches on th
 
     python3 -m mmd_testbed.build_tools.toolbox --bin /usr/local/bin --examples /opt/tensorrt_llm/examples \
         --pythonpath /opt/doubles/site --xcomposer2 /opt/internlm-xcomposer2/build_visual_engine.py
+    python3 -m mmd_testbed.build_tools.toolbox --examples /opt/tensorrt_llm/examples --release 1.2.1
 
-Imports the standard library and numpy (for the mel filters' .npz).
+The example scripts lie where the engine-path release (`--release`, default the default one) keeps them
+(`models/core/<model>/` from 1.x); with `--examples` alone, only they are laid out again, for another
+release (the Dockerfile's `release-cpu` stage).
+
+Imports the standard library, numpy (for the mel filters' .npz) and the pinned releases.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
 import numpy as np
+
+from engine_builder import versions
 
 HERE = Path(__file__).resolve().parent
 TOOL = HERE / "trtllm_tools.py"
@@ -53,7 +61,23 @@ def write_whisper_package(root: Path) -> None:
     (assets / "multilingual.tiktoken").write_text("IQ== 0\nIg== 1\nIw== 2\n")
 
 
-def install(bin_dir: Path, examples: Path, pythonpath: Path, xcomposer2: Path | None = None) -> None:
+def install_examples(examples: Path, release: str = versions.TRTLLM_VERSION) -> None:
+    """Link every example script where `release` keeps it under `examples`, and nothing else there."""
+    shutil.rmtree(examples, ignore_errors=True)
+    at = versions.ENGINE_RELEASES[release]
+    for script in EXAMPLE_SCRIPTS:
+        path = examples / at.example(script).removeprefix(versions.TRTLLM_EXAMPLES_DIR + "/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(TOOL)
+
+
+def install(
+    bin_dir: Path,
+    examples: Path,
+    pythonpath: Path,
+    xcomposer2: Path | None = None,
+    release: str = versions.TRTLLM_VERSION,
+) -> None:
     """Link the tools and scripts, and write the `tensorrt` and `whisper` packages."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     for program in (TOOL, HERE / "xcomposer2_recipe.py", NVIDIA_SMI):
@@ -67,9 +91,7 @@ def install(bin_dir: Path, examples: Path, pythonpath: Path, xcomposer2: Path | 
         (bin_dir / tool).symlink_to(TOOL)
     (bin_dir / "nvidia-smi").unlink(missing_ok=True)
     (bin_dir / "nvidia-smi").symlink_to(NVIDIA_SMI)
-    for script in EXAMPLE_SCRIPTS:
-        (examples / script).parent.mkdir(parents=True, exist_ok=True)
-        (examples / script).symlink_to(TOOL)
+    install_examples(examples, release)
     if xcomposer2 is not None:
         xcomposer2.parent.mkdir(parents=True, exist_ok=True)
         xcomposer2.symlink_to(HERE / "xcomposer2_recipe.py")
@@ -81,12 +103,20 @@ def install(bin_dir: Path, examples: Path, pythonpath: Path, xcomposer2: Path | 
 def main() -> None:
     """Lay the doubles out where the command line says."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bin", type=Path, required=True)
+    parser.add_argument("--bin", type=Path)
     parser.add_argument("--examples", type=Path, required=True)
-    parser.add_argument("--pythonpath", type=Path, required=True)
+    parser.add_argument("--pythonpath", type=Path)
     parser.add_argument("--xcomposer2", type=Path)
+    parser.add_argument(
+        "--release", choices=sorted(versions.ENGINE_RELEASES), default=versions.TRTLLM_VERSION
+    )
     args = parser.parse_args()
-    install(args.bin, args.examples, args.pythonpath, args.xcomposer2)
+    if args.bin is None and args.pythonpath is None:
+        install_examples(args.examples, args.release)
+    elif args.bin is None or args.pythonpath is None:
+        parser.error("--bin and --pythonpath go together")
+    else:
+        install(args.bin, args.examples, args.pythonpath, args.xcomposer2, args.release)
 
 
 if __name__ == "__main__":

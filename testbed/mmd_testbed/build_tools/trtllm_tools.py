@@ -12,7 +12,7 @@ Faults on demand, each naming a substring of the command line it applies to:
   DOUBLE_KILL=<s>        die by SIGKILL (as the OOM killer does)
   DOUBLE_NO_OUTPUT=<s>   exit 0 without writing anything
   DOUBLE_IGNORE_FLAG     trtllm-build ignores this flag (the engine then disagrees with the plan)
-  DOUBLE_TRTLLM_VERSION  the version trtllm-build records (default 0.19.0)
+  DOUBLE_TRTLLM_VERSION  the version trtllm-build records (default: the builder's assumed one, else 0.19.0)
   DOUBLE_LEAK_TOKEN      huggingface-cli prints the token it was given (=1), or fails naming it (=fail);
                          the builder must redact it
   DOUBLE_SLEEP=<sec>     every tool sleeps first (widens the windows a kill can land in)
@@ -276,8 +276,11 @@ def quantize(argv: list[str]) -> None:
         (output / f"rank{rank}.safetensors").write_bytes(b"\0" * 512)
 
 
-def trtllm_build(argv: list[str]) -> None:
-    """`trtllm-build`: an engine directory whose config.json records the build's limits."""
+def trtllm_build(argv: list[str], version: str | None = None) -> None:
+    """`trtllm-build`: an engine directory whose config.json records the build's limits and `version`.
+
+    Without `version`, the environment's (see the top of this module).
+    """
     parser = argparse.ArgumentParser(prog="trtllm-build")
     parser.add_argument("--checkpoint_dir")
     parser.add_argument("--output_dir", default="engine_outputs")
@@ -327,7 +330,10 @@ def trtllm_build(argv: list[str]) -> None:
     assert isinstance(mapping, dict)
     plugins = ("gemm_plugin", "gpt_attention_plugin", "bert_attention_plugin", "moe_plugin", "lora_plugin")
     config = {
-        "version": os.environ.get("DOUBLE_TRTLLM_VERSION", "0.19.0"),
+        # The builder image's release: the real trtllm-build records its own version.
+        "version": version
+        or os.environ.get("DOUBLE_TRTLLM_VERSION")
+        or os.environ.get("ENGINE_BUILDER_ASSUME_TRTLLM_VERSION", "0.19.0"),
         "pretrained_config": checkpoint,
         "build_config": {
             "max_input_len": args.max_input_len,

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine_builder.versions import ENGINE_RELEASES, TRTLLM_VERSION
 from mmd_testbed.localcluster.image_build import REPOSITORIES, ImageBuildError, Printer, fill_wheelhouse, run
 from mmd_testbed.localcluster.layout import Layout
 from mmd_testbed.localcluster.processes import exclusive_lock
@@ -60,6 +61,11 @@ BASE_PACKAGES = {"python": _PYTHON, "serving": (*_PYTHON, "libpython3.11", *_WOR
 # 2: uid 1000's login shell is bash (sshd runs a remote command with it), no baked-in ssh host keys.
 BASE_RECIPE_VERSION = "2"
 LOCAL_TARGETS = ("operator", "engine-builder-cpu", "serving-cpu", "trtllm-serve-cpu")
+# The engine path's stand-ins are tagged with their release, as `make images` tags the real ones, so the
+# operator names another release's by its tag (mmd_operator.config); each other release gets its own,
+# keyed `<target>-<release>` (the `release-cpu` stage of the Dockerfile).
+_RELEASE_TAGGED = {target: f"-trtllm{TRTLLM_VERSION}" for target in ("engine-builder-cpu", "serving-cpu")}
+_OTHER_RELEASES = tuple(release for release in ENGINE_RELEASES if release != TRTLLM_VERSION)
 PYTRITON_VERSION = "0.7.0"
 # What the CPU stages install besides our wheels and their dependencies (see the Dockerfile): the serving
 # stand-in's numpy and Pillow, the trtllm-serve double's click and soundfile, the builder's huggingface_hub
@@ -255,6 +261,31 @@ def build_local(
         return _build_local(layout, say, targets, out)
 
 
+def _build_archive(
+    buildah: Buildah,
+    layout: Layout,
+    say: Printer,
+    target: str,
+    name: str,
+    archive: Path,
+    arguments: Sequence[str],
+) -> None:
+    say(f"--> buildah bud --target {target} -> {name}")
+    run(
+        buildah.command(
+            "bud", "--isolation", "chroot", "--pull-never", "--layers=false", "--target", target,
+            *(part for argument in arguments for part in ("--build-arg", argument)),
+            "-t", name, "-f", str(layout.repo_root / "Dockerfile"), str(layout.repo_root),
+        ),
+        f"building target {target}",
+    )  # fmt: skip
+    scratch = archive.with_suffix(".partial")
+    scratch.unlink(missing_ok=True)
+    run(buildah.command("push", name, f"oci-archive:{scratch}:{name}"), f"writing {name}'s archive")
+    scratch.rename(archive)
+    run(buildah.command("rmi", "--force", name), f"removing {name} from buildah's storage")
+
+
 def _build_local(layout: Layout, say: Printer, targets: Sequence[str], out: Path) -> dict[str, BuiltImage]:
     started = time.monotonic()
     say("==> building the local images from the Dockerfile (buildah, no registry)")
@@ -269,35 +300,29 @@ def _build_local(layout: Layout, say: Printer, targets: Sequence[str], out: Path
     tag = "local-" + _inputs_digest(layout, wheelhouse, bases)
     buildah = Buildah(images_cache(layout) / "buildah")
     built: dict[str, BuiltImage] = {}
+    arguments = (
+        f"PYTHON_IMAGE=oci-archive:{bases['python']}",
+        f"SERVING_CPU_BASE=oci-archive:{bases['serving']}",
+    )
+
+    def ensure(key: str, stage: str, repository: str, image_tag: str, build_arguments: Sequence[str]) -> None:
+        name = f"{LOCAL_REGISTRY}/{repository}:{image_tag}"
+        archive = out / f"{key}-{tag}.tar"
+        step = time.monotonic()
+        if not archive.is_file():
+            _build_archive(buildah, layout, say, stage, name, archive, build_arguments)
+        built[key] = BuiltImage(key, name, archive, time.monotonic() - step)
+        say(f"    {key}: {built[key].seconds:.0f} s, {built[key].size / 1e6:.0f} MB ({archive.name})")
+
     with exclusive_lock(images_cache(layout) / "buildah.lock"):
         for target in targets:
-            name = f"{LOCAL_REGISTRY}/{REPOSITORIES[target]}:{tag}"
-            archive = out / f"{target}-{tag}.tar"
-            step = time.monotonic()
-            if not archive.is_file():
-                say(f"--> buildah bud --target {target} -> {name}")
-                run(
-                    buildah.command(
-                        "bud", "--isolation", "chroot", "--pull-never", "--layers=false", "--target", target,
-                        "--build-arg", f"PYTHON_IMAGE=oci-archive:{bases['python']}",
-                        "--build-arg", f"SERVING_CPU_BASE=oci-archive:{bases['serving']}",
-                        "-t", name, "-f", str(layout.repo_root / "Dockerfile"), str(layout.repo_root),
-                    ),
-                    f"building target {target}",
-                )  # fmt: skip
-                scratch = archive.with_suffix(".partial")
-                scratch.unlink(missing_ok=True)
-                run(
-                    buildah.command("push", name, f"oci-archive:{scratch}:{name}"),
-                    f"writing {target}'s archive",
-                )
-                scratch.rename(archive)
-                run(buildah.command("rmi", "--force", name), f"removing {target} from buildah's storage")
-            built[target] = BuiltImage(target, name, archive, time.monotonic() - step)
-            say(
-                f"    {target}: {built[target].seconds:.0f} s, "
-                f"{built[target].size / 1e6:.0f} MB ({archive.name})"
-            )
+            ensure(target, target, REPOSITORIES[target], tag + _RELEASE_TAGGED.get(target, ""), arguments)
+            # Each other engine-path release's stand-in: this one, with the release's version set.
+            for release in _OTHER_RELEASES if target in _RELEASE_TAGGED else ():
+                base = f"RELEASE_CPU_BASE=oci-archive:{built[target].archive}"
+                release_tag = f"{tag}-trtllm{release}"
+                ensure(f"{target}-{release}", "release-cpu", REPOSITORIES[target], release_tag,
+                       (base, f"TRTLLM_VERSION={release}"))  # fmt: skip
     shutil.rmtree(wheelhouse, ignore_errors=True)
     for stale in out.glob("*.tar"):
         if stale not in {image.archive for image in built.values()}:

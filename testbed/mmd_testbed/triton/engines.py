@@ -27,7 +27,8 @@ def write_engine_configs(build: BuildPlan, entry: Path, tensor_parallel_size: in
     """Run `build`'s trtllm-build steps with `entry` as their work directory; returns `entry`.
 
     Each step reads its checkpoint's `config.json`; a stand-in with the plan's mapping is written first
-    (the converters' doubles would write the same fields).
+    (the converters' doubles would write the same fields). The engines record the plan's TensorRT-LLM
+    version, as its builder image's trtllm-build would.
     """
     entry.mkdir(parents=True, exist_ok=True)
     for step in build.steps:
@@ -45,7 +46,7 @@ def write_engine_configs(build: BuildPlan, entry: Path, tensor_parallel_size: in
         output = io.StringIO()
         try:
             with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-                trtllm_tools.trtllm_build(argv)
+                trtllm_tools.trtllm_build(argv, version=build.trtllm_version)
         except SystemExit:
             raise RuntimeError(f"the trtllm-build double refused {step.name}: {output.getvalue()}") from None
     return entry

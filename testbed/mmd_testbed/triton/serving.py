@@ -78,6 +78,7 @@ def prepare(plan: TritonPlan, install: TritonInstall, directory: Path) -> tuple[
         plan.settings.knowledge,
         install.stub_site,
         engine_dirs={f"{ENGINE_MOUNT}/{plan.cache_key}": str(entry)},
+        release=plan.settings.release,
     )
     ports = free_port_set()
     launch = launch_plan(

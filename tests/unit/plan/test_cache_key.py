@@ -86,6 +86,7 @@ ENGINE_CHANGES: dict[str, Callable[[Spec], None]] = {
     ),
     "builder image": _set("engine.builderImage", "registry.example/builder:other"),
     "weight only": _set("engine.weightOnlyPrecision", "int8"),
+    "release": _set("engine.tensorrtLlmVersion", "1.2.1"),
 }
 
 SERVING_CHANGES: dict[str, Callable[[Spec], None]] = {
@@ -141,6 +142,7 @@ def test_spelling_out_a_default_keeps_the_key() -> None:
     explicit = copy.deepcopy(implicit)
     explicit["engine"] = {"maxBatchSize": 8, "maxInputLen": 2048, "maxSeqLen": 2560, "maxMultimodalLen": 4608}
     explicit["model"]["source"]["huggingface"]["revision"] = "main"
+    explicit["engine"]["tensorrtLlmVersion"] = "0.19.0"
     assert key_of(explicit) == key_of(implicit)
 
 

@@ -71,20 +71,36 @@ def test_the_chart_values_point_at_the_built_images_and_the_local_hub() -> None:
 @pytest.mark.parametrize("tool", ["docker", "buildah"])
 def test_the_registry_build_runs_one_build_per_target_and_pushes_when_asked(tool: str) -> None:
     references = images.registry_images("registry.example.com/ml", "1.2.3")
-    commands = images.registry_commands(images.REPO_ROOT, references, tool=tool, push=True)
+    releases = images.release_images("registry.example.com/ml", "1.2.3")
+    commands = images.registry_commands(images.REPO_ROOT, references, tool=tool, push=True, releases=releases)
     built = [command for command in commands if "--target" in command]
     assert [command[command.index("--target") + 1] for command in built] == [
         "operator",
         "engine-builder",
         "serving",
         "trtllm-serve",
+        "engine-builder",
+        "serving",
     ]
+    # The engine path's last release, from the same stages with its row's arguments.
+    last = versions.ENGINE_RELEASES["1.2.1"]
+    for command in built[4:]:
+        arguments = [command[i + 1] for i, part in enumerate(command) if part == "--build-arg"]
+        assert arguments == [
+            "TRITON_TAG=26.07",
+            "TRTLLM_VERSION=1.2.1",
+            "TEMPLATE_TAG=v1.2.1",
+            f"TEMPLATE_REPOSITORY={last.template_repository}",
+            f"TEMPLATE_DIR={last.template_dir}",
+        ]
+        assert command[command.index("-t") + 1].endswith(":1.2.3-trtllm1.2.1")
     assert all(str(images.REPO_ROOT) == command[-1] for command in built)
     if tool == "docker":
         assert all("--push" in command for command in built)
     else:
         assert [command for command in commands if command[1] == "push"] == [
-            ["buildah", "push", reference] for reference in references.values()
+            ["buildah", "push", reference]
+            for reference in [*references.values(), *(name for _, name, _ in releases)]
         ]
 
 

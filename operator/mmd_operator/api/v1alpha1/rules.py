@@ -237,6 +237,12 @@ _BUILD = "a setting of the TensorRT engine build, and trtllm-serve builds nothin
 _TRITON = "a setting of Triton's TensorRT-LLM backend (runtime triton-trtllm-engine)"
 _NOT_ON_SERVE: tuple[tuple[str, str, str | None, str], ...] = (
     ("engine.builderImage", "has(self.engine.builderImage)", "self.engine.builderImage", _BUILD),
+    (
+        "engine.tensorrtLlmVersion",
+        "has(self.engine.tensorrtLlmVersion)",
+        "self.engine.tensorrtLlmVersion",
+        "the engine path's release (trtllm-serve's TensorRT-LLM is its image's)",
+    ),
     ("engine.maxInputLen", "has(self.engine.maxInputLen)", "self.engine.maxInputLen", _BUILD),
     ("engine.maxMultimodalLen", "has(self.engine.maxMultimodalLen)", "self.engine.maxMultimodalLen", _BUILD),
     (

@@ -177,9 +177,15 @@ class EngineSpec(Schema):
         }
     )
 
+    tensorrt_llm_version: Literal["0.19.0", "1.2.1"] | None = None
+    """The engine path's release: TensorRT-LLM 0.19.0 in Triton 25.05 (the default: its images run on
+    570-branch drivers) or 1.2.1 in Triton 26.07 (the last release of the engine path; its images need a
+    590-branch driver, CUDA 13.1). Engines are built and served with it; a change builds new engines and
+    keeps the old ones serving until they are ready. 1.2.1 renames the request inputs `min_length` and
+    `random_seed` to `min_tokens` and `seed`. triton-trtllm-engine only."""
     builder_image: str | None = Field(None, max_length=512)
-    """Image of the build Job. Defaults to the builder matching the pinned TensorRT-LLM version.
-    triton-trtllm-engine only."""
+    """Image of the build Job. Defaults to the builder of `tensorrtLlmVersion`. triton-trtllm-engine
+    only."""
     dtype: Literal["float16", "bfloat16"] | None = None
     """Weights and activations type. Defaults per model type (bfloat16 for mllama, float16 otherwise)."""
     tensor_parallel_size: Literal[1, 2, 4, 8, 16, 32] = 1

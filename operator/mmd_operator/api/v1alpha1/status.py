@@ -180,6 +180,9 @@ class EngineStatus(Schema):
     gpu: GpuStatus | None = None
     """The kind of GPU the engine is built for, and its pods run on; empty when no node says (no GPU
     feature discovery): the engine is then built for whatever GPU its build pod lands on."""
+    tensorrt_llm_version: str | None = Field(None, max_length=32)
+    """The engine path's release the engine is built with and served by (`spec.engine.tensorrtLlmVersion`,
+    or the operator's default)."""
 
 
 class WeightsSource(StrEnum):

@@ -94,6 +94,9 @@ class TensorrtLlm(Model):
         self.encoder_decoder = str(self.params.get("encoder_model_path") or "").startswith("/")
         llm = executor.engine_config(spec, "gpt_model_path")
         encoder = executor.engine_config(spec, "encoder_model_path") if self.encoder_decoder else None
+        built = (llm or {}).get("version")
+        if built and built != spec["release"]["tensorrt_llm"]:
+            raise RuntimeError(executor.engine_release_refusal(built, spec["release"]))
         self.limits = Limits.read(llm, encoder, self.serving.chunked_context) if llm else None
         if self.limits and self.max_beam_width > self.limits.engine_max_beam_width:
             raise RuntimeError(  # trtGptModel.h, at load: the model never becomes ready
@@ -157,8 +160,12 @@ class TensorrtLlm(Model):
     def item(self, inputs: dict[str, Any], row: int, batch: int) -> Item:
         """What the backend makes of batch item `row` (utils.cc createRequestsFromInputTensors)."""
         prompt = self.prompt(inputs, row, batch)
+        # The release's backend reads each sampling input under its own name (min_tokens from 1.x).
+        renamed = self.spec["release"]["renamed_inputs"]
         sampling = {
-            name: self.scalar(inputs, name, row, 0) for name in executor.SAMPLING_INPUTS if name in inputs
+            name: self.scalar(inputs, renamed.get(name, name), row, 0)
+            for name in executor.SAMPLING_INPUTS
+            if renamed.get(name, name) in inputs
         }
         extra = inputs.get("prompt_table_extra_ids")
         words = [

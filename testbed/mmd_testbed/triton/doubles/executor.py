@@ -53,6 +53,20 @@ _SAMPLING: tuple[tuple[str, Callable[[float], bool], str], ...] = (
 SAMPLING_INPUTS = tuple(dict.fromkeys(name for name, _, _ in _SAMPLING))
 
 
+def engine_release_refusal(built: str, release: Mapping[str, Any]) -> str:
+    """TensorRT's words when the engine of another release is loaded: its TensorRT checks the plan first.
+
+    `release` is the served release's facts (`repository.release_facts`); `built` the engine's
+    TensorRT-LLM version, from its config.json.
+    """
+    theirs = release["tensorrt_of"].get(built, f"that of TensorRT-LLM {built}")
+    return (
+        "IRuntime::deserializeCudaEngine: Error Code 6: API Usage Error (The engine plan file is not "
+        f"compatible with this version of TensorRT, expecting library version {release['tensorrt']} got "
+        f"{theirs}, please rebuild.)"
+    )
+
+
 def parameter_bool(params: Mapping[str, str], name: str, default: bool) -> bool:
     """A boolean parameter as the backend reads it (model_state.cc GetParameter<bool>).
 

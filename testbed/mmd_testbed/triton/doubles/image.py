@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -39,10 +40,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from engine_builder import versions
 from mmd_operator.knowledge import ModelType, knowledge_of
 from mmd_operator.plan.model_code import model_code_directories
 from mmd_operator.plan.repository_check import check_repository
-from mmd_testbed.triton.doubles.repository import double_specs
+from mmd_testbed.triton.doubles.repository import RELEASE_ENV, double_specs
 
 MANIFEST = "manifest.json"
 SHIM = (
@@ -84,7 +86,9 @@ def repository_spec(repository: Path, model: str) -> dict[str, Any]:
     }
     parsed = check_repository(texts)
     model_type = ModelType(find_manifest(parsed)["plan"]["model_type"])
-    return double_specs(parsed, knowledge_of(model_type))[model]
+    # The image's release (its Dockerfile build argument), as the real image's backend is one release's.
+    release = versions.ENGINE_RELEASES[os.environ.get(RELEASE_ENV) or versions.TRTLLM_VERSION]
+    return double_specs(parsed, knowledge_of(model_type), release)[model]
 
 
 def engine_knob(spec: dict[str, Any], name: str) -> float:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from engine_builder import versions
 from mmd_operator.knowledge import ModelKnowledge, ModelType, RepositoryLayout
 from mmd_operator.plan.repository_check import ModelConfig, check_repository, data_type_name
 
@@ -34,6 +35,8 @@ _PREPROCESSING_EXTRAS = {
     ModelType.QWEN2_VL: ("IMAGE_GRID_THW", "ATTENTION_MASK", "VISION_INPUT_ID"),
     ModelType.LLAVA_ONEVISION: ("IMAGE_SIZES",),
 }
+# The engine-path release a serving image's doubles stand in for, when it is not the default.
+RELEASE_ENV = "MMD_DOUBLE_TRTLLM_VERSION"
 # The tokenizer's eos when the knowledge table leaves it to the tokenizer (the byte tokenizer has none).
 _DEFAULT_END_ID = 2
 
@@ -84,8 +87,22 @@ def _knowledge(knowledge: ModelKnowledge, preprocessing: ModelConfig | None) -> 
     }
 
 
-def double_specs(models: Mapping[str, ModelConfig], knowledge: ModelKnowledge) -> dict[str, dict[str, Any]]:
-    """The spec of every double of a parsed repository, keyed by model name."""
+def release_facts(release: versions.EngineRelease) -> dict[str, Any]:
+    """What the doubles know of the release they stand in for (inside the stub they import no package)."""
+    return {
+        "tensorrt_llm": release.tensorrt_llm,
+        "tensorrt": release.tensorrt,
+        "renamed_inputs": dict(release.renamed_inputs),
+        "tensorrt_of": {name: known.tensorrt for name, known in versions.ENGINE_RELEASES.items()},
+    }
+
+
+def double_specs(
+    models: Mapping[str, ModelConfig],
+    knowledge: ModelKnowledge,
+    release: versions.EngineRelease = versions.DEFAULT_ENGINE_RELEASE,
+) -> dict[str, dict[str, Any]]:
+    """The spec of every double of a parsed repository, keyed by model name, for a `release` image."""
     ensemble = models.get("ensemble")
     steps = []
     if ensemble is not None:
@@ -99,6 +116,7 @@ def double_specs(models: Mapping[str, ModelConfig], knowledge: ModelKnowledge) -
     shared = {
         "model_type": knowledge.model_type.value,
         "knowledge": _knowledge(knowledge, models.get("preprocessing")),
+        "release": release_facts(release),
     }
     specs = {}
     for name, config in models.items():
@@ -145,16 +163,17 @@ def write_repository(
     knowledge: ModelKnowledge,
     stub_site: Path,
     engine_dirs: Mapping[str, str] | None = None,
+    release: versions.EngineRelease = versions.DEFAULT_ENGINE_RELEASE,
 ) -> dict[str, dict[str, Any]]:
     """Write the rendered `configs` under `target` with a double for every non-ensemble model.
 
     The rendered repository is checked first (Triton's protobuf, ensemble wiring); the configs are written
     byte for byte, except `tensorrt_llm`'s backend line. `engine_dirs` maps the engine cache entry the
-    configs name onto a local directory holding the engines' `config.json` (`triton.engines`). Returns the
-    doubles' specs.
+    configs name onto a local directory holding the engines' `config.json` (`triton.engines`); `release`
+    is the engine-path release of the serving image the doubles stand for. Returns the doubles' specs.
     """
     models = check_repository(configs)
-    specs = double_specs(models, knowledge)
+    specs = double_specs(models, knowledge, release)
     for spec in specs.values():
         spec["engine_dirs"] = dict(engine_dirs or {})
     shutil.rmtree(target, ignore_errors=True)
