@@ -320,7 +320,7 @@ def test_printer_columns_show_type_phase_reason_ready_rollout_cache_key_and_age(
     assert listing[1].split()[:2] == ["llava-tp2-fp8", "llava"]
     header = [
         "NAME", "TYPE", "PHASE", "REASON", "READY", "ROLLOUT", "PROGRESS", "REPLICAS", "TP", "PODS/REPLICA",
-        "RUNTIME", "COMMIT", "GPU", "CACHE-KEY", "AGE", "MESSAGE",
+        "RUNTIME", "COMMIT", "GPU", "TRT-LLM", "CACHE-KEY", "AGE", "MESSAGE",
     ]  # fmt: skip
     # A Ready condition as an operator writes one, through the status subresource, in case no operator
     # runs in this session; one that does may replace it with its own.

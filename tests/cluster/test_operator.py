@@ -129,6 +129,8 @@ def test_each_model_type_goes_from_apply_to_ready(
         "source": "Built",
         # The session's nodes are all A100s (GPU feature discovery's labels): the engine's one kind.
         "gpu": {"product": "NVIDIA-A100-SXM4-80GB", "computeCapability": "8.0"},
+        # The example names no release: the default one.
+        "tensorrtLlmVersion": "0.19.0",
     }
     assert ready["endpoints"]["grpc"] == f"grpc://{resource}.{namespace}.svc:8001"
     tp = document["spec"].get("engine", {}).get("tensorParallelSize", 1)
