@@ -49,6 +49,11 @@ class BuildError(RuntimeError):
     """A `go` command failed; the message holds its output."""
 
 
+# Every Go build of the test bed: reproducible paths, and no DWARF from the compiler, since the binaries are
+# stripped (`-s -w`) anyway: 13-23 % less compile time on two cores (coredns cold: 64-65 s against 75-83 s).
+GO_BUILD_FLAGS = ("-trimpath", "-gcflags=all=-dwarf=false")
+
+
 @dataclass(frozen=True)
 class BinarySpec:
     """How one binary is built: in which wrapper module, which package, with which flags."""
@@ -207,7 +212,7 @@ def go_build_all(
         started = time.monotonic()
         output = bin_dir / spec.name
         output.parent.mkdir(parents=True, exist_ok=True)
-        args = ["build", "-p", str(jobs), "-trimpath", "-o", str(output)]
+        args = ["build", "-p", str(jobs), *GO_BUILD_FLAGS, "-o", str(output)]
         if spec.tags:
             args += ["-tags", ",".join(spec.tags)]
         args += ["-ldflags", " ".join(spec.ldflags), spec.package]

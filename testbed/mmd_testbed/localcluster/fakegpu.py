@@ -55,7 +55,7 @@ DRA_DRIVER = "gpu.nvidia.com"
 DRIVER_VERSION = "550.127.05"
 FAKE_GPUS_ENV = "FAKE_NVIDIA_GPUS"
 # Bump when the build recipe changes in a way the digest of the sources cannot see.
-_RECIPE_VERSION = "1"
+_RECIPE_VERSION = "2"  # 2: GO_BUILD_FLAGS
 
 
 def source_dir(layout: Layout) -> Path:

@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from mmd_testbed.localcluster.binaries import BuildError, Printer, build_jobs, go_environment
+from mmd_testbed.localcluster.binaries import GO_BUILD_FLAGS, BuildError, Printer, build_jobs, go_environment
 from mmd_testbed.localcluster.layout import Layout, Toolchain
 from mmd_testbed.localcluster.processes import exclusive_lock
 
@@ -32,7 +32,7 @@ BINARY_NAME = "gitops-check"
 _SOURCE_FILES = ("go.mod", "go.sum", "main.go")
 
 # Bump when the build command changes in a way the digest of the sources cannot see.
-_RECIPE_VERSION = "1"
+_RECIPE_VERSION = "2"  # 2: GO_BUILD_FLAGS
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def _build_into(toolchain: Toolchain, sources: Path, root: Path, say: Printer) -
     scratch.mkdir(parents=True)
     started = time.monotonic()
     command = [
-        str(toolchain.go), "build", "-p", str(build_jobs()), "-trimpath", "-ldflags", "-s -w",
+        str(toolchain.go), "build", "-p", str(build_jobs()), *GO_BUILD_FLAGS, "-ldflags", "-s -w",
         "-o", str(scratch / BINARY_NAME), ".",
     ]  # fmt: skip
     try:

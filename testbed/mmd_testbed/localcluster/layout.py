@@ -29,7 +29,7 @@ _PINNED_MODULES = {
 }
 
 # Bump when the build recipe changes in a way the digest of the go.mod files cannot see.
-BUILD_RECIPE_VERSION = "1"
+BUILD_RECIPE_VERSION = "2"  # 2: binaries.GO_BUILD_FLAGS (no compiler DWARF)
 
 # The node components: `kubernetes` is the control plane's wrapper (kubelet and kube-proxy are built from
 # the same k8s.io/kubernetes), the others live in `testbed/go/nodes/`.
@@ -49,7 +49,7 @@ _NODE_PINNED_MODULES = {
     "kube_router": ("kube-router", "github.com/cloudnativelabs/kube-router/v2"),
     "local_path_provisioner": ("local-path-provisioner", "github.com/rancher/local-path-provisioner"),
 }
-NODE_BUILD_RECIPE_VERSION = "1"
+NODE_BUILD_RECIPE_VERSION = "2"
 
 # The metrics path of `cluster up --metrics` (Prometheus and prometheus-adapter), in `testbed/go/metrics/`: a
 # cache of its own, so neither the control plane nor the nodes rebuild when it changes.
@@ -58,11 +58,11 @@ _METRICS_PINNED_MODULES = {
     "prometheus": ("prometheus", "github.com/prometheus/prometheus"),
     "prometheus_adapter": ("prometheus-adapter", "sigs.k8s.io/prometheus-adapter"),
 }
-METRICS_BUILD_RECIPE_VERSION = "1"
+METRICS_BUILD_RECIPE_VERSION = "2"
 
 # The LeaderWorkerSet controller of `cluster up --lws`, in `testbed/go/lws/`: a cache of its own too.
 LWS_MODULE = "sigs.k8s.io/lws"
-LWS_BUILD_RECIPE_VERSION = "2"
+LWS_BUILD_RECIPE_VERSION = "3"
 
 
 class LayoutError(RuntimeError):
