@@ -37,8 +37,8 @@ Written by `make test` and `make demo` themselves (`tools/times.py`), each rewri
 the end of a successful run; nothing here is typed by hand. A section says which commit ran, on what
 machine, and what was cold: a cache built during the run (the Go builds, the images) counts in its
 phase. To record a fresh machine's figures, run the command on one, or with empty caches
-(`XDG_CACHE_HOME`, `GOCACHE`, `GOMODCACHE`, `PIP_CACHE_DIR` pointing at empty directories), in a fresh
-clone.
+(`XDG_CACHE_HOME` and `PIP_CACHE_DIR` pointing at empty directories: the test bed's Go caches are under
+the first), in a fresh clone.
 """
 _BEGIN, _END = "<!-- times:{} begin -->", "<!-- times:{} end -->"
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -22,8 +23,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from mmd_testbed.localcluster.layout import Layout, Toolchain, Versions
-from mmd_testbed.localcluster.processes import exclusive_lock
+from mmd_testbed.localcluster.layout import Layout, Toolchain, Versions, default_cache_root
+from mmd_testbed.localcluster.processes import exclusive_lock, lock_if_free, shared_lock
 from mmd_testbed.localcluster.stages import UPSTREAM_STAGE_FILES
 
 Printer = Callable[[str], None]
@@ -63,6 +64,8 @@ class BinarySpec:
     package: str
     tags: tuple[str, ...]
     ldflags: tuple[str, ...]
+    # The package's test binary (`go test -c`) instead of its command: run later with no Go caches.
+    test: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,17 +155,54 @@ def binary_specs(versions: Versions, kubernetes_commit: str, kubernetes_date: st
     return specs
 
 
-def go_environment() -> dict[str, str]:
-    """Return the environment of every `go` call: local toolchain, static, no VCS stamping."""
+def go_caches(cache_root: Path | None = None) -> Path:
+    """Go's build and module caches of the test bed's builds (`build/`, `mod/`), beside the binary caches.
+
+    Scratch of the builds: the binaries are what is kept, so `drop_go_caches` removes them after
+    `builds.ensure_all` (several GB after a cold build), and they are never the machine's own Go caches.
+    `cache_root` is a layout's (the default's unless given).
+    """
+    return (cache_root or default_cache_root()).parent / "go"
+
+
+def go_environment(caches: Path | None = None) -> dict[str, str]:
+    """Return the environment of every `go` call: local toolchain, static, no VCS stamping, our caches.
+
+    `caches` is a `go_caches()` (the default's unless given).
+    """
+    caches = caches or go_caches()
     env = dict(os.environ)
     env.update(
         {
             "CGO_ENABLED": "0",
             "GOTOOLCHAIN": "local",
             "GOFLAGS": "-mod=readonly -buildvcs=false",
+            "GOCACHE": str(caches / "build"),
+            "GOMODCACHE": str(caches / "mod"),
         }
     )
     return env
+
+
+def drop_go_caches(caches: Path, say: Printer) -> None:
+    """Remove `caches` (a `go_caches()`) unless a `go` command is using it (then the next call removes it)."""
+    if not caches.is_dir():
+        return
+    toolchain = Toolchain.discover()
+    with lock_if_free(caches / ".lock") as free:
+        if not free:
+            say(f"    Go's caches in {caches} are in use by another build; kept")
+            return
+        size = sum(entry.stat().st_size for entry in caches.rglob("*") if entry.is_file())
+        # `go clean` first: the module cache's files and directories are read-only.
+        subprocess.run(
+            [str(toolchain.go), "clean", "-cache", "-modcache"],
+            cwd=caches, env=go_environment(caches), capture_output=True, check=False,
+        )  # fmt: skip
+        for entry in caches.iterdir():
+            if entry.name != ".lock":
+                shutil.rmtree(entry, ignore_errors=True)
+    say(f"    removed Go's build and module caches ({size / 1e9:.1f} GB in {caches}); the binaries are kept")
 
 
 def build_jobs() -> int:
@@ -183,9 +223,10 @@ def run_go(toolchain: Toolchain, args: list[str], cwd: Path, what: str, say: Pri
     ticker = threading.Thread(target=heartbeat, daemon=True)
     ticker.start()
     try:
-        result = subprocess.run(
-            command, cwd=cwd, env=go_environment(), capture_output=True, text=True, check=False
-        )
+        with shared_lock(go_caches() / ".lock"):
+            result = subprocess.run(
+                command, cwd=cwd, env=go_environment(), capture_output=True, text=True, check=False
+            )
     finally:
         finished.set()
         ticker.join()
@@ -208,11 +249,12 @@ def go_build_all(
     jobs = build_jobs()
     seconds: dict[str, float] = {}
     for index, spec in enumerate(specs, start=1):
-        say(f"--> [{index}/{len(specs)}] go build {spec.name} ({spec.package})")
+        verb = ["test", "-c"] if spec.test else ["build"]
+        say(f"--> [{index}/{len(specs)}] go {' '.join(verb)} {spec.name} ({spec.package})")
         started = time.monotonic()
         output = bin_dir / spec.name
         output.parent.mkdir(parents=True, exist_ok=True)
-        args = ["build", "-p", str(jobs), *GO_BUILD_FLAGS, "-o", str(output)]
+        args = [*verb, "-p", str(jobs), *GO_BUILD_FLAGS, "-o", str(output)]
         if spec.tags:
             args += ["-tags", ",".join(spec.tags)]
         args += ["-ldflags", " ".join(spec.ldflags), spec.package]
@@ -268,9 +310,34 @@ def build_cache(
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (scratch / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    put_in_place(scratch, root)
+    return seconds
+
+
+def put_in_place(scratch: Path, root: Path) -> None:
+    """Rename the finished build `scratch` to `root`, and remove the earlier builds of its kind beside it.
+
+    A build of another recipe or version is a sibling named alike up to the first `-` or `_` (`k8s-...`,
+    `gitops-check-...`): nothing here uses it again, and each is a few hundred MB. Another checkout at
+    another recipe rebuilds its own when it next needs it. So is the scratch of a build whose process
+    died (`<name>.partial-<pid>`); a live process's is its own.
+    """
     shutil.rmtree(root, ignore_errors=True)
     scratch.rename(root)
-    return seconds
+    kind = _kind(root.name)
+    for sibling in root.parent.iterdir():
+        name, _, pid = sibling.name.partition(".partial-")
+        earlier = sibling != root and _kind(name) == kind and not (pid and _is_running(pid))
+        if earlier and sibling.is_dir():
+            shutil.rmtree(sibling, ignore_errors=True)
+
+
+def _kind(name: str) -> str:
+    return re.split(r"[-_]", name, maxsplit=1)[0]
+
+
+def _is_running(pid: str) -> bool:
+    return pid.isdigit() and Path(f"/proc/{pid}").exists()
 
 
 def module_info(toolchain: Toolchain, wrapper: Path, module: str, say: Printer) -> dict[str, object]:
@@ -354,8 +421,7 @@ def _build_into(layout: Layout, toolchain: Toolchain, root: Path, say: Printer) 
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (scratch / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    shutil.rmtree(root, ignore_errors=True)
-    scratch.rename(root)
+    put_in_place(scratch, root)
     say(
         f"==> control plane built in {seconds['total']:.0f} s "
         f"({sum(sizes.values()) / 1e6:.0f} MB of binaries in {root})"

@@ -7,8 +7,9 @@ compiles a large package that others wait for; two at once fill most of those ga
 `CACHES`' order, so that the control plane runs beside the nodes' own components, and the nodes' kubelet
 and kube-proxy, built last, find the Kubernetes packages they share with it compiled (`nodebinaries`).
 The images mostly wait on the network and the disk, and are built beside all of it
-(`images.build_beside`). Each build's lines are marked with its name; `make test` and `make demo` record
-the seconds of each in docs/development/times.md.
+(`images.build_beside`). Once every build succeeded, Go's own caches are removed (`binaries.go_caches`):
+the binaries are what later runs use. Each build's lines are marked with its name; `make test` and
+`make demo` record the seconds of each in docs/development/times.md.
 
 Imports: the standard library and the caches' modules.
 """
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from mmd_testbed.localcluster import images
-from mmd_testbed.localcluster.binaries import Printer, ensure_binaries
+from mmd_testbed.localcluster.binaries import Printer, drop_go_caches, ensure_binaries, go_caches
 from mmd_testbed.localcluster.fakegpu import ensure_fake_gpu
 from mmd_testbed.localcluster.gitops_check import ensure_gitops_check
 from mmd_testbed.localcluster.layout import Layout
@@ -72,6 +73,7 @@ def ensure_all(
             failures.append(f"images: {error}")
     if failures:
         raise BuildsFailedError("\n".join(failures))
+    drop_go_caches(go_caches(layout.cache_root), say)
     return built
 
 

@@ -55,7 +55,7 @@ DRA_DRIVER = "gpu.nvidia.com"
 DRIVER_VERSION = "550.127.05"
 FAKE_GPUS_ENV = "FAKE_NVIDIA_GPUS"
 # Bump when the build recipe changes in a way the digest of the sources cannot see.
-_RECIPE_VERSION = "2"  # 2: GO_BUILD_FLAGS
+_RECIPE_VERSION = "3"  # 2: GO_BUILD_FLAGS; 3: the test binary
 
 
 def source_dir(layout: Layout) -> Path:
@@ -101,8 +101,17 @@ def registration_socket(node: RealNode) -> Path:
 
 
 def fake_gpu_specs() -> list[BinarySpec]:
-    """The plugin's build recipe (its own module is its wrapper)."""
-    return [BinarySpec(BINARY, BINARY, f"mmd-operator/testbed/go/nodes/{BINARY}", (), ("-s", "-w"))]
+    """The plugin's build recipe (its own module is its wrapper), and its Go tests' binary (`test_binary`)."""
+    package = f"mmd-operator/testbed/go/nodes/{BINARY}"
+    return [
+        BinarySpec(BINARY, BINARY, package, (), ("-s", "-w")),
+        BinarySpec(f"{BINARY}.test", BINARY, package, (), ("-s", "-w"), test=True),
+    ]
+
+
+def test_binary(plugin: Path) -> Path:
+    """The plugin's Go tests (main_test.go) compiled beside `plugin` (`ensure_fake_gpu`'s result)."""
+    return plugin.with_name(f"{BINARY}.test")
 
 
 def plugin_command(node: RealNode, binary: Path, model: GpuModel, gpus: int, kubeconfig: Path) -> list[str]:

@@ -6,8 +6,8 @@ go.sum and main.go and of the Go version, into the control-plane cache root, wit
 environment as the control-plane binaries; the build goes to a scratch directory renamed into place,
 under a file lock, so concurrent callers wait for one build instead of racing.
 
-Imports: the standard library, `layout`, `processes` (the file lock) and `binaries` (the `go`
-environment and the build error).
+Imports: the standard library, `layout`, `processes` (the file lock) and `binaries` (`run_go`, the
+build flags).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from mmd_testbed.localcluster.binaries import GO_BUILD_FLAGS, BuildError, Printer, build_jobs, go_environment
+from mmd_testbed.localcluster.binaries import GO_BUILD_FLAGS, Printer, build_jobs, put_in_place, run_go
 from mmd_testbed.localcluster.layout import Layout, Toolchain
 from mmd_testbed.localcluster.processes import exclusive_lock
 
@@ -82,22 +82,12 @@ def _build_into(toolchain: Toolchain, sources: Path, root: Path, say: Printer) -
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     started = time.monotonic()
-    command = [
-        str(toolchain.go), "build", "-p", str(build_jobs()), *GO_BUILD_FLAGS, "-ldflags", "-s -w",
-        "-o", str(scratch / BINARY_NAME), ".",
-    ]  # fmt: skip
+    output = scratch / BINARY_NAME
+    args = ["build", "-p", str(build_jobs()), *GO_BUILD_FLAGS, "-ldflags", "-s -w", "-o", str(output), "."]
     try:
         # The first build downloads the modules from the proxy; go.sum (with -mod=readonly) pins them.
-        result = subprocess.run(
-            command, cwd=sources, env=go_environment(), capture_output=True, text=True, check=False
-        )
-        if result.returncode != 0:
-            raise BuildError(
-                f"building testbed/go/gitops failed: `{' '.join(command)}` in {sources} exited "
-                f"{result.returncode}\n{result.stdout}{result.stderr}"
-            )
-        shutil.rmtree(root, ignore_errors=True)
-        scratch.rename(root)
+        run_go(toolchain, args, sources, "building testbed/go/gitops", say)
+        put_in_place(scratch, root)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     say(f"==> testbed/go/gitops built in {time.monotonic() - started:.0f} s")

@@ -74,6 +74,8 @@ PYTRITON_VERSION = "0.7.0"
 CPU_STAGE_PACKAGES = ("numpy<2", "pillow", "click", "soundfile", "huggingface_hub>=0.23,<1.0", "mpi4py>=4.1")
 PYTRITON = f"nvidia-pytriton=={PYTRITON_VERSION}"
 LOCAL_REGISTRY = "localhost/mmd-operator"
+# The Debian bases made by mmdebstrap; the only images kept in buildah's storage between builds.
+BASE_REGISTRY = "localhost/mmd-local"
 # Wheel file names of this repository's distributions.
 OWN_WHEELS = ("mmd_operator-", "mmd_engine_builder-", "mmd_testbed-")
 # The users the images run as, which Debian's essential root lacks, and their shells: the NGC images'
@@ -157,7 +159,7 @@ def ensure_base(layout: Layout, name: str, say: Printer) -> Path:
             ],
             f"mmdebstrap of base {name}",
         )  # fmt: skip
-        _rootfs_to_oci(rootfs, archive, f"localhost/mmd-local/base-{name}:{_base_digest(name)}")
+        _rootfs_to_oci(rootfs, archive, f"{BASE_REGISTRY}/base-{name}:{_base_digest(name)}")
         rootfs.unlink()
         for stale in cache.glob(f"{name}-*.tar"):
             if stale != archive:
@@ -286,6 +288,20 @@ def _build_archive(
     run(buildah.command("rmi", "--force", name), f"removing {name} from buildah's storage")
 
 
+def _keep_only_bases(buildah: Buildah) -> None:
+    """Remove every image but the Debian bases from buildah's storage.
+
+    The archives are what the nodes import; what stays in the storage is what builds pulled (a release
+    stand-in's base, pulled from the default's archive) or left (an interrupted build's layers), several
+    hundred MB per inputs digest that nothing would use again.
+    """
+    listing = run(buildah.command("images", "--format", "{{.ID}} {{.Name}}"), "listing buildah's images")
+    rows = [line.split() for line in listing.splitlines()]
+    ours = [row[0] for row in rows if len(row) == 2 and not row[1].startswith(f"{BASE_REGISTRY}/")]
+    if ours:
+        run(buildah.command("rmi", "--force", *dict.fromkeys(ours)), "removing the built images from buildah")
+
+
 def _build_local(layout: Layout, say: Printer, targets: Sequence[str], out: Path) -> dict[str, BuiltImage]:
     started = time.monotonic()
     say("==> building the local images from the Dockerfile (buildah, no registry)")
@@ -323,6 +339,7 @@ def _build_local(layout: Layout, say: Printer, targets: Sequence[str], out: Path
                 release_tag = f"{tag}-trtllm{release}"
                 ensure(f"{target}-{release}", "release-cpu", REPOSITORIES[target], release_tag,
                        (base, f"TRTLLM_VERSION={release}"))  # fmt: skip
+        _keep_only_bases(buildah)
     shutil.rmtree(wheelhouse, ignore_errors=True)
     for stale in out.glob("*.tar"):
         if stale not in {image.archive for image in built.values()}:

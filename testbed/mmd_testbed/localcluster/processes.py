@@ -77,6 +77,34 @@ def exclusive_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Ite
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@contextmanager
+def shared_lock(path: Path) -> Iterator[None]:
+    """Hold a shared advisory lock on `path` (many holders at once; `lock_if_free` waits for none)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def lock_if_free(path: Path) -> Iterator[bool]:
+    """Take an exclusive advisory lock on `path` if nobody holds it; yield whether it was taken."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _start_ticks(pid: int) -> int | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
