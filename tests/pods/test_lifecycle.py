@@ -28,8 +28,8 @@ from tests.support.kube import Kube, Resources, Tools, new_namespace
 from tests.support.pods import (
     container_processes,
     example,
+    llava_requests,
     manifest,
-    mmctl_infer,
     service_ip,
     serving_pods,
     signal_processes,
@@ -109,31 +109,19 @@ def test_a_serving_only_change_rolls_real_pods_while_the_service_keeps_answering
     old = {pod.metadata.name for pod in before}
     old_repository = {pod.metadata.annotations[labels.REPOSITORY] for pod in before}
     assert len(old) == 2 and len(old_repository) == 1
-    results: list[tuple[float, int, str]] = []
-    stop = threading.Event()
-
-    def requests() -> None:
-        started = time.monotonic()
-        while not stop.is_set() and len(results) < MAX_REQUESTS and time.monotonic() - started < MAX_SECONDS:
-            answer = mmctl_infer(url, "--model-type", "llava", "--image", str(picture), "--timeout", "20")
-            results.append((time.monotonic(), answer.returncode, answer.stderr.strip()[-300:]))
-
-    client = threading.Thread(target=requests, daemon=True)
-    client.start()
-    wait_until("a few answers before the change", lambda: len(results) >= 3, timeout=60)
-    changed = time.monotonic()
-    resources.apply(example("llava", serving={"replicas": 2, "kvCacheFreeGpuMemFraction": 0.8}))
-    resources.wait_phase("llava", "Ready", timeout=240)
 
     def replaced() -> list[Any]:
         pods = serving_pods(kube, namespace, "llava")
         return pods if len(pods) == 2 and not old & {pod.metadata.name for pod in pods} else []
 
-    pods = wait_until("the old pods to be replaced", replaced, timeout=120)
-    rolled = time.monotonic() - changed
-    time.sleep(2)
-    stop.set()
-    client.join(timeout=30)
+    with llava_requests(url, picture, max_requests=MAX_REQUESTS, max_seconds=MAX_SECONDS) as results:
+        wait_until("a few answers before the change", lambda: len(results) >= 3, timeout=60)
+        changed = time.monotonic()
+        resources.apply(example("llava", serving={"replicas": 2, "kvCacheFreeGpuMemFraction": 0.8}))
+        resources.wait_phase("llava", "Ready", timeout=240)
+        pods = wait_until("the old pods to be replaced", replaced, timeout=120)
+        rolled = time.monotonic() - changed
+        time.sleep(2)
     repositories = {pod.metadata.annotations[labels.REPOSITORY] for pod in pods}
     assert len(repositories) == 1 and repositories != old_repository
     during = [result for result in results if result[0] >= changed]

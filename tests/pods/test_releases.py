@@ -8,7 +8,6 @@ their tag from the chart's 0.19.0 ones.
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.kube import Kube, Resources
-from tests.support.pods import example, mmctl_infer, service_ip, serving_pods, wait_until
+from tests.support.pods import example, llava_requests, mmctl_infer, service_ip, serving_pods, wait_until
 
 pytestmark = pytest.mark.pods
 # Bounds of the request loop that watches the move (requests only to this cluster's Service).
@@ -47,23 +46,6 @@ def test_a_resource_moves_to_the_last_release_while_its_old_engine_keeps_answeri
     (old_image,) = {pod.spec.containers[0].image for pod in serving_pods(kube, namespace, "llava")}
     assert old_image.endswith("-trtllm0.19.0")
     url = f"grpc://{service_ip(kube, namespace, 'llava')}:8001"
-    results: list[tuple[float, int, str]] = []
-    stop = threading.Event()
-
-    def requests() -> None:
-        # No seed and no minimum length: the request both releases take, so the move may lose none.
-        started = time.monotonic()
-        while not stop.is_set() and len(results) < MAX_REQUESTS and time.monotonic() - started < MAX_SECONDS:
-            answer = mmctl_infer(url, "--model-type", "llava", "--image", str(picture), "--timeout", "20")
-            results.append((time.monotonic(), answer.returncode, answer.stderr.strip()[-300:]))
-            time.sleep(1)
-
-    client = threading.Thread(target=requests, daemon=True)
-    client.start()
-    wait_until("a few answers before the move", lambda: len(results) >= 2, timeout=60)
-    moved = time.monotonic()
-    resources.apply(example("llava", engine={"tensorrtLlmVersion": "1.2.1"}))
-
     build_images: set[str] = set()
 
     def moved_over() -> dict[str, Any]:
@@ -79,15 +61,19 @@ def test_a_resource_moves_to_the_last_release_while_its_old_engine_keeps_answeri
         )
         return engine if done else {}
 
-    try:
-        after = wait_until("the resource to serve 1.2.1's engine", moved_over, timeout=420)
-    except AssertionError as late:
-        pods = [(pod.metadata.name, pod.status.phase) for pod in serving_pods(kube, namespace, "llava")]
-        raise AssertionError(f"{late}; status {resources.get('llava').get('status')}; pods {pods}") from None
-    seconds = time.monotonic() - moved
-    time.sleep(3)
-    stop.set()
-    client.join(timeout=40)
+    # No seed and no minimum length: the request both releases take, so the move may lose none.
+    with llava_requests(url, picture, max_requests=MAX_REQUESTS, max_seconds=MAX_SECONDS, pause=1) as results:
+        wait_until("a few answers before the move", lambda: len(results) >= 2, timeout=60)
+        moved = time.monotonic()
+        resources.apply(example("llava", engine={"tensorrtLlmVersion": "1.2.1"}))
+        try:
+            after = wait_until("the resource to serve 1.2.1's engine", moved_over, timeout=420)
+        except AssertionError as late:
+            pods = [(pod.metadata.name, pod.status.phase) for pod in serving_pods(kube, namespace, "llava")]
+            status = resources.get("llava").get("status")
+            raise AssertionError(f"{late}; status {status}; pods {pods}") from None
+        seconds = time.monotonic() - moved
+        time.sleep(3)
     assert after["source"] == "Built"
     assert any(image.endswith("-trtllm1.2.1") for image in build_images), build_images
     images = {pod.spec.containers[0].image for pod in serving_pods(kube, namespace, "llava")}

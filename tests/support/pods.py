@@ -2,7 +2,8 @@
 
 A real node here is a network namespace on this machine, so its containers are processes on this host:
 a container's processes are found by their cgroup (which names the pod's UID), and signalled as a node's
-kernel would see them (a hung server is SIGSTOPped, a builder SIGKILLed).
+kernel would see them (a hung server is SIGSTOPped, a builder SIGKILLed). `llava_requests` keeps asking
+a Service while a test changes what serves it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,6 +83,38 @@ def mmctl_infer(url: str, *args: str, timeout: float = 30) -> subprocess.Complet
         timeout=timeout,
         check=False,
     )
+
+
+# One `mmctl infer` of `llava_requests`: when it ended (monotonic), its exit code, the end of its stderr.
+Answer = tuple[float, int, str]
+
+
+@contextmanager
+def llava_requests(
+    url: str, picture: Path, *, max_requests: int, max_seconds: float, pause: float = 0.0
+) -> Iterator[list[Answer]]:
+    """Send LLaVA requests to `url` from a thread until the block ends; yields the answers as they come.
+
+    Bounded in count and time (requests only to the test's own cluster); `pause` seconds between requests.
+    The loop stops when the block ends, and the list is complete once it has.
+    """
+    answers: list[Answer] = []
+    stop = threading.Event()
+
+    def send() -> None:
+        started = time.monotonic()
+        while not stop.is_set() and len(answers) < max_requests and time.monotonic() - started < max_seconds:
+            answer = mmctl_infer(url, "--model-type", "llava", "--image", str(picture), "--timeout", "20")
+            answers.append((time.monotonic(), answer.returncode, answer.stderr.strip()[-300:]))
+            stop.wait(pause)
+
+    client = threading.Thread(target=send, daemon=True)
+    client.start()
+    try:
+        yield answers
+    finally:
+        stop.set()
+        client.join(timeout=40)
 
 
 def mmctl_chat(url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
