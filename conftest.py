@@ -11,7 +11,8 @@ and promtool, built from Go) and `--with-pods` (real nodes and the images).
 fixtures that cost minutes (a real-node cluster, the tritonserver repositories) start once per group's
 worker, and the groups start longest first so that the run's wall time is the longest group's rather than
 an accident of the order. Every session also unmounts what dead sessions left mounted (see
-tests/support/leftovers.py), before it starts and again before pytest's own clean-up of old directories.
+tests/support/leftovers.py) before it starts, and at its end deletes their directories, before pytest's
+own clean-up of old ones.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.leftovers import unmount_dead_sessions
+from tests.support.leftovers import remove_dead_sessions, unmount_dead_sessions
 
 # `--record-times PATH`: per-tier and per-test times for docs/development/times.md (make test).
 pytest_plugins = ("tests.support.timing",)
@@ -138,5 +139,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    # pytest deletes old numbered directories after this hook, through the config's clean-up stack.
-    unmount_dead_sessions(_pytest_root())
+    # pytest deletes old numbered directories after this hook, through the config's clean-up stack, but not
+    # a killed session's for three days; the controller deletes those (xdist workers leave it to it).
+    if hasattr(config, "workerinput"):
+        unmount_dead_sessions(_pytest_root())
+    else:
+        remove_dead_sessions(_pytest_root())

@@ -2,14 +2,17 @@
 
 A session killed mid-way (a stopped CI job, a SIGKILL) never tears down its real nodes, so kubelet volumes,
 sandbox `shm` and container root file systems stay mounted inside its numbered directory under
-`/tmp/pytest-of-<user>`; pytest later deletes old numbered directories and fails on those mounts. Imports
-the local cluster's unmount helper.
+`/tmp/pytest-of-<user>`; pytest later deletes old numbered directories and fails on those mounts. Nor
+does pytest delete a killed session's directory for three days (its `.lock` stays behind), several GB
+each with the real nodes' image stores: `remove_dead_sessions` does. Imports the local cluster's unmount
+helper.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from pathlib import Path
 
 from mmd_testbed.localcluster.nodes import unmount_all
@@ -42,3 +45,22 @@ def unmount_dead_sessions(root: Path) -> int:
             if directory.is_dir() and not directory.is_symlink() and _session_is_dead(directory):
                 count += unmount_all(directory)
     return count
+
+
+def remove_dead_sessions(root: Path) -> list[str]:
+    """Unmount and delete the numbered directories of dead sessions in `root`; return their names.
+
+    A live session's directory (this one's, or another run's at the same time) stays.
+    """
+    if not root.is_dir():
+        return []
+    removed = []
+    for directory in sorted(root.iterdir()):
+        with contextlib.suppress(OSError):
+            numbered = directory.name.startswith(("pytest-", "garbage-"))
+            if numbered and directory.is_dir() and not directory.is_symlink() and _session_is_dead(directory):
+                if os.geteuid() == 0:
+                    unmount_all(directory)
+                shutil.rmtree(directory)
+                removed.append(directory.name)
+    return removed

@@ -160,6 +160,10 @@ def import_image(ctr: Path, address: Path, archive: Path) -> None:
             # Pinned: the kubelet's image garbage collection never removes what nothing can pull again.
             "--label",
             "io.cri-containerd.pinned=pinned",
+            # Containers run from the unpacked snapshots: the compressed layers (about 400 MB a node)
+            # would only take disk. ctr discards them only in an import of its own (not the daemon's).
+            "--discard-unpacked-layers",
+            "--local",
             str(archive),
         ],
         capture_output=True,

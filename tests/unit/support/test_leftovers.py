@@ -1,4 +1,5 @@
-"""Mounts of dead test sessions are undone; a live session's are left alone (tmpfs mounts, needs root)."""
+"""Mounts and directories of dead test sessions are undone; a live session's are left alone (tmpfs mounts,
+needs root)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mmd_testbed.localcluster.nodes import unmount_all
-from tests.support.leftovers import unmount_dead_sessions
+from tests.support.leftovers import remove_dead_sessions, unmount_dead_sessions
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting tmpfs needs root")
 
@@ -53,3 +54,13 @@ def test_only_the_mounts_of_dead_sessions_are_undone(tmp_path: Path, sessions: d
         "pytest-3": False,  # no lock: the session ended
         "garbage-x": False,  # pytest already judged it dead
     }
+
+
+def test_the_directories_of_dead_sessions_are_removed_and_a_live_ones_kept(
+    tmp_path: Path, sessions: dict[str, Path]
+) -> None:
+    (tmp_path / "pytest-current").symlink_to(tmp_path / "pytest-2")
+
+    assert remove_dead_sessions(tmp_path) == ["garbage-x", "pytest-1", "pytest-3"]
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == ["pytest-2", "pytest-current"]
+    assert _is_mounted(sessions["pytest-2"])
