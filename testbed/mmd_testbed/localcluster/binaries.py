@@ -186,7 +186,7 @@ def go_environment(caches: Path | None = None) -> dict[str, str]:
 
 def drop_go_caches(caches: Path, say: Printer) -> None:
     """Remove `caches` (a `go_caches()`) unless a `go` command is using it (then the next call removes it)."""
-    if not caches.is_dir():
+    if not caches.is_dir() or all(entry.name == ".lock" for entry in caches.iterdir()):
         return
     toolchain = Toolchain.discover()
     with lock_if_free(caches / ".lock") as free:
