@@ -5,11 +5,13 @@ once with the chart's permission to list nodes (`rbac.readNodes`) and once witho
 spec's side of the sum and the scheduler's words, says so once in its log, and loops on nothing. Three
 resources cover the three ways a pod is kept off: more GPUs than the nodes have (serving), a nodeSelector
 value no node carries (build), a taint no toleration covers (build). The node directory's own rule (no
-listing per reconcile; a 403 asked again only after a long while) is checked against the same API server.
+listing per reconcile; a 403 asked again only after a long while), and the device directory's, are checked
+against the same API server.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,8 +22,10 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
+from mmd_operator.kube import devices as device_directory
 from mmd_operator.kube import nodes as node_directory
 from mmd_operator.kube.client import KubeClient
+from mmd_operator.kube.devices import DeviceDirectory
 from mmd_operator.kube.nodes import NodeDirectory
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.objects import NodePool
@@ -232,18 +236,70 @@ def test_a_pod_the_scheduler_cannot_place_is_reported_with_the_fields_the_sum_an
     say(f"{figures} node figures: {resources.condition('too-many', 'Available')['message']}")
 
 
+def _gets() -> float:
+    return REGISTRY.get_sample_value("mmd_api_requests_total", {"method": "GET"}) or 0.0
+
+
+def test_the_device_directory_lists_once_for_many_reconciles_and_asks_a_refusal_again_only_much_later(
+    local_cluster: LocalCluster,
+    kube: Kube,
+    tools: Tools,
+    namespace: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [0.0]
+    client = KubeClient.from_kubeconfig(str(local_cluster.kubeconfig), field_manager="device-directory-test")
+
+    def listed(directory: DeviceDirectory, renew: bool = False) -> tuple[Any, float]:
+        before = _gets()
+        return directory.devices(renew=renew), _gets() - before
+
+    directory = DeviceDirectory(client, clock=lambda: now[0])
+    devices, requests = listed(directory)
+    assert requests == 2 and devices is not None  # the ResourceSlices and the DeviceClasses
+    for _ in range(50):  # a burst of reconciles: one listing serves them all
+        assert listed(directory) == (devices, 0)
+        assert listed(directory, renew=True) == (devices, 0)
+    now[0] += device_directory.RETRY_AFTER
+    assert listed(directory, renew=True)[1] == 2  # a claim that admitted none of the listed devices
+    now[0] += device_directory.MAX_AGE - 1
+    assert listed(directory)[1] == 0
+    now[0] += 1
+    assert listed(directory)[1] == 2
+
+    # A ServiceAccount that may not list them: None, said once, not asked again for FORBIDDEN_RETRY.
+    kube.core.create_namespaced_service_account(namespace, {"metadata": {"name": "no-devices"}})
+    token = tools.run("kubectl", "create", "token", "no-devices", "-n", namespace).stdout.strip()
+    refused_client = KubeClient.from_kubeconfig(
+        str(local_cluster.token_kubeconfig(token, tmp_path / "no-devices.kubeconfig")), field_manager="t"
+    )
+    refused = DeviceDirectory(refused_client, clock=lambda: now[0])
+    refused_at = now[0]
+    with caplog.at_level(logging.INFO, logger=device_directory.__name__):
+        assert listed(refused) == (None, 1)
+        for _ in range(20):
+            now[0] += device_directory.RETRY_AFTER
+            assert listed(refused, renew=True) == (None, 0)
+        now[0] = refused_at + device_directory.FORBIDDEN_RETRY
+        assert listed(refused) == (None, 1)
+    said = [
+        record.getMessage()
+        for record in caplog.records
+        if "may not list ResourceSlices" in record.getMessage()
+    ]
+    assert len(said) == 1 and "403" in said[0], said
+
+
 def test_the_node_directory_lists_once_for_many_reconciles_and_asks_a_refusal_again_only_much_later(
     local_cluster: LocalCluster, kube: Kube, tools: Tools, namespace: str, tmp_path: Path
 ) -> None:
     now = [0.0]
     client = KubeClient.from_kubeconfig(str(local_cluster.kubeconfig), field_manager="node-directory-test")
 
-    def gets() -> float:
-        return REGISTRY.get_sample_value("mmd_api_requests_total", {"method": "GET"}) or 0.0
-
     def listed(directory: NodeDirectory, count: int | None = None) -> tuple[Any, float]:
-        before = gets()
-        return directory.nodes(count), gets() - before
+        before = _gets()
+        return directory.nodes(count), _gets() - before
 
     directory = NodeDirectory(client, clock=lambda: now[0])
     nodes, requests = listed(directory)
