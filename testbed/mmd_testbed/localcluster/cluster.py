@@ -331,12 +331,12 @@ class LocalCluster:
         if state.network is not None:
             realnodes.NodeRunner.issue_apiserver_certificate(credentials)
         write_kubeconfig(self.kubeconfig, self.server_url(state), credentials)
-        # The fake engine builder reports the GPU of the pool the cluster starts with.
+        # The fake engine builder reports the GPU of the pool the cluster starts with, as nvidia-smi names it.
         gpu = GPU_MODELS[state.pool.gpu_model]
         write_kwok_config(
             self.files.kwok_config,
             binaries.kwok_stages_dir,
-            gpu_name=gpu.product,
+            gpu_name=gpu.name,
             compute_capability=f"{gpu.compute_major}.{gpu.compute_minor}",
         )
         write_audit_policy(self.files.audit_policy)

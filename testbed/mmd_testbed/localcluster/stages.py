@@ -61,7 +61,7 @@ FAULTS = ("fail", "crashloop", "never-ready", "succeed")
 BUILD_DURATION_ANNOTATION = "localcluster.mmd.dev/build-duration"
 DEFAULT_BUILD_DURATION_SECONDS = 2
 # What the fake builder reports when the stages are written without a node pool's GPU (as on A100 nodes).
-DEFAULT_BUILD_GPU_NAME = "NVIDIA-A100-SXM4-80GB"
+DEFAULT_BUILD_GPU_NAME = "NVIDIA A100-SXM4-80GB"
 DEFAULT_BUILD_COMPUTE_CAPABILITY = "8.0"
 
 STORAGE_CLASS = "local"
