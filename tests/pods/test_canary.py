@@ -406,7 +406,7 @@ def test_a_new_checkpoint_surges_in_with_no_request_lost(rollout: Rollout, pictu
         rollout.wait("replaced", replaced, 300)
         rollout.resources.wait_phase(name, "Ready", timeout=120)
         rollout.marks["ready"] = time.monotonic()
-        time.sleep(2)
+        watched.answered_since(rollout.marks["change"])
     during = watched.unbroken_since(rollout.marks["change"], "a new checkpoint's surge")
     print(
         f"\n{name}: new checkpoint, surge, spare GPU: Ready {rollout.since('ready', 'change'):.1f} s after "

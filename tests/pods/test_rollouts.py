@@ -164,6 +164,18 @@ class Watch:
     def failed(self) -> list[tuple[float, int, str]]:
         return [request for request in self.requests if request[1] != 0]
 
+    def answered_since(self, since: float, count: int = 2, timeout: float = 60) -> None:
+        """Wait until `count` requests sent at or after `since` were answered (a block's last seconds).
+
+        Each request is a whole client process, several seconds on two loaded cores: a rollout that is
+        over in ten seconds may otherwise end the block with one request in it.
+        """
+        wait_until(
+            f"{count} answers to requests sent since the change",
+            lambda: sum(1 for at, _, _ in self.requests if at >= since) >= count,
+            timeout=timeout,
+        )
+
     def unbroken_since(self, since: float, what: str) -> list[tuple[float, int, str]]:
         """Assert a ready endpoint and an answer throughout `what`; return its requests."""
         during = [request for request in self.requests if request[0] >= since]
@@ -296,7 +308,7 @@ def test_a_serving_change_with_a_spare_gpu_surges_and_keeps_a_ready_endpoint_thr
         changed = _change_and_wait(resources, kube, namespace, name, document)
         watched.marks["change"] = changed
         ready_again = time.monotonic() - changed
-        time.sleep(2)
+        watched.answered_since(changed)
     assert rollout_reason(resources, name) == SURGE
     during = watched.unbroken_since(changed, "a surge rollout")
     print(
@@ -529,7 +541,7 @@ def test_a_drain_of_a_node_with_a_serving_pod_loses_no_request_with_two_replicas
 
             wait_until("two ready pods off the drained node", moved, timeout=240)
             recovered = time.monotonic() - started
-            time.sleep(2)
+            watched.answered_since(started)
     finally:
         tools.run("kubectl", "uncordon", node, check=False)
     during = watched.unbroken_since(started, "the drain")
@@ -559,7 +571,7 @@ def test_a_revision_whose_container_exits_at_start_is_undone_while_the_old_pod_s
         undone_after = time.monotonic() - changed
         alone = functools.partial(_only_the_stable_pods, kube, namespace, name, stable)
         wait_until("the stable pod alone", alone, 240)
-        time.sleep(2)
+        watched.answered_since(changed)
     message = degraded["status"]["rollback"]["message"]
     assert "is in CrashLoopBackOff" in message and "exit code 1" in message, message
     assert f"rolled back to revision {stable}" in message
@@ -618,7 +630,7 @@ def test_with_the_autoscaler_a_change_surges_one_pod_above_its_replicas_and_leav
         wait_until("both pods replaced", rolled, timeout=300, interval=0.5)
         resources.wait_phase(name, "Ready", timeout=120)
         ready_again = time.monotonic() - changed
-        time.sleep(2)
+        watched.answered_since(changed)
     during = watched.unbroken_since(changed, "a surge under the autoscaler")
     assert max(pods for pods, _, _ in seen) <= 3, seen  # two replicas and one surge pod at most
     assert {desired for _, desired, _ in seen} == {2} and {replicas for _, _, replicas in seen} == {2}, seen
