@@ -12,7 +12,7 @@ fixtures that cost minutes (a real-node cluster, the tritonserver repositories) 
 worker, and the groups start longest first so that the run's wall time is the longest group's rather than
 an accident of the order. Every session also unmounts what dead sessions left mounted (see
 tests/support/leftovers.py) before it starts, and at its end deletes their directories, before pytest's
-own clean-up of old ones.
+own clean-up of old ones; it also removes the shared memory dead tritonservers' Python stubs left.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.leftovers import remove_dead_sessions, unmount_dead_sessions
+from tests.support.leftovers import remove_dead_sessions, remove_unmapped_stub_memory, unmount_dead_sessions
 
 # `--record-times PATH`: per-tier and per-test times for docs/development/times.md (make test).
 pytest_plugins = ("tests.support.timing",)
@@ -136,6 +136,8 @@ def _pytest_root() -> Path:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     unmount_dead_sessions(_pytest_root())
+    if not hasattr(session.config, "workerinput"):
+        remove_unmapped_stub_memory()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -4,15 +4,19 @@ A session killed mid-way (a stopped CI job, a SIGKILL) never tears down its real
 sandbox `shm` and container root file systems stay mounted inside its numbered directory under
 `/tmp/pytest-of-<user>`; pytest later deletes old numbered directories and fails on those mounts. Nor
 does pytest delete a killed session's directory for three days (its `.lock` stays behind), several GB
-each with the real nodes' image stores: `remove_dead_sessions` does. Imports the local cluster's unmount
-helper.
+each with the real nodes' image stores: `remove_dead_sessions` does. A tritonserver that died or was
+killed leaves its Python stubs' shared memory in /dev/shm (about 1 MB a region, in the machine's memory):
+`remove_unmapped_stub_memory` removes the regions no process maps any more. Imports the local cluster's
+unmount helper.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
+import time
 from pathlib import Path
 
 from mmd_testbed.localcluster.nodes import unmount_all
@@ -63,4 +67,41 @@ def remove_dead_sessions(root: Path) -> list[str]:
                     unmount_all(directory)
                 shutil.rmtree(directory)
                 removed.append(directory.name)
+    return removed
+
+
+# The Python backend's region names: the prefix the launch argv gives each rank, or the backend's default.
+_STUB_REGION = re.compile(r"^(prefix\d+_|triton_python_backend_shm_region_)")
+# A region this young may be between its creation and its first mapping.
+_REGION_SETTLE_SECONDS = 600.0
+
+
+def _mapped(proc: Path) -> set[str]:
+    """Every file path some process on this machine maps (the sixth column of its maps)."""
+    paths: set[str] = set()
+    for maps in proc.glob("[0-9]*/maps"):
+        with contextlib.suppress(OSError):
+            for line in maps.read_text().splitlines():
+                columns = line.split(maxsplit=5)
+                if len(columns) == 6:
+                    paths.add(columns[5])
+    return paths
+
+
+def remove_unmapped_stub_memory(shm: Path = Path("/dev/shm"), proc: Path = Path("/proc")) -> list[str]:
+    """Remove the Python stubs' regions in `shm` that no process maps and that are older than ten minutes."""
+    if not shm.is_dir():
+        return []
+    in_use = _mapped(proc)
+    now = time.time()
+    removed = []
+    for region in sorted(shm.iterdir()):
+        with contextlib.suppress(OSError):
+            if (
+                _STUB_REGION.match(region.name)
+                and str(region) not in in_use
+                and now - region.stat().st_mtime > _REGION_SETTLE_SECONDS
+            ):
+                region.unlink()
+                removed.append(region.name)
     return removed

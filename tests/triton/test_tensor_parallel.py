@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 
 from mmctl.main import main
@@ -41,6 +42,16 @@ def _processes_mentioning(text: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def _shared_memory_of(pid: int) -> set[Path]:
+    leader = psutil.Process(pid)
+    return {
+        Path(mapped.path)
+        for process in (leader, *leader.children(recursive=True))
+        for mapped in process.memory_maps()
+        if mapped.path.startswith("/dev/shm/")
+    }
 
 
 def test_tp2_argv_starts_under_mpirun(
@@ -79,7 +90,11 @@ def test_tp2_argv_starts_under_mpirun(
             assert f"tensorrt_llm double: rank {rank} joined the MPI world: 2 ranks on 1 host: " in text
         assert "world" not in seen["llm"]
         assert served.process.pid is not None
+        regions = _shared_memory_of(served.process.pid)
+        assert regions, "the Python stubs map no region under /dev/shm"
     assert _processes_mentioning(str(served.repository)) == []
+    # mpirun ends the ranks' stubs with SIGKILL, which leaves their regions: the stop removes them.
+    assert [region for region in regions if region.exists()] == []
 
 
 # Each rank in a UTS namespace of its own: its own host name, as in the pods of a LeaderWorkerSet group.

@@ -4,8 +4,9 @@
 writes a `bin/tritonserver` wrapper that sets the loader path and the backend directory and binds loopback
 only; everything else on the command line is the launch argv the operator computes (`plan.launch`). This
 module finds that install, picks free loopback ports, starts an argv in its own process group (bound to this
-process, so it dies with it), waits for strict readiness and stops the whole group. Part of the triton
-adapter: imports the standard library, psutil and our plan's port type.
+process, so it dies with it), waits for strict readiness and stops the whole group (and removes the shared
+memory its Python stubs mapped). Part of the triton adapter: imports the standard library, psutil and our
+plan's port type.
 """
 
 from __future__ import annotations
@@ -172,7 +173,9 @@ class LocalServer:
         """Stop the server and every process it started; returns the leader's exit code.
 
         SIGTERM to the leader first, then SIGKILL to whatever of its family is left, and wait until all of
-        it is gone, so a caller that returns from here finds no process of this server.
+        it is gone, so a caller that returns from here finds no process of this server. The shared memory
+        its Python stubs mapped goes too: a stub that mpirun ends with SIGKILL leaves its regions in
+        /dev/shm, about 1 MB each, which would fill the machine's memory run after run.
         """
         process = self._process
         if process is None:
@@ -180,6 +183,7 @@ class LocalServer:
         # Note the family before the leader ends: Open MPI ranks and Python stubs may sit in their own
         # sessions, and once the leader is gone they are nobody's children any more.
         family = _family(process.pid)
+        regions = _shared_memory(family)
         if process.poll() is None:
             # The leader first: tritonserver unloads its models (and mpirun ends its ranks) in order;
             # signalling the Python stubs at the same time would leave it waiting on dead stubs.
@@ -196,7 +200,20 @@ class LocalServer:
         psutil.wait_procs(family, timeout=grace)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=grace)
+        for region in regions:
+            region.unlink(missing_ok=True)
         return process.returncode
+
+
+def _shared_memory(family: list[psutil.Process]) -> set[Path]:
+    """The files under /dev/shm that `family` maps (the Python backend's regions)."""
+    regions: set[Path] = set()
+    for member in family:
+        with contextlib.suppress(psutil.Error):
+            regions |= {
+                Path(mapped.path) for mapped in member.memory_maps() if mapped.path.startswith("/dev/shm/")
+            }
+    return regions
 
 
 def _family(pid: int) -> list[psutil.Process]:

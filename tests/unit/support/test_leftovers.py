@@ -1,17 +1,19 @@
-"""Mounts and directories of dead test sessions are undone; a live session's are left alone (tmpfs mounts,
-needs root)."""
+"""Mounts and directories of dead test sessions are undone, and the shared memory of dead Python stubs;
+a live session's are left alone (tmpfs mounts, needs root)."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from mmd_testbed.localcluster.nodes import unmount_all
-from tests.support.leftovers import remove_dead_sessions, unmount_dead_sessions
+from tests.support.leftovers import remove_dead_sessions, remove_unmapped_stub_memory, unmount_dead_sessions
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting tmpfs needs root")
 
@@ -64,3 +66,19 @@ def test_the_directories_of_dead_sessions_are_removed_and_a_live_ones_kept(
     assert remove_dead_sessions(tmp_path) == ["garbage-x", "pytest-1", "pytest-3"]
     assert sorted(entry.name for entry in tmp_path.iterdir()) == ["pytest-2", "pytest-current"]
     assert _is_mounted(sessions["pytest-2"])
+
+
+def test_only_stub_regions_no_process_maps_and_old_enough_are_removed(tmp_path: Path) -> None:
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    old = time.time() - 3600
+    for name in ("prefix0_dead", "triton_python_backend_shm_region_dead", "prefix1_mapped", "prefix2_young"):
+        (shm / name).write_bytes(b"\0" * 4096)
+    (shm / "postgres.shm").write_bytes(b"\0" * 4096)  # not a stub's
+    for name in ("prefix0_dead", "triton_python_backend_shm_region_dead", "prefix1_mapped", "postgres.shm"):
+        os.utime(shm / name, (old, old))
+    with (shm / "prefix1_mapped").open("r+b") as handle, mmap.mmap(handle.fileno(), 4096):
+        removed = remove_unmapped_stub_memory(shm)
+    assert removed == ["prefix0_dead", "triton_python_backend_shm_region_dead"]
+    kept = sorted(entry.name for entry in shm.iterdir())
+    assert kept == ["postgres.shm", "prefix1_mapped", "prefix2_young"]
