@@ -17,14 +17,17 @@ own clean-up of old ones; it also removes the shared memory dead tritonservers' 
 
 from __future__ import annotations
 
-import getpass
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.leftovers import remove_dead_sessions, remove_unmapped_stub_memory, unmount_dead_sessions
+from tests.support.leftovers import (
+    remove_dead_sessions,
+    remove_unmapped_stub_memory,
+    sessions_root,
+    unmount_dead_sessions,
+)
 
 # `--record-times PATH`: per-tier and per-test times for docs/development/times.md (make test).
 pytest_plugins = ("tests.support.timing",)
@@ -130,12 +133,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=rank)  # stable: within a group and among the rest, the collection order stays
 
 
-def _pytest_root() -> Path:
-    return Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"
-
-
 def pytest_sessionstart(session: pytest.Session) -> None:
-    unmount_dead_sessions(_pytest_root())
+    unmount_dead_sessions(sessions_root())
     if not hasattr(session.config, "workerinput"):
         remove_unmapped_stub_memory()
 
@@ -144,6 +143,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     # pytest deletes old numbered directories after this hook, through the config's clean-up stack, but not
     # a killed session's for three days; the controller deletes those (xdist workers leave it to it).
     if hasattr(config, "workerinput"):
-        unmount_dead_sessions(_pytest_root())
+        unmount_dead_sessions(sessions_root())
     else:
-        remove_dead_sessions(_pytest_root())
+        remove_dead_sessions(sessions_root())

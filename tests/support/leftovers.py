@@ -13,13 +13,20 @@ unmount helper.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import re
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
 from mmd_testbed.localcluster.nodes import unmount_all
+
+
+def sessions_root() -> Path:
+    """Where pytest makes its numbered directories for this user."""
+    return Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"
 
 
 def _session_is_dead(numbered_directory: Path) -> bool:

@@ -7,8 +7,9 @@ pytest-xdist workers collect in the background, where the tiers' own collection 
 same functions, each under its cache's lock) would build silently. The cluster tier needs the control
 plane, the GitOps checker and promtool; the pods tier also the real nodes' components (and their fake GPU
 device plugin), LeaderWorkerSet, the metrics path and the images, and about `POD_TIER_DISK` free on the
-temporary directory's file system: with less, it stops here and says so, before a run that would end in
-every test's errors. Imports the local cluster's build helpers.
+temporary directory's file system, counted after earlier runs' directories are removed: with less, it
+stops here and says so, before a run that would end in every test's errors. Imports the local cluster's
+build helpers and the leftovers' clean-up.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from mmd_testbed.localcluster import builds, realnodes
 from mmd_testbed.localcluster.layout import Layout
+from tests.support.leftovers import remove_dead_sessions, sessions_root
 
 TIERS = ("cluster", "pods")
 # What the real-pod tier takes on the disk at its peak, measured (docs/development/local-cluster.md#disk):
@@ -37,6 +39,10 @@ def prepare(tiers: Sequence[str]) -> int:
     caches at a time and the images beside them.
     """
     caches = ["control plane", "GitOps checker", "metrics"]
+    # Earlier runs' directories first (a failed run keeps its real nodes' stores), so that they count as free.
+    removed = remove_dead_sessions(sessions_root())
+    if removed:
+        print(f"removed the temporary directories of {len(removed)} earlier test session(s)")
     if "pods" in tiers:
         problems = realnodes.preflight() + _disk_problems(Path(tempfile.gettempdir()), POD_TIER_DISK)
         if problems:
