@@ -23,6 +23,9 @@ from pathlib import Path
 
 from mmd_testbed.localcluster.nodes import unmount_all
 
+# pytest writes a numbered directory's `.lock` right after making it.
+_LOCK_SETTLE_SECONDS = 60.0
+
 
 def sessions_root() -> Path:
     """Where pytest makes its numbered directories for this user."""
@@ -36,6 +39,9 @@ def _session_is_dead(numbered_directory: Path) -> bool:
     try:
         pid = int((numbered_directory / ".lock").read_text())
     except (OSError, ValueError):
+        # Ended, unless pytest made it a moment ago and is about to write its lock.
+        with contextlib.suppress(OSError):
+            return time.time() - numbered_directory.stat().st_mtime > _LOCK_SETTLE_SECONDS
         return True
     try:
         os.kill(pid, 0)

@@ -44,6 +44,7 @@ def sessions(tmp_path: Path) -> Iterator[dict[str, Path]]:
             (directory / ".lock").write_text(holder)
         subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(directory / "nodes" / "shm")], check=True)
         mounts[name] = directory / "nodes" / "shm"
+        os.utime(directory, (time.time() - 3600,) * 2)  # a directory without a lock is ended once it is old
     yield mounts
     unmount_all(tmp_path)
 
@@ -82,3 +83,10 @@ def test_only_stub_regions_no_process_maps_and_old_enough_are_removed(tmp_path: 
     assert removed == ["prefix0_dead", "triton_python_backend_shm_region_dead"]
     kept = sorted(entry.name for entry in shm.iterdir())
     assert kept == ["postgres.shm", "prefix1_mapped", "prefix2_young"]
+
+
+def test_a_directory_made_a_moment_ago_without_its_lock_yet_is_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "pytest-7").mkdir()  # pytest writes the lock right after
+
+    assert remove_dead_sessions(tmp_path) == []
+    assert (tmp_path / "pytest-7").is_dir()
