@@ -35,7 +35,7 @@ from mmd_testbed.localcluster.stages import (
     FAULT_MESSAGE_ANNOTATION,
     FAULT_REASON_ANNOTATION,
 )
-from tests.support.kube import Kube, Resources, Tools
+from tests.support.kube import Kube, Resources, Tools, unprivileged_kubeconfig
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator")]
 
@@ -243,11 +243,8 @@ def test_the_quota_directory_lists_once_per_namespace_and_asks_a_refusal_again_o
     assert listed(directory)[1] == 1
 
     # A ServiceAccount that may not list quotas: None, once asked, then not again for FORBIDDEN_RETRY.
-    kube.core.create_namespaced_service_account(namespace, {"metadata": {"name": "no-quotas"}})
-    token = tools.run("kubectl", "create", "token", "no-quotas", "-n", namespace).stdout.strip()
-    refused_client = KubeClient.from_kubeconfig(
-        str(local_cluster.token_kubeconfig(token, tmp_path / "no-quotas.kubeconfig")), field_manager="t"
-    )
+    kubeconfig = unprivileged_kubeconfig(kube, tools, local_cluster, namespace, "no-quotas", tmp_path)
+    refused_client = KubeClient.from_kubeconfig(str(kubeconfig), field_manager="t")
     refused = QuotaDirectory(refused_client, clock=lambda: now[0])
     assert listed(refused) == (None, 1)
     for _ in range(20):

@@ -20,7 +20,7 @@ from mmd_operator.plan.resource_plan import plan_resource
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.objects import NodePool
 from mmd_testbed.localcluster.stages import STORAGE_CLASS
-from tests.support.kube import Kube, Resources, Tools, restricted
+from tests.support.kube import Kube, Resources, Tools, restricted, unprivileged_kubeconfig
 from tests.support.nodes import extra_gpu_nodes
 
 pytestmark = pytest.mark.cluster
@@ -207,9 +207,7 @@ def test_a_missing_namespace_a_missing_source_claim_and_no_default_class_are_err
 def test_what_the_kubeconfig_may_not_read_is_a_warning_not_an_error(
     kube: Kube, tools: Tools, local_cluster: LocalCluster, namespace: str, tmp_path: Path
 ) -> None:
-    kube.core.create_namespaced_service_account(namespace, {"metadata": {"name": "nobody"}})
-    token = tools.run("kubectl", "create", "token", "nobody", "-n", namespace).stdout.strip()
-    kubeconfig = local_cluster.token_kubeconfig(token, tmp_path / "nobody.kubeconfig")
+    kubeconfig = unprivileged_kubeconfig(kube, tools, local_cluster, namespace, "nobody", tmp_path)
     client = KubeClient.from_kubeconfig(str(kubeconfig), field_manager="mmctl")
     found = preflight(*mllama(), namespace, client)
     assert found and all(f.severity is Severity.WARNING for f in found), found

@@ -29,7 +29,7 @@ from mmd_operator.kube.devices import DeviceDirectory
 from mmd_operator.kube.nodes import NodeDirectory
 from mmd_testbed.localcluster.cluster import LocalCluster
 from mmd_testbed.localcluster.objects import NodePool
-from tests.support.kube import Kube, Resources, Tools, new_namespace
+from tests.support.kube import Kube, Resources, Tools, new_namespace, unprivileged_kubeconfig
 from tests.support.nodes import extra_gpu_nodes
 
 from .conftest import OperatorProcess, operator_writes_at_rest
@@ -269,11 +269,8 @@ def test_the_device_directory_lists_once_for_many_reconciles_and_asks_a_refusal_
     assert listed(directory)[1] == 2
 
     # A ServiceAccount that may not list them: None, said once, not asked again for FORBIDDEN_RETRY.
-    kube.core.create_namespaced_service_account(namespace, {"metadata": {"name": "no-devices"}})
-    token = tools.run("kubectl", "create", "token", "no-devices", "-n", namespace).stdout.strip()
-    refused_client = KubeClient.from_kubeconfig(
-        str(local_cluster.token_kubeconfig(token, tmp_path / "no-devices.kubeconfig")), field_manager="t"
-    )
+    kubeconfig = unprivileged_kubeconfig(kube, tools, local_cluster, namespace, "no-devices", tmp_path)
+    refused_client = KubeClient.from_kubeconfig(str(kubeconfig), field_manager="t")
     refused = DeviceDirectory(refused_client, clock=lambda: now[0])
     refused_at = now[0]
     with caplog.at_level(logging.INFO, logger=device_directory.__name__):
@@ -317,11 +314,8 @@ def test_the_node_directory_lists_once_for_many_reconciles_and_asks_a_refusal_ag
     assert listed(NodeDirectory(client, enabled=False)) == (None, 0)
 
     # A ServiceAccount that may not list nodes: None, once asked, then not again for FORBIDDEN_RETRY.
-    kube.core.create_namespaced_service_account(namespace, {"metadata": {"name": "no-nodes"}})
-    token = tools.run("kubectl", "create", "token", "no-nodes", "-n", namespace).stdout.strip()
-    refused_client = KubeClient.from_kubeconfig(
-        str(local_cluster.token_kubeconfig(token, tmp_path / "no-nodes.kubeconfig")), field_manager="t"
-    )
+    kubeconfig = unprivileged_kubeconfig(kube, tools, local_cluster, namespace, "no-nodes", tmp_path)
+    refused_client = KubeClient.from_kubeconfig(str(kubeconfig), field_manager="t")
     refused = NodeDirectory(refused_client, clock=lambda: now[0])
     assert listed(refused) == (None, 1)
     for _ in range(20):

@@ -1,7 +1,8 @@
 """What the cluster and pods tiers share: API handles with a poller, kubectl and helm, resources as a user
 applies them, the `restricted` Pod Security level and the CRD.
 
-Imports the kubernetes client, pytest and our CRD generator and pod settings.
+Imports the kubernetes client, pytest, our CRD generator and pod settings, and the local cluster (its
+token kubeconfigs).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mmd_operator.api import crdgen
 from mmd_operator.desired import pods
+from mmd_testbed.localcluster.cluster import LocalCluster
 
 # What the cluster tier's namespaces enforce (pods that break it are refused at creation).
 POD_SECURITY = {"pod-security.kubernetes.io/enforce": "restricted"}
@@ -229,6 +231,15 @@ def read_or_none(read: Callable[[str, str], Any], name: str, namespace: str) -> 
         raise
     result: dict[str, Any] = k8s.ApiClient().sanitize_for_serialization(found)
     return result
+
+
+def unprivileged_kubeconfig(
+    kube: Kube, tools: Tools, cluster: LocalCluster, namespace: str, name: str, directory: Path
+) -> Path:
+    """A kubeconfig of a new ServiceAccount `name` in `namespace`, bound to no role: it may read nothing."""
+    kube.core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+    token = tools.run("kubectl", "create", "token", name, "-n", namespace).stdout.strip()
+    return cluster.token_kubeconfig(token, directory / f"{name}.kubeconfig")
 
 
 def new_namespace(kube: Kube, stem: str) -> str:
