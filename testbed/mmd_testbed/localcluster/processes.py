@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TextIO
 
 _PR_SET_PDEATHSIG = 1
 
@@ -61,48 +62,47 @@ class ProcessRecord:
 
 
 @contextmanager
+def _lock_file(path: Path) -> Iterator[TextIO]:
+    """The open lock file at `path`, whatever lock is taken on it released at the end."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        try:
+            yield handle
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
 def exclusive_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
     """Hold an exclusive advisory lock on `path`; call `on_wait` first if somebody else holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
+    with _lock_file(path) as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if on_wait is not None:
                 on_wait()
             fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
 
 
 @contextmanager
 def shared_lock(path: Path) -> Iterator[None]:
     """Hold a shared advisory lock on `path` (many holders at once; `lock_if_free` waits for none)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
+    with _lock_file(path) as handle:
         fcntl.flock(handle, fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
 
 
 @contextmanager
 def lock_if_free(path: Path) -> Iterator[bool]:
     """Take an exclusive advisory lock on `path` if nobody holds it; yield whether it was taken."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
+    with _lock_file(path) as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             yield False
-            return
-        try:
+        else:
             yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _start_ticks(pid: int) -> int | None:
