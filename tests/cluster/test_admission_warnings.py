@@ -190,7 +190,7 @@ def test_the_operator_notes_warnings_in_status_and_an_event_without_holding_read
     assert resources.condition("llava", "Ready")["status"] == "True"
     verdict = check(gitops_check, [ready], HEALTH_LUA)[0]
     assert (verdict.kstatus, verdict.argocd) == ("Current", "Healthy")
-    events = _warning_events(kube, namespace)
+    events = kube.events_about(namespace, "llava", SPEC_WARNINGS)
     assert [e.message for e in events] == [f"2 warnings about the spec: {'; '.join(expected)}"]
     writes = operator_writes_at_rest(local_cluster.audit_log, namespace, 5)
     assert writes == [], json.dumps(writes, indent=1)[:3000]

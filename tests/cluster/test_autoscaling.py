@@ -236,12 +236,15 @@ def test_the_autoscaler_owns_replicas_while_autoscaling_is_on_and_the_operator_t
         timeout=60,
     )
     assert status["autoscaling"]["desiredReplicas"] == 4
-    events = kube.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={NAME}").items
-    scaled = [e.message for e in events if e.reason == "Autoscaled"]
-    assert (
-        f"scaled the serving pods up from 3 to 4 (HorizontalPodAutoscaler {NAME} on "
-        "mmd_triton_queue_time_per_request_seconds)"
-    ) in scaled, scaled
+    kube.events_about(
+        namespace,
+        NAME,
+        "Autoscaled",
+        containing=(
+            f"scaled the serving pods up from 3 to 4 (HorizontalPodAutoscaler {NAME} on "
+            "mmd_triton_queue_time_per_request_seconds)"
+        ),
+    )
 
     # Autoscaling off, two replicas: the autoscaler goes and the operator owns replicas again.
     resources.apply(_document(replicas=2))

@@ -242,10 +242,8 @@ def test_a_failing_build_reports_the_builders_reason_and_recovers_once_the_spec_
         f"{line}; kubectl logs job/{job} has the rest, and a change of the spec (or deleting the Job) builds "
         "again."
     )
-    events = kube.core.list_namespaced_event(namespace, field_selector="involvedObject.name=llava").items
-    failure = next(
-        e for e in events if (e.type, e.reason) == ("Warning", "Failed") and "CUDA out of memory" in e.message
-    )
+    (failure,) = kube.events_about(namespace, "llava", "Failed", containing="CUDA out of memory")
+    assert failure.type == "Warning"
     involved = failure.involved_object  # what `kubectl describe` matches the Event to the resource by
     assert (involved.api_version, involved.kind, involved.namespace) == (API_VERSION, KIND, namespace)
     assert involved.uid == failed["metadata"]["uid"] and involved.resource_version

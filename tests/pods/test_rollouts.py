@@ -401,8 +401,7 @@ def test_with_no_spare_gpu_the_rollout_says_it_goes_in_place_first_and_is_down_f
     assert said is not None, "the status never said the rollout goes on in place"
     assert down, "no moment without a ready endpoint: was there a spare GPU after all?"
     assert said <= down[0], f"the status said it {said - down[0]:.2f} s after the pod went"
-    events = kube.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
-    rolling = [event.message or "" for event in events if event.reason == "RollingInPlace"]
+    rolling = [event.message for event in kube.events_about(namespace, name, "RollingInPlace")]
     assert len(rolling) == 1 and f"pod {old.metadata.name} stops before its replacement loads" in rolling[0]
     assert f"offer 8 ({node} 8)" in rolling[0] and "Insufficient nvidia.com/gpu" in rolling[0], rolling[0]
     assert rollout_reason(resources, name) == SURGE  # the next change surges again
@@ -479,8 +478,7 @@ def test_a_revision_that_cannot_start_is_undone_to_the_last_ready_one_and_held(
     assert degraded["status"]["stableRevision"]["podTemplateHash"] == stable
     template = kube.apps.read_namespaced_deployment(name, namespace).spec.template
     assert BAD_IMAGE not in [c.image for c in template.spec.containers]
-    events = kube.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
-    assert [e.message for e in events if e.reason == ROLLED_BACK] == [message]
+    assert [e.message for e in kube.events_about(namespace, name, ROLLED_BACK)] == [message]
 
     # Held: the same spec again changes nothing; the retry annotation tries the revision once more.
     resources.apply(bad)

@@ -79,6 +79,27 @@ class Kube:
             f"timed out after {timeout:.0f} s waiting for {what} (last API error: {last_error}){context}"
         )
 
+    def events_about(
+        self, namespace: str, name: str, reason: str, *, containing: str = "", timeout: float = 30.0
+    ) -> list[Any]:
+        """The Events of `reason` about object `name` whose message holds `containing`, once there is one.
+
+        The operator posts its Events from a thread of its own after the status write they go with, so a
+        test that has just seen that status waits for them rather than reading once.
+        """
+        selector = f"involvedObject.name={name},reason={reason}"
+
+        def found() -> list[Any]:
+            events = self.core.list_namespaced_event(namespace, field_selector=selector).items
+            return [event for event in events if containing in (event.message or "")]
+
+        return self.wait_for(  # type: ignore[no-any-return]
+            f"a {reason} event about {name}" + (f" saying {containing!r}" if containing else ""),
+            found,
+            timeout=timeout,
+            explain=lambda: self.describe_namespace(namespace),
+        )
+
     def describe_namespace(self, namespace: str) -> str:
         """Pods with their container states and the latest events of `namespace`: why a wait failed."""
         lines = [f"pods in {namespace}:"]
