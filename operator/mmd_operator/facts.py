@@ -260,6 +260,8 @@ class PodFacts:
     node_lost: bool = False
     # The nvidia.com/gpu it asks for.
     gpus: int = 0
+    # The ResourceClaimTemplates it took its claims from (spec.gpus.resourceClaim).
+    claim_templates: tuple[str, ...] = ()
     # What the scheduler matched it against nodes with: kept only while it cannot be scheduled.
     placement: PodPlacement | None = None
 
@@ -275,6 +277,8 @@ class JobFacts:
     failure: str | None = None
     started: datetime | None = None
     finished: datetime | None = None
+    # The ResourceClaimTemplates its pod template takes claims from.
+    claim_templates: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -318,6 +322,8 @@ class DeploymentFacts:
     # Its kind, and the pods of one replica (a LeaderWorkerSet's group size; 1 for a Deployment).
     kind: str = "Deployment"
     group_size: int = 1
+    # The ResourceClaimTemplates its pod templates take claims from.
+    claim_templates: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -386,7 +392,8 @@ class Observed:
     `artifact` is the engine index's entry of what the resource's plan needs made (an engine built, or
     on trtllm-serve the snapshot of the revision's commit); `job` and `job_pods` are the Job that makes it
     (a build, or a download) in the resource's claim; `stale_jobs` and `stale_claims` are children the
-    resource owns that its current spec no longer uses.
+    resource owns that its current spec no longer uses; `claim_templates` are all of its
+    ResourceClaimTemplates, the current spec's and earlier ones.
     """
 
     now: datetime
@@ -408,6 +415,7 @@ class Observed:
     serving_pods: tuple[PodFacts, ...] = ()
     stale_jobs: tuple[JobFacts, ...] = ()
     stale_claims: tuple[ClaimFacts, ...] = ()
+    claim_templates: tuple[Meta, ...] = ()
     # The serving pods' NetworkPolicy, if one exists (there is one only while the spec asks for it).
     network_policy: Meta | None = None
     # The serving Deployment's HorizontalPodAutoscaler and the serving pods' PodDisruptionBudget, if any.

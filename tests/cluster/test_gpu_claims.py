@@ -3,9 +3,10 @@
 Two kwok nodes, each with a ResourceSlice of GPUs as NVIDIA's DRA driver publishes them (an A100 node
 and an H100 node): a resource whose selector admits the H100s gets its engine keyed and built for them,
 its build and serving pods claim devices from the operator's template, and the kube-scheduler's DRA
-plugin allocates them on the H100 node, never the A100 one. The devices are published by the test (kwok
-runs no kubelet plugin); the real-node variant, with a kubelet plugin that prepares them, is in the pods
-tier.
+plugin allocates them on the H100 node, never the A100 one. Changed to the A100s, a resource builds and
+rolls there, and its H100 template goes once no pod takes claims from it. The devices are published by
+the test (kwok runs no kubelet plugin); the real-node variant, with a kubelet plugin that prepares them,
+is in the pods tier.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ DRIVER = "gpu.nvidia.com"
 A100_NODE = NodePool(count=1, gpus_per_node=2, gpu_model="a100-80gb", name_prefix="dra-a100")
 H100_NODE = NodePool(count=1, gpus_per_node=2, gpu_model="h100-80gb", name_prefix="dra-h100")
 H100_SELECTOR = f'device.attributes["{DRIVER}"].productName == "NVIDIA H100 80GB HBM3"'
+A100_SELECTOR = f'device.attributes["{DRIVER}"].productName == "NVIDIA A100-SXM4-80GB"'
 
 
 def _slice(node: str, product: str, capability: str) -> dict[str, Any]:
@@ -116,6 +118,51 @@ def test_a_claim_s_engine_is_built_and_served_on_the_kind_its_selector_admits(
     serving = {pod.metadata.name for pod in pods if pod.metadata.name.startswith("llava-")}
     assert serving and serving <= set(allocated), allocated
     assert set().union(*allocated.values()) == {dra_gpus["h100"]}, allocated
+
+
+def _templates(resources: Resources, namespace: str) -> set[str]:
+    found = resources.custom.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "resourceclaimtemplates"
+    )
+    return {template["metadata"]["name"] for template in found["items"]}
+
+
+def test_a_claim_changed_to_another_kind_rolls_there_and_its_old_template_goes(
+    kube: Kube, resources: Resources, namespace: str, dra_gpus: dict[str, str]
+) -> None:
+    document = example("llava")
+    document["metadata"]["name"] = "moving"
+    document["spec"]["gpus"] = {"resourceClaim": {"selector": H100_SELECTOR}}
+    _prepare(kube, namespace, document)
+    resources.apply(document)
+    resources.wait_phase("moving", "Ready", timeout=120)
+    (h100_template,) = _templates(resources, namespace)
+
+    document["spec"]["gpus"]["resourceClaim"]["selector"] = A100_SELECTOR
+    resources.apply(document)
+    resources.wait_phase(
+        "moving",
+        "Ready",
+        timeout=180,
+        status_also=lambda s: (
+            s["engine"]["gpu"]["product"] == "NVIDIA-A100-SXM4-80GB" and s.get("rollout") == "Stable"
+        ),
+    )
+
+    def without_the_h100_one() -> set[str]:
+        left = _templates(resources, namespace)
+        return left if h100_template not in left else set()
+
+    (a100_template,) = kube.wait_for("the H100 template to go", without_the_h100_one)
+    serving = [
+        pod
+        for pod in kube.core.list_namespaced_pod(namespace).items
+        if pod.metadata.name.startswith("moving-") and not pod.metadata.deletion_timestamp
+    ]
+    assert serving, "the serving pods of the A100 revision"
+    for pod in serving:
+        assert pod.spec.node_name == dra_gpus["a100"], pod.metadata.name
+        assert [c.resource_claim_template_name for c in pod.spec.resource_claims] == [a100_template]
 
 
 def test_a_claim_admitting_both_kinds_is_refused_and_nothing_is_claimed(

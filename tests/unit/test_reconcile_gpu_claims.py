@@ -108,3 +108,30 @@ def test_a_version_selector_is_evaluated_as_the_api_server_would(
     _llava(cluster, {"selector": capability})
     status = _status(cluster, reconciler)
     assert status["engine"]["gpu"]["product"] == "NVIDIA-H100-80GB-HBM3"
+
+
+def test_a_changed_selector_s_old_template_stays_while_the_job_names_it_then_goes(
+    cluster: InMemoryCluster, reconciler: Reconciler
+) -> None:
+    _llava(cluster, {"selector": H100})
+    _status(cluster, reconciler)
+    (old,) = cluster.server.all(kinds.RESOURCE_CLAIM_TEMPLATE, NS)
+    (job,) = cluster.server.all(kinds.JOB, NS)
+    # The same kind by another selector: a new template; the running build keeps the one it took.
+    capability = 'device.attributes["gpu.nvidia.com"].cudaComputeCapability.isGreaterThan(semver("8.9.0"))'
+    _llava(cluster, {"selector": capability})
+    _status(cluster, reconciler)
+    names = {
+        template["metadata"]["name"] for template in cluster.server.all(kinds.RESOURCE_CLAIM_TEMPLATE, NS)
+    }
+    assert old["metadata"]["name"] in names and len(names) == 2, names
+    # Once the Job is gone (a user deleted it), a new one takes the new template and the old one goes.
+    cluster.kubectl.delete(job["apiVersion"], job["kind"], NS, job["metadata"]["name"])
+    cluster.feed()
+    _status(cluster, reconciler)
+    _status(cluster, reconciler)
+    (new,) = cluster.server.all(kinds.RESOURCE_CLAIM_TEMPLATE, NS)
+    assert new["metadata"]["name"] in names - {old["metadata"]["name"]}
+    (rebuilt,) = cluster.server.all(kinds.JOB, NS)
+    claims = rebuilt["spec"]["template"]["spec"]["resourceClaims"]
+    assert claims == [{"name": "gpus", "resourceClaimTemplateName": new["metadata"]["name"]}]

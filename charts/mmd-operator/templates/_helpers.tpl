@@ -102,7 +102,7 @@ pods/status: only the Ready condition of a serving pod whose node has gone silen
 # GPUs asked for by claim (spec.gpus.resourceClaim): the template the pods claim their devices from.
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaimtemplates]
-  verbs: [list, watch, create, patch]
+  verbs: [list, watch, create, patch, delete]
 # A replica across pods (a group of a LeaderWorkerSet, whose controller the cluster installs).
 - apiGroups: [leaderworkerset.x-k8s.io]
   resources: [leaderworkersets]

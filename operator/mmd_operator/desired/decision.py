@@ -56,7 +56,7 @@ from mmd_operator.desired import cache, gpu_claims, scaling, serving, triton, tr
 from mmd_operator.desired.children import Children, Manifest, Owner
 from mmd_operator.facts import DeploymentFacts, Meta, Observed
 from mmd_operator.judgement import Judgement, Rendered
-from mmd_operator.judgement.revisions import settled
+from mmd_operator.judgement.revisions import revision_of, settled
 from mmd_operator.knowledge import Runtime
 from mmd_operator.plan.resource_plan import AnyPlan
 from mmd_operator.vocabulary import hashing, kinds, labels, ownership
@@ -338,6 +338,32 @@ def _superseded_configmaps(case: _Case, writes: _Writes, current: str) -> None:
     ]
 
 
+def _superseded_claim_templates(case: _Case, writes: _Writes) -> None:
+    """Delete ResourceClaimTemplates that no workload, Job, pod or revision to go back to takes claims from.
+
+    A template is read only when a pod is created, so one that a workload's pod template names stays. The
+    last Ready revision's pods name the templates an undo would bring back; while none of them runs (an
+    in-place rollout, an undo under way) nothing says which those are, and every template stays.
+    """
+    observed, stable = case.observed, case.judgement.stable
+    if case.judgement.blocked or not observed.claim_templates:
+        return
+    if stable is not None and not any(
+        revision_of(pod) == stable.pod_template_hash for pod in observed.serving_pods
+    ):
+        return
+    in_use = {template["metadata"]["name"] for template in case.children.claim_templates}
+    workloads = (observed.deployment, observed.canary, observed.retired_workload, observed.job)
+    for named in (*workloads, *observed.serving_pods, *observed.job_pods):
+        if named is not None:
+            in_use.update(named.claim_templates)
+    writes.delete += [
+        ObjectKey.of(kinds.RESOURCE_CLAIM_TEMPLATE, meta.name)
+        for meta in observed.claim_templates
+        if meta.name not in in_use and meta.owned_by(case.owned.owner.uid) and not meta.deleting
+    ]
+
+
 def desired_state(
     resource: MultimodalDeployment,
     plan: AnyPlan,
@@ -370,6 +396,7 @@ def desired_state(
     writes.leave += [ObjectKey.of(kinds.JOB, stale.meta.name) for stale in observed.stale_jobs]
     rendered = _serving(case, writes)
     _superseded_configmaps(case, writes, rendered.configmap)
+    _superseded_claim_templates(case, writes)
     return Desired(
         rendered=rendered,
         apply=tuple(writes.apply),

@@ -241,6 +241,24 @@ def node(obj: Mapping[str, Any]) -> NodeFacts:
     )
 
 
+def claim_templates(*pod_specs: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The ResourceClaimTemplates `pod_specs` take claims from, sorted."""
+    return tuple(
+        sorted(
+            {
+                str(claim["resourceClaimTemplateName"])
+                for spec in pod_specs
+                for claim in (spec or {}).get("resourceClaims") or []
+                if claim.get("resourceClaimTemplateName")
+            }
+        )
+    )
+
+
+def _template_spec(template: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    return (template or {}).get("spec")
+
+
 def pod(obj: Mapping[str, Any]) -> PodFacts:
     """A build or serving pod."""
     status = obj.get("status") or {}
@@ -292,6 +310,7 @@ def pod(obj: Mapping[str, Any]) -> PodFacts:
         and containers_ready is not None
         and containers_ready.get("status") == "True",
         gpus=pod_gpus(spec),
+        claim_templates=claim_templates(spec),
         placement=pod_placement(spec) if unschedulable is not None else None,
     )
 
@@ -311,6 +330,7 @@ def job(obj: Mapping[str, Any]) -> JobFacts:
         failure=failure,
         started=timestamp(status.get("startTime")),
         finished=timestamp(status.get("completionTime")),
+        claim_templates=claim_templates(_template_spec((obj.get("spec") or {}).get("template"))),
     )
 
 
@@ -365,6 +385,7 @@ def deployment(obj: Mapping[str, Any]) -> DeploymentFacts:
         configmap=(template.get("annotations") or {}).get(labels.REPOSITORY),
         replicas_managers=replicas_managers(obj),
         template_digest=((obj.get("metadata") or {}).get("annotations") or {}).get(labels.TEMPLATE_DIGEST),
+        claim_templates=claim_templates(_template_spec(spec.get("template"))),
     )
 
 
@@ -384,6 +405,9 @@ def leader_worker_set(obj: Mapping[str, Any]) -> DeploymentFacts:
         configmap=leader.get(labels.REPOSITORY),
         kind=str(obj.get("kind", "LeaderWorkerSet")),
         group_size=int(group.get("size", 1)),
+        claim_templates=claim_templates(
+            _template_spec(group.get("leaderTemplate")), _template_spec(group.get("workerTemplate"))
+        ),
     )
 
 

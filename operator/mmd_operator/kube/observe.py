@@ -343,6 +343,7 @@ def observe(
         serving_pods=serving_pods,
         stale_jobs=stale_jobs,
         stale_claims=stale_claims,
+        claim_templates=tuple(store.of_instance(cached.CLAIM_TEMPLATES, namespace, instance)),
         network_policy=store.get(cached.NETWORK_POLICIES, namespace, names.serving(instance)),
         autoscaler=store.get(cached.AUTOSCALERS, namespace, names.serving(instance)),
         disruption_budget=store.get(cached.DISRUPTION_BUDGETS, namespace, names.serving(instance)),

@@ -14,6 +14,7 @@ from engine_builder.plan_format import BuildPlan
 from engine_builder.progress_format import BuildProgress
 from engine_builder.result_format import termination_message
 from mmd_operator.api.v1alpha1 import Phase
+from mmd_operator.api.v1alpha1.status import ServingRevision
 from mmd_operator.desired.decision import manifests
 from mmd_operator.facts import (
     AutoscalerFacts,
@@ -619,3 +620,47 @@ def test_a_disruption_budget_exists_only_when_more_than_one_serving_pod_can_run(
     resource, plan = example(**spec_changes)
     decision = decide(resource, plan, artifact=summary(plan.cache_key))
     assert (decision.manifest("PodDisruptionBudget") is not None) is budget
+
+
+def test_superseded_claim_templates_go_once_nothing_may_take_claims_from_them() -> None:
+    resource, plan = example(gpus__resourceClaim={"selector": "device.driver == 'gpu.nvidia.com'"})
+    template = decide(resource, plan).manifest("ResourceClaimTemplate")
+    assert template is not None
+    named = {
+        which: meta(f"llava-gpus-1-{which}", owners=(ME,))
+        for which in ("workload", "pod", "stable", "unused")
+    }
+    observed = (meta(template["metadata"]["name"], owners=(ME,)), *named.values())
+    foreign = meta("llava-gpus-1-foreign", owners=(OTHER,))
+
+    def pod(revision: str, template_name: str, *, ready: bool) -> PodFacts:
+        return PodFacts(
+            meta=meta(f"llava-{revision}", labels=((labels.DEPLOYMENT_REVISION, revision),)),
+            phase=PodPhase.RUNNING,
+            ready=ready,
+            claim_templates=(template_name,),
+        )
+
+    def deleted(previous: Any = None, **facts: Any) -> set[str]:
+        decision = decide(resource, plan, previous, claim_templates=(*observed, foreign), **facts)
+        return {key.name for key in decision.delete if key.kind == "ResourceClaimTemplate"}
+
+    rolling = dataclasses.replace(
+        live_deployment(resource, plan, ready=0), claim_templates=("llava-gpus-1-workload",)
+    )
+    new_pod = pod("new", "llava-gpus-1-pod", ready=False)
+    # No revision to go back to: only what the workload, its pods and the spec name stays.
+    assert deleted(deployment=rolling, serving_pods=(new_pod,)) == {
+        "llava-gpus-1-stable",
+        "llava-gpus-1-unused",
+    }
+    # A revision to go back to whose pods are gone (an in-place rollout): nothing says what it needs.
+    previous = status_of(decide(resource, plan)).model_copy(
+        update={"stable_revision": ServingRevision(pod_template_hash="stable")}
+    )
+    assert deleted(previous, deployment=rolling, serving_pods=(new_pod,)) == set()
+    # Its pods run (a surge rollout): theirs stays with the rest in use.
+    stable_pod = pod("stable", "llava-gpus-1-stable", ready=True)
+    assert deleted(previous, deployment=rolling, serving_pods=(new_pod, stable_pod)) == {
+        "llava-gpus-1-unused"
+    }
