@@ -38,7 +38,8 @@ class EngineExpectation(_Frozen):
     """
 
     config_path: str
-    values: dict[str, int | str]
+    # bool first: pydantic's smart union keeps a JSON true a bool, and check_engines compares types.
+    values: dict[str, bool | int | str]
 
 
 class BuildPlan(_Frozen):

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from engine_builder.plan_runner import check_engines
+from mmd_operator.api.validation import parse_spec
+from mmd_operator.plan.build_plan import build_plan
+from mmd_operator.plan.cache_key import cache_key
+from mmd_operator.plan.settings import resolve
+from mmd_testbed.build_tools.trtllm_tools import trtllm_build
 from tests.engine_builder.conftest import Toolbox, rendered_plan
 
 LLAVA_KEY = rendered_plan("llava")["cache_key"]
@@ -172,3 +181,38 @@ def test_a_token_no_step_declares_reaches_no_step_and_no_output(
     assert toolbox.build(toolbox.plan("llava")) == 0
     assert not any(call["hf_token_seen"] for call in toolbox.calls())
     assert secret not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kv_cache", [None, "INT8"])
+def test_an_engine_built_without_the_paged_context_fmha_kv_reuse_needs_fails_the_check(
+    tmp_path: Path, kv_cache: str | None
+) -> None:
+    # trtllm-build turns the switch off by itself with an int8 KV cache (and others), only in its log.
+    spec = {
+        "model": {"type": "llava", "source": {"huggingface": {"repo": "org/llava"}}},
+        "serving": {"kvCacheReuse": True},
+    }
+    settings = resolve(parse_spec(spec))
+    plan = build_plan(settings, cache_key=cache_key(settings))
+    (step,) = [s for s in plan.steps if s.name == "build-llm"]
+    argv = list(step.argv[1:])
+    checkpoint, engine = tmp_path / "checkpoint", tmp_path / "llm"
+    argv[argv.index("--checkpoint_dir") + 1] = str(checkpoint)
+    argv[argv.index("--output_dir") + 1] = str(engine)
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(
+        json.dumps(
+            {
+                "architecture": "LlamaForCausalLM",
+                "dtype": settings.dtype,
+                "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1},
+                "quantization": {"quant_algo": None, "kv_cache_quant_algo": kv_cache},
+            }
+        )
+    )
+    trtllm_build(argv)
+    switched_off = (
+        "llm/config.json: build_config.plugin_config.use_paged_context_fmha is False, the plan asks for True"
+    )
+    problems = [p for p in check_engines(tmp_path, plan) if p.startswith("llm/")]
+    assert problems == ([switched_off] if kv_cache else [])

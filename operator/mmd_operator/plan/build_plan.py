@@ -268,7 +268,7 @@ def _vision_step(settings: Settings, model_dir: str) -> BuildStep:
 
 def _expectations(settings: Settings) -> tuple[EngineExpectation, ...]:
     limits, knowledge = settings.limits, settings.knowledge
-    llm: dict[str, int | str] = {
+    llm: dict[str, bool | int | str] = {
         "version": settings.release.tensorrt_llm,
         "pretrained_config.dtype": settings.dtype,
         "pretrained_config.mapping.tp_size": settings.tensor_parallel_size,
@@ -282,9 +282,15 @@ def _expectations(settings: Settings) -> tuple[EngineExpectation, ...]:
         llm["build_config.max_prompt_embedding_table_size"] = limits.max_multimodal_len
     if limits.max_encoder_input_len is not None:
         llm["build_config.max_encoder_input_len"] = limits.max_encoder_input_len
+    if settings.spec.serving.kv_cache_reuse:
+        # `_reuse_args` asks for it, and trtllm-build still turns it off by itself with some KV caches
+        # (int8; FP8 without FP8 weights, or before compute capability 8.9) with only a log line.
+        llm["build_config.plugin_config.use_paged_context_fmha"] = True
     expectations = [EngineExpectation(config_path=f"{LAYOUT.llm}/config.json", values=llm)]
     if knowledge.vision_engine_model_type is not None and limits.vision_max_batch_size is not None:
-        vision: dict[str, int | str] = {"builder_config.model_type": knowledge.vision_engine_model_type}
+        vision: dict[str, bool | int | str] = {
+            "builder_config.model_type": knowledge.vision_engine_model_type
+        }
         # The fork's recipe records no batch size in config.json (its engine profile still has it).
         if knowledge.vision_recipe is VisionEngineRecipe.TRTLLM:
             vision["builder_config.max_batch_size"] = limits.vision_max_batch_size

@@ -36,7 +36,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 MULTIMODAL_MODEL_TYPES = (
     "blip2", "llava", "llava_next", "llava_onevision", "llava_onevision_lmms", "vila", "nougat", "cogvlm",
@@ -328,6 +330,7 @@ def trtllm_build(argv: list[str], version: str | None = None) -> None:
         return
     mapping = checkpoint["mapping"]
     assert isinstance(mapping, dict)
+    paged_context_fmha = args.use_paged_context_fmha == "enable" and _paged_context_fmha_kept(checkpoint)
     plugins = ("gemm_plugin", "gpt_attention_plugin", "bert_attention_plugin", "moe_plugin", "lora_plugin")
     config = {
         # The builder image's release: the real trtllm-build records its own version.
@@ -352,7 +355,7 @@ def trtllm_build(argv: list[str], version: str | None = None) -> None:
                 **{name: getattr(args, name) or "auto" for name in plugins},
                 "context_fmha": args.context_fmha == "enable",
                 "remove_input_padding": args.remove_input_padding == "enable",
-                "use_paged_context_fmha": args.use_paged_context_fmha == "enable",
+                "use_paged_context_fmha": paged_context_fmha,
             },
         },
     }
@@ -361,6 +364,28 @@ def trtllm_build(argv: list[str], version: str | None = None) -> None:
     for rank in range(int(mapping["world_size"])):
         print(f"[TensorRT-LLM] [I] Engine generation completed for rank {rank}", flush=True)
         (output / f"rank{rank}.engine").write_bytes(b"TRT engine (double) rank %d\n" % rank)
+
+
+def _paged_context_fmha_kept(checkpoint: Mapping[str, Any]) -> bool:
+    """Whether trtllm-build keeps paged context FMHA for this checkpoint's KV cache, as its build() does.
+
+    Its other cases (context FMHA off; FP8 KV before compute capability 8.9) need what no plan asks for.
+    """
+    quantization = checkpoint.get("quantization") or {}
+    kv_cache = quantization.get("kv_cache_quant_algo")
+    if kv_cache == "INT8":
+        print(
+            "[TensorRT-LLM] [W] Paged Context FMHA is disabled because it doesn't work with int8 kv cache "
+            "currently."
+        )
+        return False
+    if kv_cache == "FP8" and quantization.get("quant_algo") not in ("FP8", "W4A8_AWQ", "NVFP4"):
+        # (Its own words for this case were not read; these are the double's.)
+        print(
+            "[TensorRT-LLM] [W] Paged Context FMHA is disabled: an FP8 KV cache without FP8 weights (double)."
+        )
+        return False
+    return True
 
 
 def _drop_flag(argv: list[str], flag: str) -> list[str]:
