@@ -39,7 +39,8 @@ class EngineRelease:
     moved_examples: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # Request tensors the release's templates and C++ backend name differently from 0.19.0's.
     renamed_inputs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    # The multimodal preprocessing's config has an `hf_model_path` parameter (the checkpoint's processor).
+    # The multimodal preprocessing's config is given `hf_model_path` (the checkpoint's processor): one 1.x
+    # version read requires it, the other ignores it (docs/development/engine-path-versions.md, section 8).
     preprocessing_reads_hf_model_path: bool = False
 
     @property

@@ -18,6 +18,10 @@ BASE_MODELS: dict[str, dict[str, Any]] = {
     "llava": {"type": "llava", "source": {"huggingface": {"repo": "llava-hf/llava-1.5-7b-hf"}}},
     "vila": {"type": "vila", "source": {"huggingface": {"repo": "Efficient-Large-Model/vila1.5-3b"}}},
     "mllama": {"type": "mllama", "source": {"huggingface": {"repo": "meta-llama/Llama-3.2-11B-Vision"}}},
+    "llava_onevision": {
+        "type": "llava_onevision",
+        "source": {"huggingface": {"repo": "llava-hf/llava-onevision-qwen2-7b-ov-hf"}},
+    },
     "qwen2_vl": {"type": "qwen2_vl", "source": {"huggingface": {"repo": "Qwen/Qwen2-VL-7B-Instruct"}}},
     "whisper": {"type": "whisper", "variant": "large-v3", "source": {"huggingface": {"repo": "openai/w"}}},
     "distil_whisper": {
@@ -532,6 +536,14 @@ CASES: list[InvalidSpec] = [
         "spec.model.type",
         "is served only by runtime trtllm-serve: there is no TensorRT engine recipe for it",
         values=("qwen2_5_vl",),
+    ),
+    InvalidSpec(
+        "release-not-offered-for-type",
+        "llava_onevision",
+        {"spec": {"engine": {"tensorrtLlmVersion": "1.2.1"}}},
+        "spec.engine.tensorrtLlmVersion",
+        "is not offered for model.type llava_onevision: TensorRT-LLM 1.2.x's preprocessing gives an image",
+        values=("1.2.1",),
     ),
     InvalidSpec(
         "engine-type-on-serve",

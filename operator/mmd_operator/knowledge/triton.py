@@ -172,6 +172,8 @@ class ModelKnowledge:
     lora_cache: LoraCacheDefaults | None = None
     # Whether tensorrt_llm_bls can serve this type (it must be able to pass every input preprocessing needs).
     bls: bool = True
+    # Engine-path releases (`engine.tensorrtLlmVersion`) not offered for this type, each with why.
+    refused_releases: tuple[tuple[str, str], ...] = ()
     chunked_context: bool = True
     # What a client sends as `text_input` (the server adds any chat wrapping itself).
     prompt_template: str = "{text}"
@@ -416,6 +418,14 @@ _ENTRIES = (
         fp8_kv_cache=True,
         end_id=151645,
         rank_models=("multimodal_encoders",),
+        refused_releases=(
+            (
+                "1.2.1",
+                "TensorRT-LLM 1.2.x's preprocessing gives an image a 3-D IMAGE_SIZES ([batch, 1, 2]) "
+                "that its multimodal_encoders code still reads as one [2] size per image (the release's "
+                "own config says 'TODO: Unbreak llava!'), and that path is no longer maintained upstream",
+            ),
+        ),
     ),
     ModelKnowledge(
         model_type=ModelType.MLLAMA,

@@ -186,6 +186,18 @@ def _engine_and_common_rules() -> list[JsonDict]:
                 field_path=".model.variant",
             )
         )
+    rules += [
+        cel_rule(
+            f"!(self.model.type == '{knowledge.model_type.value}' && has(self.engine.tensorrtLlmVersion) && "
+            f"self.engine.tensorrtLlmVersion == '{release}')",
+            f"engine.tensorrtLlmVersion {release} is not offered for model.type "
+            f"{knowledge.model_type.value}: {why}; the default release serves it (leave "
+            "engine.tensorrtLlmVersion unset)",
+            field_path=".engine.tensorrtLlmVersion",
+        )
+        for knowledge in KNOWLEDGE.values()
+        for release, why in knowledge.refused_releases
+    ]
     # The rules about fields whose meaning is the engine runtime's hold only there; on trtllm-serve its own
     # rules (below) say what these fields may be.
     return [_on_engine(rule) if rule.get("fieldPath") in _ENGINE_RULE_PATHS else rule for rule in rules]
