@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-PLAN_FORMAT_VERSION = 1
+# 2: an expectation's value may be a bool (a builder that reads 1 would take `true` for 1 and then fail).
+PLAN_FORMAT_VERSION = 2
 
 # Stands for the temporary directory the builder works in; renamed to `<cache dir>/<cacheKey>` when done.
 WORK_DIR = "{work}"
