@@ -179,7 +179,4 @@ def test_a_claim_admitting_both_kinds_is_refused_and_nothing_is_claimed(
     message = " ".join(ready["message"].split())
     assert "spec.gpus.resourceClaim.selector: reaches 2 kinds of GPU" in message
     assert f"NVIDIA-A100-SXM4-80GB (compute capability 8.0) on 1 node(s): {dra_gpus['a100']}" in message
-    templates = resources.custom.list_namespaced_custom_object(
-        GROUP, VERSION, namespace, "resourceclaimtemplates"
-    )
-    assert templates["items"] == []
+    assert _templates(resources, namespace) == set()

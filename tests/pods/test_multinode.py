@@ -401,6 +401,7 @@ def test_a_lost_worker_node_takes_its_group_out_of_the_service_until_the_node_re
     recreated = [
         e.message for e in kube.events_about(namespace, name, "GroupRestarting", containing="group 0 lost ")
     ]
+    assert any(m.startswith("group 0 lost ") for m in recreated), recreated
     new_leader, _ = _group(kube, namespace, name)
     assert new_leader.metadata.uid != leader.metadata.uid or any(
         s.restart_count for s in new_leader.status.container_statuses or []

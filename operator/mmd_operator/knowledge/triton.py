@@ -423,7 +423,7 @@ _ENTRIES = (
                 "1.2.1",
                 "TensorRT-LLM 1.2.x's preprocessing gives an image a 3-D IMAGE_SIZES ([batch, 1, 2]) "
                 "that its multimodal_encoders code still reads as one [2] size per image (the release's "
-                "own config says 'TODO: Unbreak llava!'), and that path is no longer maintained upstream",
+                "own config marks llava as broken there), and that path is no longer maintained upstream",
             ),
         ),
     ),
