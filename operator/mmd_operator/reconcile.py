@@ -32,7 +32,7 @@ from mmd_operator.api.validation import InvalidSpecError, Problem, spec_runtime
 from mmd_operator.config import OperatorConfig
 from mmd_operator.desired import cache, scaling
 from mmd_operator.desired.decision import Desired, desired_state
-from mmd_operator.facts import Observed, Reading
+from mmd_operator.facts import Observed, OwnerRef, Reading
 from mmd_operator.judgement import Judgement, judge
 from mmd_operator.judgement.artifact import JobWords
 from mmd_operator.judgement.canary import analysis_window
@@ -56,7 +56,8 @@ from mmd_operator.plan.resource_plan import AnyPlan
 from mmd_operator.plan_memory import PlanMemory, Planned, Use
 from mmd_operator.status import Findings, Report, previous_status, recorded_kind, report, transition
 from mmd_operator.status.assessment import assess
-from mmd_operator.vocabulary import ownership
+from mmd_operator.vocabulary import kinds, labels, ownership
+from mmd_operator.vocabulary.ownership import ObjectKey
 
 _log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -399,11 +400,46 @@ class Reconciler:
             handover=decision.handover,
             handover_manager=scaling.handover_manager(self.config.field_manager),
             generated=decision.generated_secrets,
+            heir=lambda child, live: self._heir(case, child, live),
         )
         if decision.record is not None:
             self.writer.record_build(case.key[0], case.claim, decision.record, count)
             if case.counted is not None:
                 case.counted.finished(succeeded=True, seconds=decision.record.seconds)
+
+    def _heir(self, case: _Case, child: ObjectKey, live: Mapping[str, Any]) -> OwnerRef | None:
+        """Another resource of the namespace whose plan uses `child`, which `case`'s resource leaves last.
+
+        A Job is used by the plans with its cacheKey and claim, a claim by those that name it. Each
+        resource is planned as its own reconcile plans it (memoised per spec), so one whose reconcile
+        is still queued counts too; the first by name is the heir.
+        """
+        namespace, leaving = case.key
+        found = (live.get("metadata") or {}).get("labels") or {}
+        made = Use(found.get(labels.CACHE_KEY, ""), found.get(labels.ENGINE_CACHE_CLAIM, ""))
+
+        def uses_child(use: Use) -> bool:
+            return use == made if child.kind == kinds.JOB.kind else use.claim == child.name
+
+        for body in sorted(self.store.all(cached.RESOURCES, namespace), key=lambda b: b["metadata"]["name"]):
+            metadata = body["metadata"]
+            if metadata["name"] == leaving or metadata.get("deletionTimestamp"):
+                continue
+            use = self._use_of(body)
+            if use is not None and uses_child(use):
+                return OwnerRef(name=str(metadata["name"]), uid=str(metadata["uid"]))
+        return None
+
+    def _use_of(self, body: Mapping[str, Any]) -> Use | None:
+        """What `body`'s plan uses, planned as its reconcile plans it; None when that refuses it."""
+        kind = self._gpu_kind(body)
+        planned = self.plans.plan(body, kind.kind)
+        if isinstance(planned, InvalidSpecError) or kind.refusal is not None:
+            return None
+        resource, checked = planned
+        if fit(checked.plan.gpu_needs, kind.offers).refusal is not None:
+            return None
+        return Use(checked.plan.cache_key, cache.claim_name(resource, self.config))
 
     def _assess(self, case: _Case, observed: Observed, judged: Judgement, decision: Desired) -> Report:
         """The findings of the world as last observed, and the status and events that say them (`status`)."""

@@ -5,7 +5,8 @@ and kubelet end it (one pod reporting the artifact), and reconciled again: the m
 both passes are `mmctl render`'s (`desired.decision.manifests`), by kind, name and digest, and live with
 those digests; besides them only the status, the engine index and (for a replica across pods) its SSH
 Secret are written. Another pass then writes nothing. A spec the API server admits and the plan refuses
-writes its status alone. An engine resource's status says once that its runtime is frozen upstream.
+writes its status alone. An engine resource's status says once that its runtime is frozen upstream. A
+shared Job or claim whose first user moves on passes to a user that has not joined it yet.
 """
 
 from __future__ import annotations
@@ -197,3 +198,55 @@ def test_an_invalid_spec_writes_its_status_alone(
     settled = len(cluster.server.requests)
     reconcile(cluster, reconciler, case.name)
     assert the_operators_writes(cluster, settled) == []
+
+
+def test_a_build_whose_first_user_moves_on_passes_to_a_user_whose_reconcile_is_still_queued(
+    cluster: InMemoryCluster, reconciler: Reconciler
+) -> None:
+    """Two resources want one engine; the first is reconciled, creates the build and moves to another
+    engine before the second's reconcile ran: the build passes to the second, and is never made twice."""
+    document = yaml.safe_load(next(p for p in ALL_EXAMPLE_PATHS if p.stem == "llava").read_text())
+    for name in ("first", "second"):
+        cluster.create({**document, "metadata": {"name": name, "namespace": NS}})
+    cluster.feed()
+    reconcile(cluster, reconciler, "first")
+    (shared,) = cluster.server.all(kinds.JOB, NS)
+    moved = {**document["spec"], "engine": {**document["spec"].get("engine", {}), "maxBatchSize": 3}}
+    cluster.create({**document, "metadata": {"name": "first", "namespace": NS}, "spec": moved})
+    cluster.feed()
+    reconcile(cluster, reconciler, "first")
+    reconcile(cluster, reconciler, "second")
+    jobs = {job["metadata"]["name"]: job for job in cluster.server.all(kinds.JOB, NS)}
+    kept = jobs.get(shared["metadata"]["name"])
+    assert kept is not None and kept["metadata"]["uid"] == shared["metadata"]["uid"], (
+        "the build was made again"
+    )
+    assert [o["name"] for o in kept["metadata"]["ownerReferences"]] == ["second"]
+    assert len(jobs) == 2, f"one build per engine: {sorted(jobs)}"
+    job_writes = [r for r in cluster.server.writes() if "/jobs/" in r.path]
+    assert len([r for r in job_writes if r.content_type == APPLY]) == 2, "each build applied once"
+    assert not [r for r in job_writes if r.method == "DELETE"]
+
+
+def test_a_cache_claim_whose_first_user_moves_on_passes_to_a_user_whose_reconcile_is_still_queued(
+    cluster: InMemoryCluster, reconciler: Reconciler
+) -> None:
+    """A claim made to go with its last user (retention Delete) is not deleted, engines and all, while a
+    resource that names it has not joined it yet."""
+    document = yaml.safe_load(next(p for p in ALL_EXAMPLE_PATHS if p.stem == "llava").read_text())
+    shared = {**document["spec"], "engineCache": {"claimName": "engines", "retention": "Delete"}}
+    for name in ("first", "second"):
+        cluster.create({**document, "metadata": {"name": name, "namespace": NS}, "spec": shared})
+    cluster.feed()
+    reconcile(cluster, reconciler, "first")
+    made = cluster.server.get(kinds.CLAIM, NS, "engines")
+    assert made is not None
+    moved = {**shared, "engineCache": {"claimName": "other-engines", "retention": "Delete"}}
+    cluster.create({**document, "metadata": {"name": "first", "namespace": NS}, "spec": moved})
+    cluster.feed()
+    reconcile(cluster, reconciler, "first")
+    kept = cluster.server.get(kinds.CLAIM, NS, "engines")
+    assert kept is not None and kept["metadata"]["uid"] == made["metadata"]["uid"]
+    assert [o["name"] for o in kept["metadata"]["ownerReferences"]] == ["second"]
+    reconcile(cluster, reconciler, "second")
+    assert cluster.server.get(kinds.CLAIM, NS, "engines")["metadata"]["uid"] == made["metadata"]["uid"]

@@ -2,7 +2,8 @@
 
 Both are shared. Every resource that names a claim uses it; every resource whose plan has the same key
 (and claim) uses the same Job, a build (`triton`) or a weights download (`trtllm_serve`); each user is a
-plain owner, so the last one out takes a Job (and a claim with retention Delete) with it. A Job runs one
+plain owner, so the last one out takes a Job (and a claim with retention Delete) with it, unless another
+resource wants it and has not joined yet: then it passes to that one (`kube.writes`). A Job runs one
 container of the builder's program with the claim at `/engines`; its pod template takes the spec's
 `build.pod` settings, its labels name the key and the claim (the controller finds a Job's users by
 them), and a digest of its spec (`BUILD_RECIPE`) tells a failed Job made from another recipe. Pure:

@@ -14,8 +14,9 @@ The rules, in the order the code follows them:
 - An artifact in the engine index needs no Job. Otherwise the artifact's Job (a build, a download) is
   created once (nothing is created while a source claim the spec names is missing; a missing token
   Secret is reported while the Job's pod waits for it); every user joins it as an owner, and leaves it
-  when its spec moves to another key (the last one out deletes it). A Job that failed runs again only
-  after the spec changed since the failure was reported, or at once when the failed Job was made from
+  when its spec moves to another key (the last one out deletes it, or passes it to a resource that
+  wants it and has not joined yet: the writer asks the reconcile for one). A Job that failed runs again
+  only after the spec changed since the failure was reported, or at once when the failed Job was made from
   another recipe (pod settings, retries) than the spec's now.
 - The content ConfigMap is applied unless it is over the ConfigMap size limit. Superseded ones are
   deleted once neither the Deployment nor any pod uses them.

@@ -5,7 +5,8 @@ from the one on the cached object (the operator's last apply), and the status on
 from the one the resource shows. Shared children (a build Job, an engine-cache claim) get a user by a
 JSON patch that appends its owner reference, and lose one by a merge patch that carries the
 resourceVersion it was computed from, so concurrent reconciles of different users never lose each
-other's references; the last user out deletes the child.
+other's references; the last user out hands the child to an heir (another resource that wants it but
+has not joined yet, which the caller names) or, when there is none, deletes it.
 Every answer goes back into the cache, so the next reconcile sees the operator's own writes. A group's SSH
 Secret is created once (a plain create; AlreadyExists means it is there), with keys made here, and never
 read or updated. Imports the client, the cache, the engine
@@ -33,6 +34,14 @@ from mmd_operator.vocabulary.ownership import ObjectKey
 _log = logging.getLogger(__name__)
 _KINDS = {(kind.api_version, kind.kind): kind for kind in cached.KINDS}
 _CONFLICT_RETRIES = 3
+
+# Names the resource a shared child passes to when its last owner leaves: given the child's key and the
+# object as read, another resource that wants it (None: nobody does, and the child is deleted).
+Heir = Callable[[ObjectKey, Mapping[str, Any]], OwnerRef | None]
+
+
+def _no_heir(key: ObjectKey, live: Mapping[str, Any]) -> OwnerRef | None:
+    return None
 
 
 @dataclass
@@ -112,11 +121,12 @@ class Writer:
         handover: Mapping[str, Any] | None = None,
         handover_manager: str = "",
         generated: Iterable[Mapping[str, Any]] = (),
+        heir: Heir = _no_heir,
     ) -> None:
         """Hand `replicas` over, create missing `generated` Secrets, then apply, join, leave and delete.
 
         In that order, what a decision says. `handover` is applied under `handover_manager` before the
-        Deployment's apply drops the field.
+        Deployment's apply drops the field; a child `owner` leaves last goes to its `heir`, if any.
         """
         if handover is not None:
             self._write(
@@ -133,7 +143,7 @@ class Writer:
         for key in join:
             self.join(namespace, key, owner, count)
         for key in leave:
-            self.leave(namespace, key, owner, count)
+            self.leave(namespace, key, owner, count, heir=heir)
         for key in delete:
             self.delete(namespace, key, count)
 
@@ -240,12 +250,25 @@ class Writer:
             return
         count.owners.append(f"{key.kind}/{key.name}")
 
-    def leave(self, namespace: str, key: ObjectKey, owner: OwnerRef, count: WriteCount) -> None:
-        """Remove `owner` from a shared child's owners; delete the child if nobody is left."""
-        self._change_owners(namespace, key, owner, joining=False, count=count)
+    def leave(
+        self, namespace: str, key: ObjectKey, owner: OwnerRef, count: WriteCount, *, heir: Heir = _no_heir
+    ) -> None:
+        """Remove `owner` from a shared child's owners; when nobody is left, pass it to `heir` or delete it.
+
+        A build another resource wants outlives the first user's move to another engine even when that
+        resource has not joined it yet (its reconcile is still queued): deleted, it would be built twice.
+        """
+        self._change_owners(namespace, key, owner, joining=False, count=count, heir=heir)
 
     def _change_owners(
-        self, namespace: str, key: ObjectKey, owner: OwnerRef, *, joining: bool, count: WriteCount
+        self,
+        namespace: str,
+        key: ObjectKey,
+        owner: OwnerRef,
+        *,
+        joining: bool,
+        count: WriteCount,
+        heir: Heir = _no_heir,
     ) -> None:
         kind = _KINDS[(key.api_version, key.kind)]
         for _ in range(_CONFLICT_RETRIES):
@@ -266,7 +289,11 @@ class Writer:
                 users = [
                     r for r in references if r.get("kind") == KIND and r.get("apiVersion") == API_VERSION
                 ]
-                if not users:
+                successor = heir(key, live) if not users else None
+                if successor is not None:
+                    references.append(ownership.owner_reference(successor, controller=False))
+                    _log.info("%s/%s passes to %s, which wants it too", key.kind, key.name, successor.name)
+                elif not users:
                     self.client.delete(
                         key.api_version, key.kind, namespace, key.name, uid=metadata.get("uid")
                     )

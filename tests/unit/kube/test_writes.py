@@ -2,9 +2,10 @@
 
 No apply when the cache holds the manifest's digest; shared children joined with one append each and left
 with a precondition that a concurrent join turns into a 409, read again and redone; the last user out
-deletes the child by its uid; a Job of another user's recipe joined instead of replaced; `replicas` handed
-over to the autoscaler's side before the apply that leaves them out, and taken back; the status through its
-subresource; the engine index made once and added to.
+passes the child to the heir it is given, or deletes it by its uid when there is none; a Job of another
+user's recipe joined instead of replaced; `replicas` handed over to the autoscaler's side before the
+apply that leaves them out, and taken back; the status through its subresource; the engine index made
+once and added to.
 """
 
 from __future__ import annotations
@@ -220,6 +221,40 @@ def test_the_last_user_out_deletes_the_shared_child_by_its_uid(
     (delete,) = [r for r in cluster.server.writes() if r.method == "DELETE"]
     assert delete.body["preconditions"] == {"uid": uid}
     assert cluster.store.get(cached.JOBS, NS, JOB.name) is None
+
+
+def test_the_last_user_out_passes_the_shared_child_to_its_heir_instead_of_deleting_it(
+    cluster: InMemoryCluster, writer: Writer
+) -> None:
+    leaving, waiting = user(cluster, "leaving"), user(cluster, "waiting")
+    writer.apply(job(leaving), WriteCount())
+    uid = cluster.store.get(cached.JOBS, NS, JOB.name).meta.uid
+    asked: list[tuple[ObjectKey, str]] = []
+
+    def heir(key: ObjectKey, live: dict[str, Any]) -> OwnerRef:
+        asked.append((key, live["metadata"]["uid"]))
+        return waiting
+
+    count = WriteCount()
+    writer.leave(NS, JOB, leaving, count, heir=heir)
+    assert asked == [(JOB, uid)], "the heir is asked once, about the child as read"
+    assert owners_of(cluster, kinds.JOB, JOB.name) == ["waiting"]
+    assert cluster.server.get(kinds.JOB, NS, JOB.name)["metadata"]["uid"] == uid, (
+        "the same Job, not a new one"
+    )
+    assert count.owners == [f"Job/{JOB.name}"] and count.deleted == []
+    assert not [r for r in cluster.server.writes() if r.method == "DELETE"]
+
+
+def test_a_user_who_is_not_the_last_out_asks_for_no_heir(cluster: InMemoryCluster, writer: Writer) -> None:
+    first, second = user(cluster, "first"), user(cluster, "second")
+    writer.apply(job(first, second), WriteCount())
+
+    def heir(key: ObjectKey, live: dict[str, Any]) -> OwnerRef:
+        raise AssertionError("another user is still there")
+
+    writer.leave(NS, JOB, first, WriteCount(), heir=heir)
+    assert owners_of(cluster, kinds.JOB, JOB.name) == ["second"]
 
 
 # -- replicas, status, engine index ------------------------------------------------------------------
