@@ -220,15 +220,36 @@ class OperatorProcess:
         return self.process is not None and self.process.poll() is None
 
 
+# The session's operator, once a test on this worker asked for it (groups run one after another here).
+_SESSION_OPERATORS: list[OperatorProcess] = []
+
+
 @pytest.fixture(scope="session")
 def operator(
     local_cluster: LocalCluster, crd: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
     """One operator for the session, watching every namespace; tests that stop it start it again."""
     process = OperatorProcess(local_cluster.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log")
+    _SESSION_OPERATORS.append(process)
     process.start()
     yield process
     process.stop()
+    _SESSION_OPERATORS.remove(process)
+
+
+@pytest.fixture(scope="module")
+def no_operator() -> Iterator[None]:
+    """No operator of ours at work while the module runs: the session's, if one runs here, is stopped.
+
+    It watches every namespace, so it would reconcile a resource such a module writes and reads back
+    (its status among others), and an earlier module on the same worker may have started it.
+    """
+    stopped = [process for process in _SESSION_OPERATORS if process.running]
+    for process in stopped:
+        process.stop()
+    yield
+    for process in stopped:
+        process.start()
 
 
 @dataclass

@@ -19,7 +19,8 @@ from mmd_operator.kube.client import KubeClient
 from mmd_testbed.localcluster.cluster import LocalCluster
 from tests.support.api_contract import CASES, Subject
 
-pytestmark = pytest.mark.cluster
+# The session's operator, had an earlier module on this worker started it, would write statuses here.
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("no_operator")]
 
 
 def _eventually(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
