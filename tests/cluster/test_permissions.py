@@ -37,7 +37,9 @@ from mmd_testbed.localcluster.cluster import LocalCluster
 from tests.support.kube import Kube, Resources, Tools, new_namespace
 from tools import chart
 
-pytestmark = pytest.mark.cluster
+# The session's operator, had an earlier module on this worker started it, would act on these resources
+# with its own (cluster-admin) rights beside the chart's account.
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("no_operator")]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / chart.CHART_DIR

@@ -23,7 +23,8 @@ from mmd_testbed.localcluster.stages import STORAGE_CLASS
 from tests.support.kube import Kube, Resources, Tools, restricted, unprivileged_kubeconfig
 from tests.support.nodes import extra_gpu_nodes
 
-pytestmark = pytest.mark.cluster
+# The session's operator, had an earlier module on this worker started it, would make pods that take GPUs.
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("no_operator")]
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN_VALUE = "hf_preflight_never_printed_0123456789"
