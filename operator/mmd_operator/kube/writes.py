@@ -126,7 +126,8 @@ class Writer:
         """Hand `replicas` over, create missing `generated` Secrets, then apply, join, leave and delete.
 
         In that order, what a decision says. `handover` is applied under `handover_manager` before the
-        Deployment's apply drops the field; a child `owner` leaves last goes to its `heir`, if any.
+        Deployment's apply drops the field; a shared child `owner` is the last to leave goes to `heir`'s
+        choice, if it names one.
         """
         if handover is not None:
             self._write(
