@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import sys
@@ -26,12 +27,22 @@ def test_ports_lie_below_the_ephemeral_range_and_are_distinct() -> None:
     assert all(15000 <= port < ephemeral_start for port in picked), picked
 
 
+def four_free_ports_in_a_row() -> range:
+    """Four consecutive ports nothing listens on now: other workers' servers hold ports of the range."""
+    for start in random.sample(ports._candidates(), 200):
+        block = range(start, start + 4)
+        if all(ports._bindable(port) for port in block):
+            return block
+    raise AssertionError("no four free ports in a row below the ephemeral range")
+
+
 def test_a_port_given_recently_is_not_given_again_until_its_hold_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(ports, "_candidates", lambda: range(20000, 20004))
+    block = four_free_ports_in_a_row()
+    monkeypatch.setattr(ports, "_candidates", lambda: block)
     first = ports.free_ports(4)
-    with pytest.raises(OSError, match="no 1 free loopback ports in 20000-20003"):
+    with pytest.raises(OSError, match=f"no 1 free loopback ports in {block.start}-{block.stop - 1}"):
         ports.free_port()
     monkeypatch.setattr(ports, "_HELD_SECONDS", 0.0)
     assert ports.free_port() in first
