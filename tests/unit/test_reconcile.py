@@ -32,7 +32,7 @@ from mmd_operator.vocabulary import hashing, kinds, labels
 from tests.support import bad_inputs
 from tests.support.builds import summary
 from tests.support.downloads import succeeded
-from tests.support.examples import ALL_EXAMPLE_PATHS
+from tests.support.examples import ALL_EXAMPLE_PATHS, EXAMPLES_DIR
 from tests.support.in_memory_api import Request
 from tests.support.in_memory_cluster import InMemoryCluster, the_operators_writes
 
@@ -40,6 +40,7 @@ NS = "ml"
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 CONFIG = OperatorConfig()
 APPLY = "application/apply-patch+yaml"
+LLAVA = EXAMPLES_DIR / "llava.yaml"
 # What each runtime's Job reports when it made the plan's artifact.
 REPORTS: Mapping[Runtime, Callable[[Any], str]] = MappingProxyType(
     {
@@ -205,7 +206,7 @@ def test_a_build_whose_first_user_moves_on_passes_to_a_user_whose_reconcile_is_s
 ) -> None:
     """Two resources want one engine; the first is reconciled, creates the build and moves to another
     engine before the second's reconcile ran: the build passes to the second, and is never made twice."""
-    document = yaml.safe_load(next(p for p in ALL_EXAMPLE_PATHS if p.stem == "llava").read_text())
+    document = yaml.safe_load(LLAVA.read_text())
     for name in ("first", "second"):
         cluster.create({**document, "metadata": {"name": name, "namespace": NS}})
     cluster.feed()
@@ -233,7 +234,7 @@ def test_a_cache_claim_whose_first_user_moves_on_passes_to_a_user_whose_reconcil
 ) -> None:
     """A claim made to go with its last user (retention Delete) is not deleted, engines and all, while a
     resource that names it has not joined it yet."""
-    document = yaml.safe_load(next(p for p in ALL_EXAMPLE_PATHS if p.stem == "llava").read_text())
+    document = yaml.safe_load(LLAVA.read_text())
     shared = {**document["spec"], "engineCache": {"claimName": "engines", "retention": "Delete"}}
     for name in ("first", "second"):
         cluster.create({**document, "metadata": {"name": name, "namespace": NS}, "spec": shared})
